@@ -1,0 +1,36 @@
+"""lineage-outbox: emit OpenLineage events without waiting on, or failing because of,
+the lineage backend.
+
+    from outbox import Outbox
+
+    outbox = Outbox.from_env()        # OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__*, OUTBOX_*
+    outbox.emit(run_event)            # microseconds; never raises for backend trouble
+    report = outbox.close(timeout=5)  # delivers what it can by the deadline
+"""
+
+from ._buffer import Policy, Reason
+from ._errors import ConfigError, OutboxError
+from ._outbox import Outbox
+from ._stats import CloseReport, Stats
+from .transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
+
+__all__ = [
+    "CloseReport",
+    "ConfigError",
+    "Outbox",
+    "OutboxError",
+    "Outcome",
+    "OutcomeKind",
+    "Policy",
+    "Reason",
+    "SerializedEvent",
+    "Stats",
+    "Transport",
+]
+
+__version__ = "0.1.0"
+
+# Show the public names in reprs and docs, as httpx does.
+for _name in __all__:
+    globals()[_name].__module__ = "outbox"
+del _name

@@ -1,0 +1,214 @@
+"""The bounded buffer between ``emit`` and the worker, and the event accounting.
+
+Every event handed to ``emit`` ends in exactly one of: ``delivered``, a named
+reason in ``dropped``, or still held (``queued`` or ``in_flight``).  All of it
+is guarded by one lock that is never held across I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Buffer", "Policy", "Reason"]
+
+_INF = float("inf")
+
+
+class Policy(enum.Enum):
+    """What ``emit`` does when the buffer is full."""
+
+    #: Evict the oldest queued events to make room (keeps the freshest lineage).
+    DROP_OLDEST = "drop_oldest"
+    #: Refuse the new event.
+    DROP_NEWEST = "drop_newest"
+    #: Wait up to ``block_timeout`` for room, then refuse the new event.
+    BLOCK = "block"
+
+
+class Reason:
+    """The names under which lost events are counted in ``Stats.dropped``."""
+
+    #: The buffer was full (evicted under drop_oldest, refused under drop_newest or block).
+    DROPPED_FULL = "dropped_full"
+    #: ``emit`` after ``close`` began.
+    AFTER_CLOSE = "after_close"
+    #: Still undelivered when the close deadline passed.
+    DROPPED_SHUTDOWN = "dropped_shutdown"
+    #: The backend refused the event for good (HTTP 400/422, ...).
+    REJECTED_BY_BACKEND = "rejected_by_backend"
+    #: Larger than the transport or the batch limit can ever carry.
+    TOO_LARGE = "too_large"
+    #: Could not be serialized, or pre-serialized text that is not a JSON object.
+    INVALID_EVENT = "invalid_event"
+    #: Lineage is turned off (``OPENLINEAGE_DISABLED=true``).
+    DISABLED = "disabled"
+
+
+# An event taken by the worker: (sequence number, the event as given, its size in bytes:
+# exact for str/bytes, an estimate for objects until the worker serializes them).
+Entry = tuple[int, Any, int]
+
+
+class Buffer:
+    def __init__(
+        self,
+        *,
+        max_events: int,
+        max_bytes: int,
+        policy: Policy,
+        block_timeout: float,
+    ) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.policy = policy
+        self.block_timeout = block_timeout
+        self.lock = threading.Lock()
+        # Notified (under the lock) whenever events leave the buffer: room for blocked
+        # emitters, progress for flush waiters.
+        self.progress = threading.Condition(self.lock)
+        # Async waiters (emit_async under block, aflush): callables run after progress.
+        self.async_waiters: set[Callable[[], None]] = set()
+        # The queue is two parallel deques rather than one of tuples, so that emit allocates
+        # no object the garbage collector tracks (and never triggers a collection).  The
+        # event at queue[i] has sequence number head_seq + i.
+        self.queue: deque[Any] = deque()
+        self.sizes: deque[int] = deque()
+        self.head_seq = 0
+        self.queued_bytes = 0
+        self.in_flight = 0
+        self.in_flight_bytes = 0
+        # Lowest sequence number among in-flight events (inf when none).
+        self.in_flight_low: float = _INF
+        # flush() asks the worker to skip lingering for events up to this sequence number.
+        self.flush_target = -1
+        self.closed = False
+        # What a refused emit counts as: after_close, or disabled.
+        self.refusal = Reason.AFTER_CLOSE
+        # Set when close() has settled the accounts: a late worker must not touch them.
+        self.finalized = False
+        # Counters.
+        self.emitted = 0
+        self.accepted = 0
+        self.delivered = 0
+        self.retried = 0
+        self.dropped: dict[str, int] = {}
+        # The worker asks to be woken when the queue reaches these sizes.
+        self.wake_at_events: float = 1
+        self.wake_at_bytes: float = _INF
+        # Running estimate of a serialized object event's size, refined by the worker.
+        self.estimate = 1024
+
+    # -- emitters' side ----------------------------------------------------------------
+
+    def put_locked(self, event: Any, nbytes: int) -> int:
+        """Try to add one event; the caller holds the lock and has counted it as emitted.
+
+        Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
+        no room (nothing counted: the caller applies the policy).
+        """
+        queue = self.queue
+        if (
+            len(queue) + self.in_flight >= self.max_events
+            or self.queued_bytes + self.in_flight_bytes + nbytes > self.max_bytes
+        ) and (
+            nbytes > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(nbytes)
+        ):
+            return 0
+        queue.append(event)
+        self.sizes.append(nbytes)
+        self.queued_bytes += nbytes
+        self.accepted += 1
+        if len(queue) >= self.wake_at_events or self.queued_bytes >= self.wake_at_bytes:
+            self.wake_at_events = self.wake_at_bytes = _INF
+            return 2
+        return 1
+
+    def _evict_for(self, nbytes: int) -> bool:
+        queue = self.queue
+        evicted = 0
+        while queue and (
+            len(queue) + self.in_flight >= self.max_events
+            or self.queued_bytes + self.in_flight_bytes + nbytes > self.max_bytes
+        ):
+            queue.popleft()
+            self.queued_bytes -= self.sizes.popleft()
+            self.head_seq += 1
+            evicted += 1
+        if evicted:
+            self.count_locked(Reason.DROPPED_FULL, evicted)
+        return len(queue) + self.in_flight < self.max_events and (
+            self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes
+        )
+
+    def has_room_locked(self, nbytes: int) -> bool:
+        return len(self.queue) + self.in_flight < self.max_events and (
+            self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes
+        )
+
+    def count_locked(self, reason: str, n: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    # -- worker's side --------------------------------------------------------------------
+
+    def notify_locked(self) -> None:
+        """Events left the buffer: wake whoever waits for room or for a flush."""
+        self.progress.notify_all()
+        for waiter in tuple(self.async_waiters):
+            waiter()
+
+    def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
+        """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the
+        queue to in flight.  The caller holds the lock."""
+        queue, sizes = self.queue, self.sizes
+        batch: list[Entry] = []
+        size = 0
+        seq = self.head_seq
+        while queue and len(batch) < max_events:
+            nbytes = sizes[0]
+            if batch and size + nbytes > max_bytes:
+                break
+            batch.append((seq, queue.popleft(), sizes.popleft()))
+            seq += 1
+            size += nbytes
+        if batch:
+            self.in_flight_low = min(self.in_flight_low, self.head_seq)
+        self.head_seq = seq
+        self.queued_bytes -= size
+        self.in_flight += len(batch)
+        self.in_flight_bytes += size
+        return batch
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next accepted event will get."""
+        return self.head_seq + len(self.queue)
+
+    def clear_locked(self) -> int:
+        """Forget everything held (queued and in flight); returns how many events that was."""
+        held = len(self.queue) + self.in_flight
+        self.head_seq += len(self.queue)
+        self.queue.clear()
+        self.sizes.clear()
+        self.queued_bytes = self.in_flight = self.in_flight_bytes = 0
+        self.in_flight_low = _INF
+        return held
+
+    def lowest_unsettled_locked(self) -> float:
+        """Sequence number of the oldest event not yet delivered or dropped."""
+        return min(self.in_flight_low, self.head_seq)
+
+    def snapshot_locked(self) -> dict[str, Any]:
+        return {
+            "emitted": self.emitted,
+            "accepted": self.accepted,
+            "delivered": self.delivered,
+            "retried": self.retried,
+            "dropped": dict(self.dropped),
+            "queued_events": len(self.queue),
+            "queued_bytes": self.queued_bytes,
+            "in_flight": self.in_flight,
+        }

@@ -1,0 +1,270 @@
+"""Configuration from the environment.
+
+The transport is chosen exactly as openlineage-python chooses it, so the same
+pipeline variables and ``openlineage.yml`` work unchanged:
+
+0. ``OPENLINEAGE_DISABLED=true`` (trimmed, any case) turns lineage off.
+1. A merged config with ``transport.type``: the YAML file (the first of
+   ``$OPENLINEAGE_CONFIG``, ``./openlineage.yml``, ``~/.openlineage/openlineage.yml``)
+   over ``OPENLINEAGE__*`` variables (``OPENLINEAGE__A__B=v`` sets ``a.b``; names
+   split on ``__`` and lower-cased; values parsed as JSON when they parse; a
+   whole-object variable such as ``OPENLINEAGE__TRANSPORT='{...}'`` wins).
+2. ``OPENLINEAGE_URL`` (with ``OPENLINEAGE_ENDPOINT`` and ``OPENLINEAGE_API_KEY``) gives HTTP.
+3. Otherwise the console, with a warning.
+
+The outbox's own knobs come from ``OUTBOX_*`` variables (see :data:`OUTBOX_VARIABLES`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ConfigError
+from ._log import logger
+
+__all__ = [
+    "OUTBOX_VARIABLES",
+    "ResolvedTransport",
+    "outbox_settings",
+    "parse_bool",
+    "parse_size",
+    "resolve_transport_config",
+]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "k": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+}
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+def parse_size(name: str, raw: str) -> int:
+    """``"65536"``, ``"64KiB"``, ``"64MiB"``, ``"1GB"`` (KiB/MiB/GiB: powers of 1024; KB/MB/GB: of 1000)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", raw)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"{name}={raw!r} is not a size; use a whole number of bytes, or e.g. 512KiB, 64MiB")
+    return int(match.group(1)) * _UNITS[unit]
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+
+
+def _parse_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds, such as 0.5") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{name}={raw!r} is not a finite number of seconds")
+    return value
+
+
+def _parse_str(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+#: ``OUTBOX_*`` variable -> (``Outbox`` keyword, parser).
+OUTBOX_VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "OUTBOX_MAX_EVENTS": ("max_events", _parse_int),
+    "OUTBOX_MAX_BYTES": ("max_bytes", parse_size),
+    "OUTBOX_POLICY": ("policy", _parse_str),
+    "OUTBOX_BLOCK_TIMEOUT": ("block_timeout", _parse_float),
+    "OUTBOX_MAX_BATCH_EVENTS": ("max_batch_events", _parse_int),
+    "OUTBOX_MAX_BATCH_BYTES": ("max_batch_bytes", parse_size),
+    "OUTBOX_LINGER": ("linger", _parse_float),
+    "OUTBOX_SHUTDOWN_TIMEOUT": ("shutdown_timeout", _parse_float),
+    "OUTBOX_SEND_TIMEOUT": ("send_timeout", _parse_float),
+    "OUTBOX_BACKOFF_BASE": ("backoff_base", _parse_float),
+    "OUTBOX_BACKOFF_CAP": ("backoff_cap", _parse_float),
+    "OUTBOX_CIRCUIT_THRESHOLD": ("circuit_threshold", _parse_int),
+    "OUTBOX_LOG_INTERVAL": ("log_interval", _parse_float),
+    "OUTBOX_CLOSE_AT_EXIT": ("close_at_exit", parse_bool),
+    "OUTBOX_NAME": ("name", _parse_str),
+}
+
+
+def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``Outbox`` keywords set by ``OUTBOX_*`` variables, and for each keyword the
+    variable it came from (so errors can name it)."""
+    settings: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    known = set(OUTBOX_VARIABLES)
+    for var in sorted(environ):
+        if not var.startswith("OUTBOX_"):
+            continue
+        if var not in known:
+            raise ConfigError(
+                f"{var} is not an outbox setting; the OUTBOX_* variables are {', '.join(sorted(known))}"
+            )
+        keyword, parse = OUTBOX_VARIABLES[var]
+        settings[keyword] = parse(var, environ[var])
+        origins[keyword] = var
+    return settings, origins
+
+
+@dataclass
+class ResolvedTransport:
+    """What the environment asks for: a transport config dict, or disabled."""
+
+    #: ``{"type": "http", "url": ..., ...}`` as openlineage-python would see it; None when disabled.
+    config: dict[str, Any] | None
+    #: Where each top-level transport key came from, for error messages.
+    origins: dict[str, str] = field(default_factory=dict)
+    #: True when ``OPENLINEAGE_DISABLED`` is set.
+    disabled: bool = False
+
+    def origin(self, key: str) -> str:
+        """Names the setting behind ``key`` (``OPENLINEAGE__TRANSPORT__URL``, ...)."""
+        return self.origins.get(key, f"transport.{key}")
+
+
+def _find_yaml(environ: Mapping[str, str]) -> str | None:
+    candidates = (
+        environ.get("OPENLINEAGE_CONFIG"),
+        os.path.join(os.getcwd(), "openlineage.yml"),
+        os.path.join(os.path.expanduser("~/.openlineage"), "openlineage.yml"),
+    )
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.R_OK):
+            return path
+    if environ.get("OPENLINEAGE_CONFIG"):
+        raise ConfigError(
+            f"OPENLINEAGE_CONFIG={environ['OPENLINEAGE_CONFIG']!r} is not a readable file; "
+            "point it at an openlineage.yml or unset it"
+        )
+    return None
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import yaml  # openlineage-python depends on PyYAML
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read the OpenLineage config file {path}: {exc}") from exc
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(
+            f"the OpenLineage config file {path} must hold a mapping, not {type(content).__name__}"
+        )
+    return content
+
+
+def _env_config(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    config: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    prefix = "OPENLINEAGE__"
+    # Reverse order, as openlineage-python does: longer names first, so that a
+    # whole-object variable (OPENLINEAGE__TRANSPORT) is applied last and wins.
+    for var, raw in sorted(((k, v) for k, v in environ.items() if k.startswith(prefix)), reverse=True):
+        keys = [k.lower() for k in var[len(prefix) :].split("__")]
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node = config
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[keys[-1]] = value
+        if keys[0] == "transport":
+            if len(keys) == 2:
+                origins[keys[1]] = var
+            elif len(keys) == 1 and isinstance(value, dict):
+                for key in value:
+                    origins[key] = f"{var} (key {key!r})"
+    return config, origins
+
+
+def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(low)
+    for key, value in high.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _api_key_auth(environ: Mapping[str, str]) -> dict[str, str] | None:
+    key = environ.get("OPENLINEAGE_API_KEY")
+    return {"type": "api_key", "apiKey": key} if key else None
+
+
+def resolve_transport_config(environ: Mapping[str, str]) -> ResolvedTransport:
+    """Apply openlineage-python's rules to ``environ`` (see the module's docstring)."""
+    if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
+        return ResolvedTransport(None, disabled=True)
+    config, origins = _env_config(environ)
+    path = _find_yaml(environ)
+    if path is not None:
+        file_config = _load_yaml(path)
+        config = _merge(config, file_config)
+        file_transport = file_config.get("transport")
+        if isinstance(file_transport, dict):
+            for key in file_transport:
+                origins[key] = f"transport.{key} in {path}"
+    transport = config.get("transport")
+    url = environ.get("OPENLINEAGE_URL")
+    if isinstance(transport, dict) and transport.get("type"):
+        transport = dict(transport)
+        if transport["type"] == "async_http" and url:
+            # openlineage-python's special case, for a seamless switch to async_http.
+            for key, var, value in (
+                ("url", "OPENLINEAGE_URL", url),
+                ("endpoint", "OPENLINEAGE_ENDPOINT", environ.get("OPENLINEAGE_ENDPOINT")),
+                ("auth", "OPENLINEAGE_API_KEY", _api_key_auth(environ)),
+            ):
+                if value and key not in transport:
+                    transport[key] = value
+                    origins[key] = var
+        return ResolvedTransport(transport, origins)
+    if url:
+        http: dict[str, Any] = {
+            "type": "http",
+            "url": url,
+            "endpoint": environ.get("OPENLINEAGE_ENDPOINT", "api/v1/lineage"),
+        }
+        origins = {"url": "OPENLINEAGE_URL", "endpoint": "OPENLINEAGE_ENDPOINT"}
+        if environ.get("OPENLINEAGE_API_KEY"):
+            http["auth"] = _api_key_auth(environ)
+            origins["auth"] = "OPENLINEAGE_API_KEY"
+        return ResolvedTransport(http, origins)
+    logger.warning(
+        "no OpenLineage transport is configured (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__TYPE, "
+        "openlineage.yml); lineage events will be printed to the console"
+    )
+    return ResolvedTransport({"type": "console"}, {"type": "the default"})

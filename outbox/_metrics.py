@@ -1,0 +1,94 @@
+"""OpenTelemetry metrics through ``opentelemetry-api``: no-ops unless the application
+installs an SDK.
+
+Nothing here runs on the ``emit`` path.  The counters and gauges are observable:
+when the SDK collects, one callback per instrument reads the counters of every
+live outbox (each observation carries ``outbox.name``).  Only the batch-latency
+histogram is recorded, by the worker, once per batch.  The instruments are made
+once per process because an SDK keeps the first instrument of a name and ignores
+later ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from opentelemetry import metrics
+
+from ._buffer import Buffer
+
+__all__ = ["Metrics"]
+
+_VERSION = "0.1.0"
+_Reader = Callable[[Buffer], Iterable[tuple[int, dict[str, str]]]]
+
+_registry: weakref.WeakKeyDictionary[Buffer, str] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+_histogram: metrics.Histogram | None = None
+
+
+def _observe(read: _Reader) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
+    def callback(options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        with _registry_lock:
+            live = list(_registry.items())
+        observations = []
+        for buf, name in live:
+            with buf.lock:
+                values = list(read(buf))
+            for value, extra in values:
+                observations.append(metrics.Observation(value, {"outbox.name": name, **extra}))
+        return observations
+
+    return callback
+
+
+def _instruments() -> metrics.Histogram:
+    global _histogram
+    if _histogram is not None:
+        return _histogram
+    meter = metrics.get_meter("lineage-outbox", _VERSION)
+    counters: list[tuple[str, _Reader, str]] = [
+        ("outbox.events.accepted", lambda b: [(b.accepted, {})], "Events accepted by emit"),
+        ("outbox.events.delivered", lambda b: [(b.delivered, {})], "Events the backend acknowledged"),
+        ("outbox.events.retried", lambda b: [(b.retried, {})], "Event deliveries retried"),
+        (
+            "outbox.events.dropped",
+            lambda b: [(n, {"reason": r}) for r, n in b.dropped.items()],
+            "Events lost, by reason",
+        ),
+    ]
+    for name, read, description in counters:
+        meter.create_observable_counter(name, [_observe(read)], "{event}", description)
+    meter.create_observable_gauge(
+        "outbox.queue.events",
+        [_observe(lambda b: [(len(b.queue) + b.in_flight, {})])],
+        "{event}",
+        "Events held (queued and in flight)",
+    )
+    meter.create_observable_gauge(
+        "outbox.queue.bytes",
+        [_observe(lambda b: [(b.queued_bytes + b.in_flight_bytes, {})])],
+        "By",
+        "Bytes held (queued and in flight)",
+    )
+    _histogram = meter.create_histogram(
+        "outbox.batch.duration", "s", "Time to send one batch through the transport"
+    )
+    return _histogram
+
+
+class Metrics:
+    """One outbox's link to the process-wide instruments."""
+
+    def __init__(self, name: str, buffer: Buffer) -> None:
+        with _registry_lock:
+            self._histogram = _instruments()
+            _registry[buffer] = name
+        self._attrs: dict[str, Any] = {"outbox.name": name}
+
+    def batch_sent(self, elapsed: float, delivered: int, retried: int, rejected: int) -> None:
+        outcome = "retry" if retried else ("rejected" if rejected and not delivered else "delivered")
+        self._histogram.record(elapsed, {**self._attrs, "outcome": outcome})

@@ -1,0 +1,79 @@
+"""Snapshots of what the outbox did: :class:`Stats` and :class:`CloseReport`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["CloseReport", "Stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A consistent snapshot of the outbox's counters (``Outbox.stats()``).
+
+    Every event handed to ``emit`` is in exactly one place::
+
+        emitted == delivered + sum(dropped.values()) + queued_events + in_flight
+
+    (``emit`` after close is counted in ``dropped["after_close"]`` but not in
+    ``emitted``, so that equation reads ``emitted + dropped["after_close"]`` on
+    its left side; :attr:`offered` is that sum.)
+    """
+
+    #: Events handed to ``emit``/``emit_async`` while the outbox was open.
+    emitted: int
+    #: Of those, how many ``emit`` accepted (returned True for).
+    accepted: int
+    #: Events the backend acknowledged.
+    delivered: int
+    #: Event deliveries attempted again after a retriable failure (one per event per retry).
+    retried: int
+    #: Events lost, by reason: ``dropped_full``, ``after_close``, ``dropped_shutdown``,
+    #: ``rejected_by_backend``, ``too_large``, ``invalid_event``, ``disabled``.
+    dropped: Mapping[str, int]
+    #: Events waiting in the buffer.
+    queued_events: int
+    #: Their size in bytes (exact for pre-serialized events, estimated for objects).
+    queued_bytes: int
+    #: Events taken by the worker and not yet settled (being sent, or waiting to retry).
+    in_flight: int
+    #: The most recent delivery problem, if any (never contains credentials).
+    last_error: str | None
+    #: ``closed``, ``open`` or ``half_open``.
+    circuit: str
+
+    @property
+    def lost(self) -> int:
+        """All events lost, whatever the reason."""
+        return sum(self.dropped.values())
+
+    @property
+    def offered(self) -> int:
+        """Every event passed to ``emit``, including those refused after close."""
+        return self.emitted + self.dropped.get("after_close", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseReport:
+    """What ``close()`` achieved: the outbox's whole life, settled."""
+
+    #: Events handed to ``emit`` while the outbox was open.
+    emitted: int
+    #: Events the backend acknowledged.
+    delivered: int
+    #: Events not delivered, by reason (see ``Stats.dropped``).
+    undelivered: Mapping[str, int]
+    #: How long ``close`` took, in seconds.
+    duration: float
+    #: True when ``close`` stopped at its deadline with events still undelivered.
+    timed_out: bool
+
+    @property
+    def lost(self) -> int:
+        return sum(self.undelivered.values())
+
+    @property
+    def complete(self) -> bool:
+        """Everything emitted was delivered."""
+        return self.lost == 0

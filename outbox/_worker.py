@@ -1,0 +1,368 @@
+"""The sidecar's worker: takes batches from the buffer, serializes them, ships them
+through the transport, retries with backoff, and settles every event's fate.
+
+It runs as one asyncio task.  It wakes when a batch is full, when the linger
+time of the oldest queued event has passed, or when a flush or close asks it to;
+it never polls.  At most one batch is in flight, and a batch that must be retried
+goes out again before anything newer: that is what keeps each run's events in
+order (the transport keeps order within a batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._buffer import Buffer, Reason
+from ._log import RateLimitedLog, logger
+from ._serde import SerializedEvent, serialize
+from .transports._base import Outcome, OutcomeKind, Transport
+
+__all__ = ["CircuitState", "Worker", "WorkerSettings"]
+
+_INF = float("inf")
+# What close() may take beyond its deadline: cancelling the send, closing the transport.
+CLOSE_GRACE = 0.5
+
+
+class CircuitState(enum.Enum):
+    #: Sending normally.
+    CLOSED = "closed"
+    #: Several attempts in a row failed: waiting out the backoff before probing.
+    OPEN = "open"
+    #: A probe batch is in flight; its result closes or reopens the circuit.
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    max_batch_events: int
+    max_batch_bytes: int
+    linger: float
+    send_timeout: float
+    backoff_base: float
+    backoff_cap: float
+    circuit_threshold: int
+    log_interval: float
+
+
+# An event in flight: (sequence number, serialized event, bytes accounted for it).
+_InFlight = tuple[int, SerializedEvent, int]
+
+
+class Worker:
+    def __init__(self, buffer: Buffer, transport: Transport, settings: WorkerSettings, metrics: Any) -> None:
+        self.buffer = buffer
+        self.transport = transport
+        self.settings = settings
+        self.metrics = metrics
+        self.log = RateLimitedLog(settings.log_interval)
+        self.wakeup = asyncio.Event()
+        self.circuit = CircuitState.CLOSED
+        self.last_error: str | None = None
+        self.failures = 0  # consecutive attempts that delivered nothing
+        self.closing = False
+        self.done = False
+        self._pending: list[_InFlight] = []
+        self._retry_at = 0.0
+        self._last_chance = False  # one immediate retry when close begins
+        self._deadline = _INF
+        self._drain_task: asyncio.Task[None] | None = None
+        self._deadline_handle: asyncio.TimerHandle | None = None
+        self._logged_drops: dict[str, int] = {}
+
+    # -- control, called in the worker's loop -------------------------------------------------
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    def begin_close(self, deadline: float) -> None:
+        """Stop lingering and drain until ``deadline`` (a ``time.monotonic()`` value)."""
+        if not self.closing:
+            self.closing = True
+            self._last_chance = True
+        self._deadline = min(self._deadline, deadline)
+        loop = asyncio.get_running_loop()
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+        # loop.time() is time.monotonic() for the default loops; convert anyway.
+        when = loop.time() + (self._deadline - time.monotonic())
+        self._deadline_handle = loop.call_at(when, self._on_deadline)
+        self.wakeup.set()
+
+    def _on_deadline(self) -> None:
+        if self._drain_task is not None and not self._drain_task.done():
+            self._drain_task.cancel()
+
+    # -- the task -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drain until closed; then settle what is left and close the transport."""
+        self._drain_task = asyncio.create_task(self._drain(), name="outbox-drain")
+        try:
+            await asyncio.wait({self._drain_task})
+        except asyncio.CancelledError:
+            # The loop is going away (attached mode): settle, then let cancellation through.
+            self._drain_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._drain_task
+            self._abandon()
+            raise
+        finally:
+            if self._deadline_handle is not None:
+                self._deadline_handle.cancel()
+        if not self._drain_task.cancelled() and self._drain_task.exception() is not None:
+            logger.error("outbox worker crashed", exc_info=self._drain_task.exception())
+        self._abandon()
+        try:
+            await asyncio.wait_for(self.transport.aclose(), CLOSE_GRACE)
+        except Exception as exc:  # a transport that fails to close must not fail close()
+            logger.warning("closing the transport failed: %r", exc)
+        finally:
+            self.done = True
+
+    async def _drain(self) -> None:
+        while True:
+            if self._pending:
+                await self._wait_backoff()
+                await self._send(self._pending)
+            else:
+                batch = await self._next_batch()
+                if batch is None:
+                    return
+                ready = self._serialize(batch)
+                if ready:
+                    await self._send(ready)
+            self._log_drops()
+
+    async def _next_batch(self) -> list[tuple[int, Any, int]] | None:
+        """Wait for a batch worth sending; None once closing and the buffer is empty."""
+        buf, s = self.buffer, self.settings
+        linger_until = _INF
+        while True:
+            with buf.lock:
+                queue = buf.queue
+                if queue:
+                    urgent = self.closing or buf.flush_target >= buf.head_seq
+                    if linger_until == _INF:
+                        linger_until = time.monotonic() + s.linger
+                    if (
+                        urgent
+                        or len(queue) >= s.max_batch_events
+                        or buf.queued_bytes >= s.max_batch_bytes
+                        or time.monotonic() >= linger_until
+                    ):
+                        buf.wake_at_events = buf.wake_at_bytes = _INF
+                        return buf.take_locked(s.max_batch_events, s.max_batch_bytes)
+                    buf.wake_at_events = s.max_batch_events
+                    buf.wake_at_bytes = s.max_batch_bytes
+                    timeout: float | None = max(0.0, linger_until - time.monotonic())
+                else:
+                    if self.closing:
+                        return None
+                    buf.wake_at_events, buf.wake_at_bytes = 1, _INF
+                    timeout = None
+                # Cleared under the lock: a wake-up posted after this point is not lost.
+                self.wakeup.clear()
+            if timeout is None:
+                await self.wakeup.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    def _serialize(self, batch: list[tuple[int, Any, int]]) -> list[_InFlight]:
+        ready: list[_InFlight] = []
+        lost: dict[str, int] = {}
+        lost_bytes = 0
+        adjust = 0
+        sizes = 0
+        objects = 0
+        limit = self.settings.max_batch_bytes
+        for seq, event, estimate in batch:
+            try:
+                ser = serialize(event)
+            except Exception as exc:
+                lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
+                lost_bytes += estimate
+                self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
+                continue
+            size = len(ser.body)
+            if not isinstance(event, (str, bytes, bytearray, memoryview)):
+                sizes += size
+                objects += 1
+            if size > limit:
+                lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
+                lost_bytes += estimate
+                self.log.warning(
+                    "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", size, limit
+                )
+                continue
+            adjust += size - estimate
+            ready.append((seq, ser, size))
+        buf = self.buffer
+        with buf.lock:
+            if buf.finalized:
+                return []
+            buf.in_flight_bytes += adjust
+            if objects:
+                # A running estimate, so the byte bound tracks what events really weigh.
+                buf.estimate = max(64, (buf.estimate * 7 + sizes // objects) // 8)
+            if lost:
+                for reason, n in lost.items():
+                    buf.count_locked(reason, n)
+                self._settle_locked(sum(lost.values()), lost_bytes, ready)
+        return ready
+
+    def _settle_locked(self, n_events: int, n_bytes: int, remaining: list[_InFlight]) -> None:
+        buf = self.buffer
+        buf.in_flight -= n_events
+        buf.in_flight_bytes -= n_bytes
+        buf.in_flight_low = remaining[0][0] if remaining else _INF
+        buf.notify_locked()
+
+    async def _wait_backoff(self) -> None:
+        if self._last_chance:
+            self._last_chance = False
+            return
+        delay = self._retry_at - time.monotonic()
+        if delay > 0:
+            self.wakeup.clear()
+            # Wake early only when close begins (it grants one immediate last attempt).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until_closing(), delay)
+            self._last_chance = False
+
+    async def _until_closing(self) -> None:
+        while not self.closing:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+
+    async def _send(self, items: list[_InFlight]) -> None:
+        s = self.settings
+        events = [item[1] for item in items]
+        if self.circuit is CircuitState.OPEN:
+            self.circuit = CircuitState.HALF_OPEN
+        started = time.monotonic()
+        deadline = min(started + s.send_timeout, self._deadline)
+        outcomes: Sequence[Outcome]
+        try:
+            outcomes = await asyncio.wait_for(
+                self.transport.send(events, deadline), max(0.0, deadline - started)
+            )
+            if len(outcomes) != len(events):
+                raise RuntimeError(f"transport returned {len(outcomes)} outcomes for {len(events)} events")
+        except TimeoutError:
+            outcomes = [Outcome.retry("timeout", f"send took longer than {deadline - started:.3g} s")] * len(
+                events
+            )
+        except Exception as exc:  # the transport broke its contract; keep the events
+            outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
+        elapsed = time.monotonic() - started
+        self._apply(items, outcomes, elapsed)
+
+    def _apply(self, items: list[_InFlight], outcomes: Sequence[Outcome], elapsed: float) -> None:
+        s = self.settings
+        retry: list[_InFlight] = []
+        delivered = 0
+        settled_bytes = 0
+        lost: dict[str, int] = {}
+        retry_after: float | None = None
+        error: Outcome | None = None
+        for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
+            kind = outcome.kind
+            if kind is OutcomeKind.DELIVERED:
+                delivered += 1
+                settled_bytes += item[2]
+            elif kind is OutcomeKind.RETRY:
+                retry.append(item)
+                error = outcome
+                if outcome.retry_after is not None:
+                    retry_after = max(retry_after or 0.0, outcome.retry_after)
+            else:
+                reason = outcome.reason or Reason.REJECTED_BY_BACKEND
+                lost[reason] = lost.get(reason, 0) + 1
+                settled_bytes += item[2]
+                error = error or outcome
+        buf = self.buffer
+        with buf.lock:
+            if buf.finalized:
+                self._pending = []
+                return
+            buf.delivered += delivered
+            buf.retried += len(retry)
+            for reason, n in lost.items():
+                buf.count_locked(reason, n)
+            self._settle_locked(len(items) - len(retry), settled_bytes, retry)
+        self._pending = retry
+        self.metrics.batch_sent(elapsed, delivered, len(retry), sum(lost.values()))
+        if error is not None:
+            self.last_error = error.detail or error.reason
+        if lost:
+            self.log.warning(
+                "rejected",
+                "the backend rejected %d event(s) for good: %s",
+                sum(lost.values()),
+                self.last_error,
+            )
+        if not retry:
+            self.failures = 0
+            self.circuit = CircuitState.CLOSED
+            return
+        if delivered or lost:
+            # Progress: the backend answers, a few events must go again.
+            self.failures = 0
+            self.circuit = CircuitState.CLOSED
+            attempt = 1
+        else:
+            self.failures += 1
+            attempt = self.failures
+            if self.failures >= s.circuit_threshold:
+                if self.circuit is not CircuitState.OPEN:
+                    self.log.warning(
+                        "circuit",
+                        "%d attempts in a row failed; backing off (last error: %s)",
+                        self.failures,
+                        self.last_error,
+                    )
+                self.circuit = CircuitState.OPEN
+        if retry_after is not None:
+            delay = retry_after
+        else:
+            # Exponential backoff with full jitter.
+            delay = random.uniform(0, min(s.backoff_cap, s.backoff_base * 2 ** (attempt - 1)))
+        self._retry_at = time.monotonic() + delay
+        self.log.warning(
+            "retry",
+            "could not deliver %d event(s), retrying in %.2f s: %s",
+            len(retry),
+            delay,
+            self.last_error,
+        )
+
+    def _log_drops(self) -> None:
+        with self.buffer.lock:
+            dropped = dict(self.buffer.dropped)
+        if dropped != self._logged_drops:
+            new = {k: v - self._logged_drops.get(k, 0) for k, v in dropped.items()}
+            new = {k: v for k, v in new.items() if v}
+            if new and self.log.warning("drops", "lineage events lost since last report: %s", new):
+                self._logged_drops = dropped
+
+    def _abandon(self) -> None:
+        """Count everything still held as lost to shutdown."""
+        buf = self.buffer
+        with buf.lock:
+            n = 0 if buf.finalized else buf.clear_locked()
+            if n:
+                buf.count_locked(Reason.DROPPED_SHUTDOWN, n)
+                buf.notify_locked()
+            self._pending = []
+        if n:
+            self.log.log(logging.WARNING, "shutdown", "%d lineage event(s) undelivered at close", n)

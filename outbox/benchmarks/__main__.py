@@ -1,0 +1,282 @@
+"""``python -m outbox.benchmarks``: what emitting costs the caller, measured here and now.
+
+Prints:
+  * emit latency per event (p50, p99, p99.9, max) with the sidecar idle, and while it
+    is saturated shipping to a slow transport (serializing and sending in the
+    background, competing for the GIL);
+  * serializer throughput against openlineage-python's ``Serde.to_json``, as a ratio
+    measured in the same run;
+  * peak RSS of a process that emits 1,000,000 events into a transport that never
+    succeeds, against the same process idle.
+
+Figures depend on the machine and on what else runs on it: compare ratios from one
+run, not numbers across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
+from openlineage.client.facet_v2 import error_message_run, job_type_job
+from openlineage.client.serde import Serde
+
+from outbox import Outbox, Outcome, SerializedEvent
+from outbox._serde import serialize
+from outbox.transports import DELIVERED
+
+PRODUCER = "https://example.com/lineage-outbox/benchmarks"
+
+
+def sample_event(state: RunState = RunState.FAIL) -> RunEvent:
+    """A DataEngine-shaped event: job facet, one input, an error message on FAIL."""
+    job = Job(
+        namespace="vast-dataengine://my-tenant",
+        name="lineage-demo.lineagefn",
+        facets={
+            "jobType": job_type_job.JobTypeJobFacet(
+                processingType="STREAMING", integration="VAST_DATAENGINE", jobType="FUNCTION"
+            )
+        },
+    )
+    facets: dict[str, Any] = {}
+    if state is RunState.FAIL:
+        facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message="cannot process lineage-src/orders.bad", programmingLanguage="python"
+        )
+    return RunEvent(
+        eventType=state,
+        eventTime=datetime.now(UTC).isoformat(),
+        run=Run(runId="00005015-0000-0016-2e04-8a6dbdde4eb9", facets=facets),
+        job=job,
+        producer=PRODUCER,
+        inputs=[InputDataset(namespace="s3://docs-src", name="lineage-src/orders.bad")],
+    )
+
+
+class NullTransport:
+    """Delivers instantly."""
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class SlowTransport:
+    """Takes ``delay`` seconds per batch, like a backend on the far side of a network."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        await asyncio.sleep(self.delay)
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class DeadTransport:
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        return [Outcome.retry("refused", "connection refused")] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
+    """p50/p99/p99.9/max in microseconds (nearest-rank)."""
+    ordered = sorted(samples_ns)
+    n = len(ordered)
+
+    def rank(p: float) -> float:
+        return ordered[min(n - 1, max(0, math.ceil(p / 100 * n) - 1))] / 1000
+
+    return {"p50": rank(50), "p99": rank(99), "p99.9": rank(99.9), "max": ordered[-1] / 1000}
+
+
+def timer_overhead_ns(n: int = 200_000) -> float:
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    for _ in range(n):
+        t0 = clock()
+        samples.append(clock() - t0)
+    return statistics.median(samples)
+
+
+def measure_emit(outbox: Outbox, events: list[Any]) -> list[int]:
+    clock = time.perf_counter_ns
+    emit = outbox.emit
+    samples: list[int] = []
+    append = samples.append
+    for event in events:
+        t0 = clock()
+        emit(event)
+        append(clock() - t0)
+    return samples
+
+
+def bench_emit_idle(n: int, chunk: int = 5_000) -> dict[str, float]:
+    # Emit in chunks that fit in one batch, with a linger that outlasts the chunk, so the sidecar
+    # sleeps while we measure; between chunks (not measured) a flush ships what was emitted.
+    outbox = Outbox(
+        NullTransport(),
+        max_events=chunk + 1,
+        max_batch_events=chunk + 1,
+        max_bytes=2**30,
+        max_batch_bytes=2**30,
+        linger=600,
+        close_at_exit=False,
+    )
+    event = sample_event()
+    outbox.emit(event)  # start the sidecar before measuring
+    outbox.flush(10)
+    samples: list[int] = []
+    for _ in range(max(1, n // chunk)):
+        samples += measure_emit(outbox, [event] * chunk)
+        outbox.flush(10)
+    outbox.close(10)
+    return percentiles(samples)
+
+
+def bench_emit_saturated(n: int, delay: float) -> tuple[dict[str, float], dict[str, Any]]:
+    # Batches of 500 serialized in the sidecar and sent to a backend taking `delay` per batch:
+    # the sidecar is busy the whole time, competing with emit for the GIL.
+    outbox = Outbox(SlowTransport(delay), max_events=20_000, linger=0, close_at_exit=False)
+    event = sample_event()
+    outbox.emit(event)
+    samples = measure_emit(outbox, [event] * n)
+    stats = outbox.stats()
+    outbox.close(0.5)
+    return percentiles(samples), {
+        "delivered_while_measuring": stats.delivered,
+        "dropped": dict(stats.dropped),
+    }
+
+
+def bench_serializer(n: int) -> dict[str, float]:
+    event = sample_event()
+    assert json.loads(Serde.to_json(event)) == json.loads(serialize(event).body)
+    rounds = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            Serde.to_json(event)
+        serde = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            serialize(event)
+        ours = time.perf_counter() - t0
+        rounds.append((serde, ours))
+    serde, ours = min(r[0] for r in rounds), min(r[1] for r in rounds)
+    return {"serde_per_s": n / serde, "outbox_per_s": n / ours, "ratio": serde / ours}
+
+
+_FLOOD = """
+import resource, sys
+from outbox import Outbox
+from outbox.benchmarks.__main__ import DeadTransport, sample_event
+n = int(sys.argv[1])
+outbox = Outbox(DeadTransport(), backoff_base=0.01, backoff_cap=0.1, close_at_exit=False)
+event = sample_event()
+if n:
+    for _ in range(n):
+        outbox.emit(event)
+    stats = outbox.stats()
+    held = stats.queued_events + stats.in_flight
+else:
+    held = 0
+try:  # VmHWM: this process's own peak (ru_maxrss would include the parent's, from before exec)
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+except OSError:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(peak, held)
+"""
+
+
+def bench_flood(n: int) -> dict[str, float]:
+    def run(count: int) -> tuple[int, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _FLOOD, str(count)], capture_output=True, text=True, check=True
+        ).stdout.split()
+        return int(out[0]), int(out[1])
+
+    idle_kib, _ = run(0)
+    flood_kib, held = run(n)
+    return {"idle_mib": idle_kib / 1024, "flood_mib": flood_kib / 1024, "held_events": held}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m outbox.benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=200_000, help="emits per latency measurement")
+    parser.add_argument(
+        "--slow-delay", type=float, default=0.005, help="seconds the slow transport takes per batch"
+    )
+    parser.add_argument("--flood", type=int, default=1_000_000, help="emits into a dead backend for peak RSS")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+
+    results: dict[str, Any] = {"python": sys.version.split()[0]}
+    overhead = timer_overhead_ns()
+    results["timer_overhead_us"] = overhead / 1000
+    print(f"lineage-outbox benchmarks (Python {results['python']}; timer overhead {overhead / 1000:.3f} µs,")
+    print("included in every emit figure below)\n")
+
+    idle = bench_emit_idle(args.events)
+    saturated, sat_info = bench_emit_saturated(args.events, args.slow_delay)
+    results["emit_idle_us"] = idle
+    results["emit_saturated_us"] = saturated
+    results["saturated"] = sat_info
+    print(f"emit() per event, {args.events:,} pre-built RunEvents     p50      p99    p99.9       max")
+    for label, p in (
+        ("sidecar idle", idle),
+        (f"sidecar saturated ({args.slow_delay * 1000:g} ms/batch)", saturated),
+    ):
+        print(f"  {label:<44}{p['p50']:>7.2f}µs{p['p99']:>7.2f}µs{p['p99.9']:>8.1f}µs{p['max']:>9.0f}µs")
+    print(
+        f"  (saturated run: {sat_info['delivered_while_measuring']:,} delivered while measuring, "
+        f"dropped {sat_info['dropped'] or 'none'})"
+    )
+    verdict = "met" if idle["p50"] <= 2 and idle["p99"] <= 10 else "NOT met"
+    print(f"  target p50 <= 2 µs and p99 <= 10 µs (sidecar idle): {verdict}\n")
+
+    ser = bench_serializer(20_000)
+    results["serializer"] = ser
+    print("serializer, the same FAIL event                     events/s")
+    print(f"  openlineage-python Serde.to_json               {ser['serde_per_s']:>12,.0f}")
+    print(f"  outbox (in the sidecar)                        {ser['outbox_per_s']:>12,.0f}")
+    print(f"  ratio {ser['ratio']:.1f}x (target >= 3x: {'met' if ser['ratio'] >= 3 else 'NOT met'})\n")
+
+    if args.flood:
+        flood = bench_flood(args.flood)
+        results["flood"] = flood
+        print(
+            f"{args.flood:,} emits into a backend that never succeeds (defaults: max_events 10,000, 64 MiB)"
+        )
+        print(
+            f"  peak RSS idle process {flood['idle_mib']:.1f} MiB, "
+            f"after the flood {flood['flood_mib']:.1f} MiB"
+        )
+        print(f"  events held at the end: {flood['held_events']:,.0f}")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Test transports whose behaviour the test controls, and small event builders."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from outbox import Outcome, SerializedEvent
+from outbox.transports import DELIVERED
+
+
+def run_event(
+    run_id: str | None = None, state: str = "START", n: int = 0, job: str = "job"
+) -> dict[str, Any]:
+    return {
+        "eventType": state,
+        "eventTime": "2026-12-02T10:00:00.000000+00:00",
+        "producer": "https://example.com/tests",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": run_id or str(uuid.uuid4()), "facets": {}},
+        "job": {"namespace": "tests", "name": job, "facets": {}},
+        "inputs": [],
+        "outputs": [],
+        "n": n,
+    }
+
+
+class ScriptedTransport:
+    """A transport driven by the test.
+
+    - ``gate``: while cleared, ``send`` waits (a backend that does not answer).
+    - ``decide``: maps each parsed event to an Outcome (default: delivered).
+    - ``delay``: seconds each send takes.
+    Records every attempt in ``attempts`` and delivered events in ``delivered``.
+    """
+
+    def __init__(
+        self,
+        decide: Callable[[dict[str, Any]], Outcome] | None = None,
+        *,
+        delay: float = 0.0,
+        open_gate: bool = True,
+    ) -> None:
+        self.decide = decide or (lambda event: DELIVERED)
+        self.delay = delay
+        self.gate = threading.Event()
+        if open_gate:
+            self.gate.set()
+        self.lock = threading.Condition()
+        self.attempts: list[list[dict[str, Any]]] = []
+        self.delivered: list[dict[str, Any]] = []
+        self.send_started = threading.Event()
+        self.closed = False
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        events = [orjson.loads(e.body) for e in batch]
+        with self.lock:
+            self.attempts.append(events)
+        self.send_started.set()
+        while not self.gate.is_set():  # noqa: ASYNC110 - a threading.Event, set from the test's thread
+            await asyncio.sleep(0.002)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        outcomes = [self.decide(e) for e in events]
+        with self.lock:
+            self.delivered.extend(e for e, o in zip(events, outcomes, strict=True) if o is DELIVERED)
+            self.lock.notify_all()
+        return outcomes
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def wait_delivered(self, count: int, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while len(self.delivered) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.lock.wait(remaining)
+        return True
+
+
+class FailingTransport:
+    """Never delivers: every event is RETRY."""
+
+    def __init__(self, retry_after: float | None = None) -> None:
+        self.calls = 0
+        self.retry_after = retry_after
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        self.calls += 1
+        return [Outcome.retry("http_503", "backend unavailable", self.retry_after)] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.002)
+    return predicate()

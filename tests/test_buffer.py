@@ -1,0 +1,135 @@
+"""Overflow policies, as table tests, against a backend that does not answer."""
+
+import threading
+import time
+
+import pytest
+from helpers import ScriptedTransport, run_event, wait_until
+
+from outbox import ConfigError, Outbox, Policy
+
+
+def stuck_outbox(policy: str, first=None, **kw) -> tuple[Outbox, ScriptedTransport]:
+    """An outbox whose first batch (of one event) is stuck in flight."""
+    transport = ScriptedTransport(open_gate=False)
+    kw.setdefault("max_events", 4)
+    outbox = Outbox(transport, policy=policy, max_batch_events=1, linger=0, close_at_exit=False, **kw)
+    assert outbox.emit(run_event(n=0) if first is None else first)
+    assert transport.send_started.wait(5)
+    return outbox, transport
+
+
+@pytest.mark.parametrize(
+    ("policy", "accepted", "kept", "dropped_full"),
+    [
+        # 1 in flight + 3 queued fill max_events=4; 3 more arrive.
+        ("drop_oldest", [True] * 6, [0, 4, 5, 6], 3),
+        ("drop_newest", [True, True, True, False, False, False], [0, 1, 2, 3], 3),
+        ("block", [True, True, True, False, False, False], [0, 1, 2, 3], 3),
+    ],
+)
+def test_policy_when_full(policy, accepted, kept, dropped_full):
+    outbox, transport = stuck_outbox(policy, block_timeout=0.01)
+    results = [outbox.emit(run_event(n=i)) for i in range(1, 7)]
+    assert results == accepted
+    stats = outbox.stats()
+    assert stats.dropped == {"dropped_full": dropped_full}
+    assert stats.queued_events + stats.in_flight == 4
+    transport.gate.set()
+    assert outbox.flush(5)
+    assert [e["n"] for e in transport.delivered] == kept
+    report = outbox.close(1)
+    assert report.delivered == 4
+    assert report.undelivered == {"dropped_full": dropped_full}
+
+
+def test_block_waits_for_room_then_accepts():
+    outbox, transport = stuck_outbox("block", block_timeout=5.0, max_events=2)
+    assert outbox.emit(run_event(n=1))  # fills the buffer
+    threading.Timer(0.2, transport.gate.set).start()
+    started = time.monotonic()
+    assert outbox.emit(run_event(n=2))  # waits until the stuck batch is delivered
+    waited = time.monotonic() - started
+    assert 0.1 < waited < 4.0
+    assert outbox.close(5).delivered == 3
+
+
+def test_block_gives_up_after_block_timeout():
+    outbox, _ = stuck_outbox("block", block_timeout=0.05, max_events=1)
+    started = time.monotonic()
+    assert outbox.emit(run_event(n=1)) is False
+    assert time.monotonic() - started >= 0.05
+    assert outbox.stats().dropped == {"dropped_full": 1}
+    outbox.close(0.1)
+
+
+def test_blocked_emitter_released_by_close():
+    outbox, _ = stuck_outbox("block", block_timeout=30.0, max_events=1)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(outbox.emit(run_event(n=1))))
+    thread.start()
+    time.sleep(0.05)
+    report = outbox.close(0.1)
+    thread.join(5)
+    assert result == [False]
+    assert report.undelivered == {"dropped_shutdown": 2}
+
+
+def test_byte_limit_counts_exact_size_of_preserialized_events():
+    payload = b'{"eventType":"START","pad":"' + b"x" * 220 + b'"}'  # 250 bytes
+    outbox, transport = stuck_outbox("drop_newest", first=payload, max_events=100, max_bytes=1000)
+    # 1 in flight + 2 queued = 750 bytes; a fourth would make 1000 (fits), a fifth not.
+    assert [outbox.emit(payload) for _ in range(4)] == [True, True, True, False]
+    assert outbox.stats().queued_bytes == 3 * len(payload)
+    transport.gate.set()
+    outbox.close(2)
+
+
+def test_event_larger_than_max_bytes_is_refused():
+    outbox, _ = stuck_outbox("drop_oldest", first=b"{}", max_events=10, max_bytes=100)
+    assert outbox.emit(b"{}")  # queued; must survive the refusal below
+    assert outbox.emit(b"{" + b" " * 200 + b"}") is False
+    stats = outbox.stats()
+    assert stats.dropped == {"too_large": 1}
+    assert stats.queued_events == 1
+    outbox.close(0.1)
+
+
+def test_emit_after_close_is_counted():
+    outbox = Outbox(ScriptedTransport(), close_at_exit=False)
+    outbox.emit(run_event())
+    outbox.close(2)
+    assert outbox.emit(run_event()) is False
+    stats = outbox.stats()
+    assert stats.dropped == {"after_close": 1}
+    assert stats.offered == stats.delivered + stats.lost
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"policy": "drop_middle"}, "policy='drop_middle' is not a policy; pass one of 'drop_oldest'"),
+        ({"max_events": 0}, "max_events=0 is out of range"),
+        ({"max_events": 1.5}, "max_events=1.5 is not an integer"),
+        ({"linger": -1}, "linger=-1 is out of range"),
+        ({"send_timeout": 0}, "send_timeout=0 is out of range; pass a number > 0"),
+        ({"max_events": 10, "max_batch_events": 20}, "max_batch_events=20 exceeds max_events=10"),
+        ({"max_bytes": 10, "max_batch_bytes": 20}, "max_batch_bytes=20 exceeds max_bytes=10"),
+        ({"block_timeout": "1s"}, "block_timeout='1s' is not a number"),
+    ],
+)
+def test_invalid_settings_raise_config_error_at_construction(kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Outbox(ScriptedTransport(), close_at_exit=False, **kwargs)
+
+
+def test_not_a_transport():
+    with pytest.raises(ConfigError, match="is not a transport"):
+        Outbox(object(), close_at_exit=False)  # type: ignore[arg-type]
+
+
+def test_policy_enum_accepted():
+    outbox = Outbox(ScriptedTransport(), policy=Policy.DROP_NEWEST, close_at_exit=False)
+    assert outbox.emit(run_event())
+    assert wait_until(lambda: outbox.stats().delivered == 1)
+    outbox.close(1)

@@ -1,0 +1,296 @@
+"""Start, close, deadlines, context managers, attached mode, fork and exit."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+from helpers import ScriptedTransport, run_event, wait_until
+
+from outbox import Outbox, Outcome, SerializedEvent
+from outbox.transports import DELIVERED, FileTransport, MemoryTransport
+
+
+def make(transport, **kw) -> Outbox:
+    kw.setdefault("close_at_exit", False)
+    return Outbox(transport, **kw)
+
+
+def test_close_keeps_its_deadline_when_the_backend_never_answers():
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, linger=0)
+    for i in range(100):
+        outbox.emit(run_event(n=i))
+    started = time.monotonic()
+    report = outbox.close(0.5)
+    elapsed = time.monotonic() - started
+    assert 0.45 <= elapsed < 0.5 + 0.6  # deadline plus the close grace, whatever the backend does
+    assert report.timed_out
+    assert report.delivered == 0
+    assert report.undelivered == {"dropped_shutdown": 100}
+    assert transport.closed
+
+
+class IgnoresCancellation:
+    """A transport that blocks the sidecar's loop outright (synchronous sleep)."""
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        time.sleep(2.0)  # noqa: ASYNC251 - the point of this transport
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_close_returns_even_if_the_transport_blocks_the_loop():
+    outbox = make(IgnoresCancellation(), linger=0)
+    outbox.emit(run_event())
+    time.sleep(0.05)
+    started = time.monotonic()
+    report = outbox.close(0.2)
+    assert time.monotonic() - started < 0.2 + 0.6 + 0.2
+    assert report.undelivered == {"dropped_shutdown": 1}
+    # The worker finishing later must not change the settled accounts.
+    time.sleep(2.0)
+    stats = outbox.stats()
+    assert stats.delivered == 0
+    assert stats.dropped == {"dropped_shutdown": 1}
+
+
+def test_close_delivers_everything_buffered_when_the_backend_is_healthy():
+    transport = ScriptedTransport()
+    outbox = make(transport, linger=10.0)
+    for i in range(1234):
+        outbox.emit(run_event(n=i))
+    report = outbox.close(5)
+    assert report.complete
+    assert report.delivered == 1234
+    assert not report.timed_out
+    assert [e["n"] for e in transport.delivered] == list(range(1234))
+
+
+def test_close_gives_a_retrying_backlog_one_more_attempt():
+    up = threading.Event()
+    transport = ScriptedTransport(lambda e: DELIVERED if up.is_set() else Outcome.retry("http_503", "down"))
+    outbox = make(transport, linger=0, backoff_base=60.0, backoff_cap=60.0)
+    outbox.emit(run_event())
+    assert wait_until(lambda: outbox.stats().retried >= 1)
+    up.set()
+    report = outbox.close(2)  # without the last chance it would wait out a 60 s backoff
+    assert report.delivered == 1
+
+
+def test_double_close_returns_the_same_report():
+    outbox = make(ScriptedTransport())
+    outbox.emit(run_event())
+    first = outbox.close(1)
+    assert outbox.close(1) is first
+
+
+def test_close_without_any_emit_starts_nothing():
+    outbox = make(ScriptedTransport())
+    report = outbox.close(1)
+    assert report.emitted == 0
+    assert report.complete
+    assert not any(t.name == "outbox-sidecar" for t in threading.enumerate() if t.is_alive())
+
+
+def test_sync_context_manager_closes():
+    transport = ScriptedTransport()
+    with make(transport, linger=5.0) as outbox:
+        outbox.emit(run_event())
+    assert len(transport.delivered) == 1
+    assert outbox.emit(run_event()) is False
+
+
+def test_sidecar_runs_on_its_own_daemon_thread():
+    seen = []
+
+    class Recorder(ScriptedTransport):
+        async def send(self, batch, deadline):
+            seen.append(threading.current_thread())
+            return await super().send(batch, deadline)
+
+    outbox = make(Recorder(), name="probe")
+    outbox.emit(run_event())
+    assert outbox.flush(2)
+    assert seen[0] is not threading.main_thread()
+    assert seen[0].daemon
+    assert seen[0].name == "probe-sidecar"
+    outbox.close(1)
+
+
+async def test_async_with_runs_the_worker_on_the_callers_loop():
+    loops = []
+
+    class Recorder(ScriptedTransport):
+        async def send(self, batch, deadline):
+            loops.append(asyncio.get_running_loop())
+            return await super().send(batch, deadline)
+
+    transport = Recorder()
+    async with make(transport, linger=0.01) as outbox:
+        assert outbox.emit(run_event())
+        assert await outbox.aflush(2)
+        # A sync flush on the worker's own loop would deadlock: it refuses instead.
+        outbox.emit(run_event())
+        with pytest.raises(RuntimeError, match="aflush"):
+            outbox.flush(1)
+    assert loops
+    assert loops[0] is asyncio.get_running_loop()
+    assert outbox.stats().delivered == 2
+
+
+async def test_attached_block_policy_on_the_loop_degrades_to_drop():
+    transport = ScriptedTransport(open_gate=False)
+    async with make(transport, policy="block", block_timeout=10, max_events=1, linger=0) as outbox:
+        assert outbox.emit(run_event())
+        started = time.monotonic()
+        assert outbox.emit(run_event()) is False  # must not block the loop the worker needs
+        assert time.monotonic() - started < 1
+        assert outbox.stats().dropped == {"dropped_full": 1}
+        transport.gate.set()
+
+
+async def test_aclose_from_async_code_with_the_thread_sidecar():
+    transport = ScriptedTransport()
+    outbox = make(transport, linger=5)
+    outbox.emit(run_event())  # emit before async with: the thread sidecar starts
+    report = await outbox.aclose(2)
+    assert report.delivered == 1
+
+
+def test_emit_from_the_sidecar_thread_never_deadlocks():
+    """A transport that emits (say, a log handler shipping lineage) under the block policy."""
+    holder: dict[str, Outbox] = {}
+    results = []
+
+    class Reentrant(ScriptedTransport):
+        async def send(self, batch, deadline):
+            results.append(holder["outbox"].emit(run_event(n=99)))
+            return await super().send(batch, deadline)
+
+    transport = Reentrant(open_gate=True)
+    outbox = make(transport, policy="block", block_timeout=30, max_events=1, max_batch_events=1, linger=0)
+    holder["outbox"] = outbox
+    outbox.emit(run_event(n=0))
+    assert wait_until(lambda: len(results) >= 1, 5)
+    assert results[0] is False  # full (the batch in flight), and it refused at once
+    report = outbox.close(2)
+    assert report.undelivered.get("dropped_full", 0) >= 1
+
+
+def test_emit_rejects_non_events_with_type_error():
+    outbox = make(ScriptedTransport())
+    for bad in (42, None, object(), [run_event()], ("a",)):
+        with pytest.raises(TypeError, match="emit\\(\\) takes an OpenLineage event"):
+            outbox.emit(bad)
+    assert outbox.stats().emitted == 0
+    outbox.close(0)
+
+
+def test_accepts_openlineage_event_classes_v2_and_legacy():
+    import warnings
+
+    from openlineage.client.event_v2 import (
+        DatasetEvent,
+        Job,
+        JobEvent,
+        Run,
+        RunEvent,
+        RunState,
+        StaticDataset,
+    )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from openlineage.client import run as legacy
+
+    when = "2026-12-02T10:00:00+00:00"
+    run_id = "00005015-0000-0016-2e04-8a6dbdde4eb9"
+    events = [
+        RunEvent(
+            eventType=RunState.START, eventTime=when, run=Run(runId=run_id), job=Job(namespace="n", name="j")
+        ),
+        JobEvent(eventTime=when, job=Job(namespace="n", name="j")),
+        DatasetEvent(eventTime=when, dataset=StaticDataset(namespace="s3://b", name="k")),
+        legacy.RunEvent(legacy.RunState.COMPLETE, when, legacy.Run(run_id), legacy.Job("n", "j"), "p"),
+        legacy.JobEvent(when, "p", "s", legacy.Job("n", "j")),
+        legacy.DatasetEvent(when, "p", "s", legacy.Dataset("s3://b", "k")),
+    ]
+    transport = MemoryTransport()
+    outbox = make(transport)
+    assert all(outbox.emit(e) for e in events)
+    assert outbox.close(2).delivered == 6
+    assert [e.get("eventType") for e in transport.events] == ["START", None, None, "COMPLETE", None, None]
+
+
+def test_fork_gives_the_child_a_fresh_working_sidecar(tmp_path):
+    parent_transport = ScriptedTransport()
+    child_file = tmp_path / "child.jsonl"
+    outbox = make(parent_transport, linger=0)
+    outbox.emit(run_event(n=1))
+    assert parent_transport.wait_delivered(1)
+    # Leave something buffered in the parent: the child must not inherit it.
+    parent_transport.gate.clear()
+    outbox.emit(run_event(n=2))
+    assert parent_transport.send_started.wait(2)
+
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            stats = outbox.stats()
+            fresh = stats.emitted == 0 and stats.queued_events == 0 and stats.in_flight == 0
+            outbox._transport = FileTransport(child_file, append=True)  # where the child ships
+            ok = outbox.emit(run_event(n=3)) and outbox.flush(5)
+            code = 0 if (fresh and ok) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert [json.loads(line)["n"] for line in child_file.read_text().splitlines()] == [3]
+    # The parent is unaffected: its buffered event is still delivered.
+    parent_transport.gate.set()
+    report = outbox.close(2)
+    assert report.delivered == 2
+    assert [e["n"] for e in parent_transport.delivered] == [1, 2]
+
+
+def test_exit_without_close_still_delivers(tmp_path):
+    out = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        from outbox import Outbox
+        from outbox.transports import FileTransport
+        outbox = Outbox(FileTransport({str(out)!r}, append=True), linger=30.0)
+        for i in range(500):
+            outbox.emit({{"eventType": "START", "n": i}})
+        # no close(): the exit hook must flush within shutdown_timeout
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["n"] for line in lines] == list(range(500))
+
+
+def test_exit_hook_can_be_switched_off(tmp_path):
+    out = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        from outbox import Outbox
+        from outbox.transports import FileTransport
+        outbox = Outbox(FileTransport({str(out)!r}, append=True), linger=30.0, close_at_exit=False)
+        outbox.emit({{"eventType": "START"}})
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not out.exists()

@@ -1,0 +1,47 @@
+from pathlib import Path
+
+import outbox
+
+
+def test_all_is_pinned_and_sorted():
+    assert outbox.__all__ == [
+        "CloseReport",
+        "ConfigError",
+        "Outbox",
+        "OutboxError",
+        "Outcome",
+        "OutcomeKind",
+        "Policy",
+        "Reason",
+        "SerializedEvent",
+        "Stats",
+        "Transport",
+    ]
+    assert outbox.__all__ == sorted(outbox.__all__)
+
+
+def test_public_names_report_the_public_module():
+    for name in outbox.__all__:
+        assert getattr(outbox, name).__module__ == "outbox", name
+
+
+def test_package_is_typed():
+    assert (Path(outbox.__file__).parent / "py.typed").exists()
+
+
+def test_transports_all_is_pinned():
+    from outbox import transports
+
+    assert set(transports.__all__) == {
+        "DELIVERED",
+        "ConsoleTransport",
+        "FileTransport",
+        "MemoryTransport",
+        "Outcome",
+        "OutcomeKind",
+        "SerializedEvent",
+        "Transport",
+        "transport_from_config",
+    }
+    for name in transports.__all__:
+        assert hasattr(transports, name)

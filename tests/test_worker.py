@@ -1,0 +1,274 @@
+"""The worker against transports the test controls: slow, failing, recovering."""
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
+
+from outbox import Outbox, Outcome, SerializedEvent
+from outbox.transports import DELIVERED
+
+
+def make(transport, **kw) -> Outbox:
+    kw.setdefault("close_at_exit", False)
+    return Outbox(transport, **kw)
+
+
+def test_batches_fill_to_max_batch_events():
+    transport = ScriptedTransport()
+    outbox = make(transport, max_batch_events=100, linger=5.0)
+    for i in range(250):
+        outbox.emit(run_event(n=i))
+    # Two full batches go without waiting for the linger; the last 50 wait for it.
+    assert transport.wait_delivered(200, timeout=3)
+    assert [len(a) for a in transport.attempts[:2]] == [100, 100]
+    assert outbox.stats().queued_events == 50
+    assert outbox.flush(2)
+    assert [len(a) for a in transport.attempts] == [100, 100, 50]
+    outbox.close(1)
+
+
+def test_linger_sends_a_partial_batch():
+    transport = ScriptedTransport()
+    outbox = make(transport, max_batch_events=100, linger=0.05)
+    started = time.monotonic()
+    outbox.emit(run_event())
+    assert transport.wait_delivered(1, timeout=3)
+    assert time.monotonic() - started >= 0.04
+    outbox.close(1)
+
+
+def test_max_batch_bytes_splits_batches():
+    transport = ScriptedTransport()
+    body = b'{"eventType":"START","pad":"' + b"x" * 70 + b'"}'  # 100 bytes
+    outbox = make(transport, max_batch_bytes=350, linger=0.01)
+    for _ in range(7):
+        outbox.emit(body)
+    assert outbox.flush(3)
+    assert [len(a) for a in transport.attempts] == [3, 3, 1]
+    outbox.close(1)
+
+
+def test_flush_does_not_wait_for_linger():
+    transport = ScriptedTransport()
+    outbox = make(transport, linger=30.0)
+    outbox.emit(run_event())
+    started = time.monotonic()
+    assert outbox.flush(5)
+    assert time.monotonic() - started < 5
+    assert len(transport.delivered) == 1
+    outbox.close(1)
+
+
+def test_flush_times_out_while_backend_hangs():
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport)
+    outbox.emit(run_event())
+    started = time.monotonic()
+    assert outbox.flush(0.2) is False
+    assert 0.19 <= time.monotonic() - started < 2
+    transport.gate.set()
+    assert outbox.flush(5)
+    outbox.close(1)
+
+
+def test_flush_with_nothing_emitted_is_immediate():
+    outbox = make(ScriptedTransport())
+    assert outbox.flush(0)
+    outbox.close(0)
+
+
+def test_retries_until_backend_recovers():
+    healthy_after = time.monotonic() + 0.3
+
+    def decide(event):
+        return DELIVERED if time.monotonic() > healthy_after else Outcome.retry("http_503", "down")
+
+    transport = ScriptedTransport(decide)
+    outbox = make(transport, backoff_base=0.01, backoff_cap=0.05, linger=0)
+    for i in range(10):
+        outbox.emit(run_event(n=i))
+    assert wait_until(lambda: outbox.stats().delivered == 10, 5)
+    stats = outbox.stats()
+    assert stats.retried >= 10
+    assert len(transport.attempts) >= 3
+    assert stats.last_error == "down"
+    assert stats.circuit == "closed"
+    assert outbox.close(1).complete
+
+
+def test_server_retry_after_is_honoured():
+    calls = []
+
+    def decide(event):
+        calls.append(time.monotonic())
+        return Outcome.retry("http_429", "slow down", retry_after=0.4) if len(calls) == 1 else DELIVERED
+
+    transport = ScriptedTransport(decide)
+    outbox = make(transport, backoff_base=0.001, backoff_cap=0.001, linger=0)
+    outbox.emit(run_event())
+    assert transport.wait_delivered(1, timeout=5)
+    assert calls[1] - calls[0] >= 0.39
+    outbox.close(1)
+
+
+def test_circuit_opens_after_consecutive_failures_and_closes_on_success():
+    healthy = False
+    transport = ScriptedTransport(
+        lambda e: DELIVERED if healthy else Outcome.retry("refused", "connection refused")
+    )
+    outbox = make(transport, backoff_base=0.001, backoff_cap=0.01, circuit_threshold=3, linger=0)
+    outbox.emit(run_event())
+    assert wait_until(lambda: outbox.stats().circuit in ("open", "half_open"), 5)
+    attempts = len(transport.attempts)
+    assert attempts >= 3
+    healthy = True
+    assert transport.wait_delivered(1, timeout=5)
+    assert wait_until(lambda: outbox.stats().circuit == "closed", 5)
+    outbox.close(1)
+
+
+def test_rejections_are_counted_by_reason_and_not_retried():
+    def decide(event):
+        return {
+            0: DELIVERED,
+            1: Outcome.rejected("rejected_by_backend", "422: runId is null"),
+            2: Outcome.rejected("too_large", "413"),
+        }[event["n"] % 3]
+
+    transport = ScriptedTransport(decide)
+    outbox = make(transport, linger=0.01)
+    for i in range(9):
+        outbox.emit(run_event(n=i))
+    assert outbox.flush(3)
+    stats = outbox.stats()
+    assert stats.delivered == 3
+    assert stats.dropped == {"rejected_by_backend": 3, "too_large": 3}
+    assert stats.retried == 0
+    assert len(transport.attempts) == 1
+    outbox.close(1)
+
+
+def test_partial_retry_keeps_each_runs_order():
+    # A backend that fails the first attempt of every event of run "a" only.
+    seen: set[int] = set()
+
+    def decide(event):
+        if event["run"]["runId"] == "a" and event["n"] not in seen:
+            seen.add(event["n"])
+            return Outcome.retry("http_503", "busy")
+        return DELIVERED
+
+    transport = ScriptedTransport(decide)
+    outbox = make(transport, linger=0.01, backoff_base=0.001, backoff_cap=0.005)
+    for i in range(20):
+        outbox.emit(run_event(run_id="a" if i % 2 else "b", n=i))
+    assert outbox.flush(5)
+    for run in ("a", "b"):
+        ns = [e["n"] for e in transport.delivered if e["run"]["runId"] == run]
+        assert ns == sorted(ns)
+        assert len(ns) == 10
+    outbox.close(1)
+
+
+class RaisingTransport:
+    def __init__(self):
+        self.calls = 0
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float):
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("boom")
+        if self.calls == 2:
+            return [DELIVERED]  # wrong length
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self):
+        pass
+
+
+def test_transport_that_raises_or_miscounts_is_retried():
+    transport = RaisingTransport()
+    outbox = make(transport, linger=0.2, backoff_base=0.001, backoff_cap=0.001)
+    outbox.emit(run_event())  # both in one batch: the linger outlasts the two emits
+    outbox.emit(run_event())
+    assert wait_until(lambda: outbox.stats().delivered == 2, 5)
+    assert transport.calls >= 3
+    stats = outbox.stats()
+    assert stats.retried >= 2
+    assert "outcomes for" in (stats.last_error or "")
+    outbox.close(1)
+
+
+def test_send_timeout_abandons_a_hung_attempt():
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, send_timeout=0.1, backoff_base=0.001, backoff_cap=0.001, linger=0)
+    outbox.emit(run_event())
+    assert wait_until(lambda: len(transport.attempts) >= 2, 5)
+    assert "longer than" in (outbox.stats().last_error or "")
+    transport.gate.set()
+    assert outbox.flush(5)
+    outbox.close(1)
+
+
+class Unserializable:
+    pass
+
+
+def test_invalid_and_oversized_events_are_counted():
+    transport = ScriptedTransport()
+    outbox = make(transport, max_batch_bytes=500, linger=0.01)
+    outbox.emit(b"not json")
+    outbox.emit("[1, 2]")
+    outbox.emit({"eventType": "START", "pad": "x" * 1000})
+    outbox.emit(run_event())
+    assert outbox.flush(3)
+    stats = outbox.stats()
+    assert stats.dropped == {"invalid_event": 2, "too_large": 1}
+    assert stats.delivered == 1
+    assert stats.offered == stats.delivered + stats.lost
+    outbox.close(1)
+
+
+def test_never_succeeding_backend_keeps_emit_fast_and_memory_bounded():
+    outbox = make(FailingTransport(), max_events=1000, backoff_base=0.001, backoff_cap=0.002)
+    for i in range(20_000):
+        outbox.emit(run_event(n=i))
+    stats = outbox.stats()
+    assert stats.queued_events + stats.in_flight <= 1000
+    assert stats.dropped["dropped_full"] >= 19_000
+    report = outbox.close(0.2)
+    assert report.delivered == 0
+    assert report.emitted == sum(report.undelivered.values())
+
+
+async def test_emit_async_waits_without_blocking_the_loop():
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, policy="block", block_timeout=5.0, max_events=1, max_batch_events=1, linger=0)
+    assert await outbox.emit_async(run_event(n=0))
+    assert await asyncio.to_thread(transport.send_started.wait, 5)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    asyncio.get_running_loop().call_later(0.2, transport.gate.set)
+    assert await outbox.emit_async(run_event(n=1))
+    task.cancel()
+    assert ticks >= 5  # the loop kept running while emit_async waited
+    await outbox.aclose(2)
+    assert [e["n"] for e in transport.delivered] == [0, 1]
+
+
+async def test_emit_async_under_block_gives_up_at_block_timeout():
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, policy="block", block_timeout=0.05, max_events=1, max_batch_events=1, linger=0)
+    assert await outbox.emit_async(run_event(n=0))
+    assert await outbox.emit_async(run_event(n=1)) is False
+    assert outbox.stats().dropped == {"dropped_full": 1}
+    await outbox.aclose(0.1)
