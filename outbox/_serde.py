@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import enum
 import json
-import operator
+import keyword
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -32,36 +32,48 @@ import orjson
 
 __all__ = ["SerializedEvent", "event_key", "serialize", "to_plain"]
 
-_Getter = Callable[[Any], tuple[Any, ...]]
-# attrs class -> (field names, getter returning all field values at once)
-_ATTRS_FIELDS: dict[type, tuple[tuple[str, ...], _Getter] | None] = {}
+_Converter = Callable[[Any], dict[str, Any]]
+# attrs class -> its generated converter; None for classes that are not attrs classes.
+_CONVERTERS: dict[type, _Converter | None] = {}
 _SCALARS = frozenset({str, int, bool, float})
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def _fields_of(cls: type) -> tuple[tuple[str, ...], _Getter] | None:
+def _converter_for(cls: type) -> _Converter | None:
+    """Generate (once per class) a function that turns an instance into a dict, one
+    straight-line block per field: about twice as fast as a loop over the fields.
+    attrs and dataclasses generate their ``__init__`` the same way."""
     try:
-        return _ATTRS_FIELDS[cls]
+        return _CONVERTERS[cls]
     except KeyError:
         pass
     attrs = getattr(cls, "__attrs_attrs__", None)
     if attrs is None:
-        _ATTRS_FIELDS[cls] = None  # remember "not attrs": enum classes make getattr slow
+        _CONVERTERS[cls] = None  # remember "not attrs": getattr on enum classes is slow
         return None
-    names = tuple(a.name for a in attrs)
-    if len(names) == 1:
-        single = operator.attrgetter(names[0])
-
-        def getter(obj: Any) -> tuple[Any, ...]:
-            return (single(obj),)
-
-        entry: tuple[tuple[str, ...], _Getter] = (names, getter)
-    elif names:
-        entry = (names, operator.attrgetter(*names))
-    else:
-        entry = (names, lambda obj: ())
-    _ATTRS_FIELDS[cls] = entry
-    return entry
+    lines = ["def convert(obj):", "    out = {}"]
+    for a in attrs:
+        name = a.name
+        read = (
+            f"obj.{name}"
+            if name.isidentifier() and not keyword.iskeyword(name)
+            else f"getattr(obj, {name!r})"
+        )
+        lines += [
+            f"    v = {read}",
+            "    if v.__class__ in scalars:",
+            f"        out[{name!r}] = v",
+            "    elif v is not None:",
+            "        v = to_plain(v)",
+            "        if v is not None:",
+            f"            out[{name!r}] = v",
+        ]
+    lines.append("    return out")
+    namespace: dict[str, Any] = {"scalars": _SCALARS, "to_plain": to_plain}
+    exec("\n".join(lines), namespace)
+    converter: _Converter = namespace["convert"]
+    _CONVERTERS[cls] = converter
+    return converter
 
 
 def to_plain(obj: Any) -> Any:
@@ -69,6 +81,9 @@ def to_plain(obj: Any) -> Any:
     cls = obj.__class__
     if cls in _SCALARS:
         return obj
+    converter = _CONVERTERS.get(cls)
+    if converter is not None:
+        return converter(obj)
     if cls is dict:
         out: dict[Any, Any] = {}
         for key, value in obj.items():
@@ -81,19 +96,9 @@ def to_plain(obj: Any) -> Any:
         return out
     if cls is list:
         return _plain_list(obj)
-    fields = _fields_of(cls)
-    if fields is not None:
-        names, getter = fields
-        out = {}
-        for name, value in zip(names, getter(obj)):  # noqa: B905 - same length by construction
-            # Inline the common case (a string) to save a call per field.
-            if value.__class__ in _SCALARS:
-                out[name] = value
-            elif value is not None:
-                value = to_plain(value)
-                if value is not None:
-                    out[name] = value
-        return out
+    converter = _converter_for(cls)
+    if converter is not None:
+        return converter(obj)
     return _plain_other(obj)
 
 
