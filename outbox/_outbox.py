@@ -135,8 +135,8 @@ class Outbox:
             ``block_timeout``, then refuse).  Emitting from the sidecar's own thread
             never blocks: there, ``block`` refuses at once.
         block_timeout: Seconds ``emit`` may wait for room under ``"block"``.
-        max_batch_events: The most events in one batch (default 500, or ``max_events``
-            if smaller).
+        max_batch_events: The most events in one batch (default 1000, the most DataHub
+            accepts; or ``max_events`` if smaller).
         max_batch_bytes: The most bytes in one batch (default 1 MiB, or ``max_bytes``
             if smaller); a single larger event is dropped as ``too_large``.
         linger: Seconds the worker waits for a batch to fill before sending it.
@@ -188,7 +188,7 @@ class Outbox:
         _check_number("max_events", max_events, minimum=1, integer=True)
         _check_number("max_bytes", max_bytes, minimum=1, integer=True)
         if max_batch_events is None:
-            max_batch_events = min(500, max_events)
+            max_batch_events = min(1000, max_events)
         if max_batch_bytes is None:
             max_batch_bytes = min(1 * MiB, max_bytes)
         _check_number("block_timeout", block_timeout, minimum=0)
