@@ -1,0 +1,451 @@
+"""``outbox sink``: a local OpenLineage HTTP backend for development, demos and tests.
+
+It serves the OpenLineage 2.0.2 endpoints, validates each event's structure,
+keeps what it accepts (in memory, and optionally in a JSON-lines file), lists it
+back, and can be told to misbehave (slow, failing, single-endpoint only) so it can
+play Marquez, OpenMetadata or a broken proxy.
+
+Endpoints (``flavor="spec"``, the default):
+
+* ``POST /api/v1/lineage``: one event; 200, or 422 ``{"code": 422, "errors": [...]}``
+  (Marquez's shape) for an invalid one, 400 for a body that is not JSON.
+* ``POST /api/v1/lineage/batch``: a JSON array; 200 with the spec's body
+  (``status`` ``success`` or ``partial_success``, ``summary``, ``failed_events``).
+* ``GET /api/v1/events``: every event received, oldest first (``?limit=N``: the last N).
+* ``DELETE /api/v1/events``: forget them.  ``GET /healthz``: ``ok``.
+
+``flavor="marquez"``: 201 on success and no batch route (404), as Marquez.
+``flavor="openmetadata"``: the routes under ``/api/v1/openlineage/lineage``, a batch body
+``{"events": [...]}`` and a response with ``failedEvents``.
+
+Example::
+
+    with Sink(port=0) as sink:                      # a free port on 127.0.0.1
+        ... point OPENLINEAGE_URL at sink.url ...
+        sink.wait_for(4, timeout=5)
+        print(sink.events)
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal, Self, TextIO
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+__all__ = ["Sink", "SinkBehaviour", "validate_event"]
+
+Flavor = Literal["spec", "marquez", "openmetadata"]
+EVENT_TYPES = frozenset({"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"})
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def validate_event(event: Any) -> list[str]:
+    """Structural checks of one OpenLineage event; the list of problems (empty if fine)."""
+    if not isinstance(event, dict):
+        return [f"an event must be a JSON object, not {type(event).__name__}"]
+    errors: list[str] = []
+    when = event.get("eventTime")
+    if when is None:
+        errors.append("eventTime must not be null")
+    else:
+        try:
+            parsed = datetime.fromisoformat(when) if isinstance(when, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or "t" not in when.lower():
+            errors.append(f"eventTime {when!r} must be an ISO-8601 date-time")
+        elif parsed.tzinfo is None:
+            errors.append(f"eventTime {when!r} must carry a UTC offset (Z or +hh:mm)")
+    for key in ("producer", "schemaURL"):
+        if not _is_name(event.get(key)):
+            errors.append(f"{key} must not be null")
+    if "run" in event:
+        run = event.get("run")
+        run_id = run.get("runId") if isinstance(run, dict) else None
+        if run_id is None:
+            errors.append("run.runId must not be null")
+        else:
+            try:
+                uuid.UUID(str(run_id))
+            except ValueError:
+                errors.append(f"run.runId {run_id!r} must be a UUID")
+        errors += _job_errors(event.get("job"))
+        kind = event.get("eventType")
+        if kind is not None and kind not in EVENT_TYPES:
+            errors.append(f"eventType {kind!r} must be one of {', '.join(sorted(EVENT_TYPES))}")
+    elif "dataset" in event:
+        errors += _dataset_errors("dataset", event.get("dataset"))
+    elif "job" in event:
+        errors += _job_errors(event.get("job"))
+    else:
+        errors.append("the event is not a RunEvent, DatasetEvent or JobEvent (no run, job or dataset)")
+    for key in ("inputs", "outputs"):
+        datasets = event.get(key)
+        if datasets is None:
+            continue
+        if not isinstance(datasets, list):
+            errors.append(f"{key} must be an array")
+            continue
+        for i, dataset in enumerate(datasets):
+            errors += _dataset_errors(f"{key}[{i}]", dataset)
+    return errors
+
+
+def _job_errors(job: Any) -> list[str]:
+    if not isinstance(job, dict):
+        return ["job must not be null"]
+    return [f"job.{key} must not be null" for key in ("namespace", "name") if not _is_name(job.get(key))]
+
+
+def _dataset_errors(where: str, dataset: Any) -> list[str]:
+    if not isinstance(dataset, dict):
+        return [f"{where} must be an object"]
+    return [
+        f"{where}.{key} must not be null" for key in ("namespace", "name") if not _is_name(dataset.get(key))
+    ]
+
+
+@dataclass
+class SinkBehaviour:
+    """How the sink answers; change it at any time (tests flip it mid-run)."""
+
+    #: ``spec``, ``marquez`` (201, no batch route) or ``openmetadata`` (its routes and bodies).
+    flavor: Flavor = "spec"
+    #: Seconds to wait before answering each request.
+    delay: float = 0.0
+    #: Answer this status instead of processing (None: behave).
+    fail_status: int | None = None
+    #: Fraction of requests that get ``fail_status``.
+    fail_rate: float = 1.0
+    #: ``Retry-After`` value sent with ``fail_status``.
+    retry_after: str | None = None
+    #: Answer 404 on the batch route (like a proxy in front of Marquez).
+    single_only: bool = False
+    #: Require ``Authorization: Bearer <api_key>`` (401 without, 403 wrong).
+    api_key: str | None = None
+    #: Answer 413 to bodies larger than this many bytes.
+    max_body: int | None = None
+    #: The status of the missing batch route (``single_only``, ``marquez``): 404 or 405, say.
+    batch_missing_status: int = 404
+    #: ``spec``: a bad event in a batch is listed in ``failed_events``; ``whole``: the whole
+    #: batch gets a bare 400, as some proxies and older servers answer.
+    batch_errors: Literal["spec", "whole"] = "spec"
+    #: The next this-many events received in batches fail as *retriable* (``partial_success``).
+    flaky_events: int = 0
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+    sink: Sink
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    # Buffered writes, flushed once per response: headers and body leave in one segment
+    # (two small writes meet Nagle and delayed ACKs: a 40 ms stall per request).
+    wbufsize = -1
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the sink prints events
+        pass
+
+    def _reply(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        payload = b"" if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(payload)))
+        if payload:
+            self.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else b""
+        if self.headers.get("Content-Encoding", "").lower() == "gzip":
+            data = gzip.decompress(data)
+        return data
+
+    def do_GET(self) -> None:
+        sink = self.server.sink
+        url = urlsplit(self.path)
+        if url.path == "/healthz":
+            self._reply(200, b"ok")
+        elif url.path == "/api/v1/events":
+            limit = parse_qs(url.query).get("limit", [None])[0]
+            events = sink.events
+            if limit is not None and limit.isdigit():
+                events = events[-int(limit) :] if int(limit) else []
+            self._reply(200, events)
+        else:
+            self._reply(404, {"code": 404, "message": f"no route for GET {url.path}"})
+
+    def do_DELETE(self) -> None:
+        if urlsplit(self.path).path == "/api/v1/events":
+            self.server.sink.clear()
+            self._reply(204)
+        else:
+            self._reply(404, {"code": 404, "message": "not found"})
+
+    def do_POST(self) -> None:
+        sink = self.server.sink
+        behaviour = sink.behaviour
+        path = urlsplit(self.path).path
+        sink.last_headers = dict(self.headers.items())
+        length = int(self.headers.get("Content-Length") or 0)
+        if behaviour.max_body is not None and length > behaviour.max_body:
+            self.rfile.read(length)
+            sink._record(path, 413)
+            self._reply(413, {"code": 413, "message": f"body of {length} bytes exceeds {behaviour.max_body}"})
+            return
+        try:
+            raw = self._body()
+        except (OSError, EOFError) as exc:
+            self._reply(400, {"code": 400, "message": f"unreadable body: {exc}"})
+            return
+        if behaviour.delay:
+            time.sleep(behaviour.delay)
+        if behaviour.api_key is not None:
+            given = self.headers.get("Authorization")
+            if given != f"Bearer {behaviour.api_key}":
+                status = 401 if given is None else 403
+                sink._record(path, status)
+                self._reply(status, {"code": status, "message": "missing or wrong bearer token"})
+                return
+        if behaviour.fail_status is not None and random.random() < behaviour.fail_rate:
+            headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after else None
+            sink._record(path, behaviour.fail_status)
+            self._reply(
+                behaviour.fail_status, {"code": behaviour.fail_status, "message": "injected"}, headers
+            )
+            return
+        single, batch = sink.routes()
+        if path == single:
+            self._single(raw)
+        elif path == batch and not (behaviour.single_only or behaviour.flavor == "marquez"):
+            self._batch(raw)
+        else:
+            status = behaviour.batch_missing_status if path == batch else 404
+            sink._record(path, status)
+            self._reply(status, {"code": status, "message": f"HTTP {status}: no route for POST {path}"})
+
+    def _single(self, raw: bytes) -> None:
+        sink = self.server.sink
+        single, _ = sink.routes()
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            sink._record(single, 400)
+            self._reply(400, {"code": 400, "message": "Unable to process JSON"})
+            return
+        errors = validate_event(event)
+        if errors:
+            sink._record(single, 422)
+            self._reply(422, {"code": 422, "errors": errors})
+            return
+        sink._accept([event])
+        sink._record(single, 201 if sink.behaviour.flavor == "marquez" else 200)
+        if sink.behaviour.flavor == "marquez":
+            self._reply(201, event)
+        else:
+            self._reply(200)
+
+    def _batch(self, raw: bytes) -> None:
+        sink = self.server.sink
+        _, batch = sink.routes()
+        openmetadata = sink.behaviour.flavor == "openmetadata"
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            sink._record(batch, 400)
+            self._reply(400, {"code": 400, "message": "Unable to process JSON"})
+            return
+        events = body.get("events") if openmetadata and isinstance(body, dict) else body
+        if not isinstance(events, list) or (openmetadata and not events):
+            expected = (
+                'an object {"events": [...]} with at least one event' if openmetadata else "a JSON array"
+            )
+            sink._record(batch, 400)
+            self._reply(400, {"code": 400, "message": f"the batch body must be {expected}"})
+            return
+        failed = []
+        accepted = []
+        retriable = 0
+        for index, event in enumerate(events):
+            errors = validate_event(event)
+            if errors:
+                failed.append({"index": index, "reason": "; ".join(errors), "retriable": False})
+            elif sink._take_flaky():
+                failed.append({"index": index, "reason": "Timeout", "retriable": True})
+                retriable += 1
+            else:
+                accepted.append(event)
+        if sink.behaviour.batch_errors == "whole" and len(failed) > retriable:
+            sink._record(batch, 400, len(events))
+            self._reply(400, b"Bad Request")
+            return
+        sink._accept(accepted)
+        summary = {
+            "received": len(events),
+            "successful": len(accepted),
+            "failed": len(failed),
+            "retriable": retriable,
+            "non_retriable": len(failed) - retriable,
+        }
+        status_word = (
+            "success" if not failed else ("failure" if openmetadata and not accepted else "partial_success")
+        )
+        answer: dict[str, Any] = {"status": status_word, "summary": summary}
+        answer["failedEvents" if openmetadata else "failed_events"] = failed
+        status = 400 if openmetadata and events and not accepted else 200
+        sink._record(batch, status, len(events))
+        self._reply(status, answer)
+
+
+class Sink:
+    """An OpenLineage HTTP backend on a local port (see the module's docstring).
+
+    Args:
+        host: interface to listen on (default loopback).
+        port: port, or 0 for a free one (read it back from ``port``/``url``).
+        store: also append every accepted event to this JSON-lines file.
+        echo: print one line per accepted event to ``stream`` (default standard output).
+        behaviour: how to answer; also settable later through ``sink.behaviour``.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        store: str | None = None,
+        echo: bool = False,
+        stream: TextIO | None = None,
+        behaviour: SinkBehaviour | None = None,
+    ) -> None:
+        self.behaviour = behaviour or SinkBehaviour()
+        self._lock = threading.Condition()
+        self._events: list[dict[str, Any]] = []
+        #: (path, status, events in the request) for every POST, oldest first.
+        self.requests: list[tuple[str, int, int]] = []
+        #: The headers of the last POST.
+        self.last_headers: dict[str, str] = {}
+        self._store = store
+        self._echo = echo
+        self._stream = stream
+        self._server = _Server((host, port), _Handler)
+        self._server.sink = self
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._server.server_address[0]
+        return f"http://{host!s}:{self.port}"
+
+    def routes(self) -> tuple[str, str]:
+        """(single route, batch route) for the current flavor."""
+        if self.behaviour.flavor == "openmetadata":
+            return "/api/v1/openlineage/lineage", "/api/v1/openlineage/lineage/batch"
+        return "/api/v1/lineage", "/api/v1/lineage/batch"
+
+    def start(self) -> Self:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, args=(0.05,), name="outbox-sink", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every accepted event, oldest first (a copy)."""
+        with self._lock:
+            return list(self._events)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self.requests.clear()
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """Block until at least ``count`` events were accepted; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len(self._events) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._lock.wait(remaining)
+        return True
+
+    def _take_flaky(self) -> bool:
+        with self._lock:
+            if self.behaviour.flaky_events > 0:
+                self.behaviour.flaky_events -= 1
+                return True
+            return False
+
+    def _record(self, path: str, status: int, count: int = 1) -> None:
+        with self._lock:
+            self.requests.append((path, status, count))
+
+    def _accept(self, events: Sequence[dict[str, Any]]) -> None:
+        if not events:
+            return
+        with self._lock:
+            self._events.extend(events)
+            if self._store:
+                with open(self._store, "ab") as f:
+                    f.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+            self._lock.notify_all()
+        if self._echo:
+            stream = self._stream or sys.stdout
+            stream.write("".join(_describe(e) + "\n" for e in events))
+            stream.flush()
+
+
+def _describe(event: dict[str, Any]) -> str:
+    job = event.get("job") or event.get("dataset") or {}
+    kind = event.get("eventType") or ("DATASET" if "dataset" in event else "JOB")
+    run = (event.get("run") or {}).get("runId", "-")
+    inputs = ",".join(f"{d.get('namespace')}/{d.get('name')}" for d in event.get("inputs") or [])
+    line = f"{event.get('eventTime', '?')}  {kind:<8} {job.get('namespace')}/{job.get('name')}  run={run}"
+    return line + (f"  inputs={inputs}" if inputs else "")
