@@ -36,6 +36,7 @@ def test_transports_all_is_pinned():
         "DELIVERED",
         "ConsoleTransport",
         "FileTransport",
+        "HttpTransport",
         "MemoryTransport",
         "Outcome",
         "OutcomeKind",

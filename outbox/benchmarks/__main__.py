@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -219,6 +220,81 @@ def bench_flood(n: int) -> dict[str, float]:
     return {"idle_mib": idle_kib / 1024, "flood_mib": flood_kib / 1024, "held_events": held}
 
 
+class SinkProcess:
+    """``outbox sink`` in a process of its own, so it does not compete with us for the GIL."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = args
+
+    def __enter__(self) -> str:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "outbox._cli", "sink", "--port", "0", "--quiet", *self.args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        banner = self.process.stdout.readline()
+        match = re.search(r" on (http://\S+):\s", banner)
+        assert match, f"unexpected banner from outbox sink: {banner!r}"
+        self.url = match.group(1)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+    def received(self) -> int:
+        import httpx
+
+        return len(httpx.get(f"{self.url}/api/v1/events", timeout=30).json())
+
+
+def bench_http_throughput(mode: str, n: int) -> dict[str, float]:
+    from outbox.transports import HttpTransport
+
+    with SinkProcess() as url:
+        outbox = Outbox(
+            HttpTransport(url, mode=mode),  # type: ignore[arg-type]
+            max_events=n,
+            max_bytes=2**31,
+            close_at_exit=False,
+        )
+        event = sample_event(RunState.COMPLETE)
+        started = time.perf_counter()
+        for _ in range(n):
+            outbox.emit(event)
+        report = outbox.close(120)
+        elapsed = time.perf_counter() - started
+    return {
+        "events": n,
+        "delivered": report.delivered,
+        "seconds": elapsed,
+        "per_s": report.delivered / elapsed,
+    }
+
+
+def bench_http_slow(mode: str, invocations: int, delay: float, deadline: float) -> dict[str, Any]:
+    from outbox.transports import HttpTransport
+
+    sink = SinkProcess("--delay", str(delay))
+    with sink as url:
+        outbox = Outbox(HttpTransport(url, mode=mode), close_at_exit=False)  # type: ignore[arg-type]
+        start, complete = sample_event(RunState.START), sample_event(RunState.COMPLETE)
+        for _ in range(invocations):
+            outbox.emit(start)
+            outbox.emit(complete)
+        report = outbox.close(deadline)
+        arrived = sink.received()
+    return {
+        "mode": mode,
+        "events": 2 * invocations,
+        "delivered": report.delivered,
+        "arrived": arrived,
+        "lost": dict(report.undelivered),
+        "close_s": report.duration,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m outbox.benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="emits per latency measurement")
@@ -226,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--slow-delay", type=float, default=0.005, help="seconds the slow transport takes per batch"
     )
     parser.add_argument("--flood", type=int, default=1_000_000, help="emits into a dead backend for peak RSS")
+    parser.add_argument(
+        "--http-events", type=int, default=100_000, help="events per HTTP throughput run (0: skip)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
 
@@ -271,6 +350,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"after the flood {flood['flood_mib']:.1f} MiB"
         )
         print(f"  events held at the end: {flood['held_events']:,.0f}")
+
+    if args.http_events:
+        print("\nHTTP to `outbox sink` on loopback (its own process)          events/s")
+        throughput = {}
+        for mode in ("batch", "single"):
+            count = args.http_events if mode == "batch" else max(1, args.http_events // 10)
+            figures = bench_http_throughput(mode, count)
+            throughput[mode] = figures
+            print(
+                f"  {mode:<7} mode, {figures['events']:>7,} events, {figures['delivered']:>7,} delivered"
+                f"{figures['per_s']:>20,.0f}"
+            )
+        results["http_throughput"] = throughput
+        verdict = "met" if throughput["batch"]["per_s"] >= 50_000 else "NOT met"
+        print(f"  target >= 50,000 events/s in batch mode: {verdict}")
+        print("\n2,000 invocations (START + COMPLETE) against a sink answering every request after 0.5 s,")
+        print("then close(5):")
+        slow = {}
+        for mode in ("auto", "batch"):
+            figures = bench_http_slow(mode, 2000, 0.5, 5.0)
+            slow[mode] = figures
+            print(
+                f"  {mode:<5} mode: {figures['arrived']:,} of {figures['events']:,} events arrived "
+                f"({figures['delivered']:,} acknowledged), close took {figures['close_s']:.2f} s, "
+                f"lost {figures['lost'] or 'none'}"
+            )
+        results["http_slow"] = slow
 
     if args.json:
         with open(args.json, "w") as f:

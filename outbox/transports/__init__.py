@@ -13,12 +13,14 @@ from .._errors import ConfigError
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 from .console import ConsoleTransport
 from .file import FileTransport
+from .http import HttpTransport
 from .memory import MemoryTransport
 
 __all__ = [
     "DELIVERED",
     "ConsoleTransport",
     "FileTransport",
+    "HttpTransport",
     "MemoryTransport",
     "Outcome",
     "OutcomeKind",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 _FILE_KEYS = {"type", "log_file_path", "append"}
-_SUPPORTED_TYPES = ("console", "file")
+_SUPPORTED_TYPES = ("console", "file", "http", "async_http")
 
 
 def transport_from_config(resolved: ResolvedTransport) -> Transport:
@@ -42,6 +44,8 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
     kind = config.get("type")
     if kind == "console":
         return ConsoleTransport()
+    if kind in ("http", "async_http"):
+        return HttpTransport.from_config(resolved)
     if kind == "file":
         unknown = sorted(set(config) - _FILE_KEYS)
         if unknown:

@@ -1,0 +1,580 @@
+"""The HTTP transport: OpenLineage's ``/lineage`` and ``/lineage/batch`` endpoints over httpx.
+
+Modes:
+
+* ``single``: one event per POST to ``endpoint`` (what Marquez serves), up to
+  ``max_concurrent_requests`` at once, each run's events one after another.
+* ``batch``: a JSON array per POST to ``batch_endpoint`` (the OpenLineage 2.0.2 spec,
+  DataHub), or ``{"events": [...]}`` with ``batch_format="openmetadata"``.
+* ``auto`` (default): batch; if the batch endpoint answers 404, 405 or 501, switch to
+  single for good, resend that batch's events singly, and say so once in the log.
+
+What each answer means for the events (the worker retries RETRY with backoff):
+
+==========================  ==================================================================
+2xx                         delivered (a batch's ``partial_success`` body is read per event)
+400, 422                    that event rejected (``rejected_by_backend``); a batch without a
+                            per-event body is bisected to find the bad events
+413                         a batch is split; a single event still too large: ``too_large``
+408, 429, 5xx, network      RETRY, honouring ``Retry-After`` (seconds or an HTTP date)
+401, 403, 404, 405          on the single endpoint: RETRY, and an error naming the URL, since
+                            it is a misconfiguration, not a reason to drop lineage
+==========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import gzip
+import socket
+import ssl
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import httpx
+import orjson
+
+from .._config import ResolvedTransport
+from .._errors import ConfigError
+from .._log import RateLimitedLog, logger
+from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
+
+__all__ = ["HttpTransport", "parse_retry_after", "redact_url"]
+
+Mode = Literal["single", "batch", "auto"]
+BatchFormat = Literal["array", "openmetadata"]
+_MODES = ("single", "batch", "auto")
+_FORMATS = ("array", "openmetadata")
+_BATCH_UNSUPPORTED = frozenset({404, 405, 501})
+_MISCONFIGURED = frozenset({401, 403, 404, 405})
+_USER_AGENT = "lineage-outbox/0.1.0"
+_SEND_BUFFER = 4 * 1024 * 1024
+# RETRY reasons that mean every request would fail alike (unreachable, misconfigured).
+_STOP_REASONS = frozenset({"network", "timeout"} | {f"http_{status}" for status in _MISCONFIGURED})
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date.
+
+    Returns None for a missing or unreadable value, and never less than 0.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = datetime.now(UTC).timestamp() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def redact_url(url: str) -> str:
+    """The URL without a password (``http://user:***@host/``), for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+class HttpTransport:
+    """Ships events to an OpenLineage HTTP backend (Marquez, OpenMetadata, DataHub, ...).
+
+    Example (OpenMetadata)::
+
+        HttpTransport(
+            "http://openmetadata:8585",
+            endpoint="api/v1/openlineage/lineage",
+            batch_endpoint="api/v1/openlineage/lineage/batch",
+            batch_format="openmetadata",
+            api_key=os.environ["OPENMETADATA_JWT"],
+        )
+
+    Args:
+        url: the backend's base URL; ``endpoint`` and ``batch_endpoint`` are joined to it
+            as openlineage-python joins them (``urllib.parse.urljoin``).
+        endpoint: the single-event path (default ``api/v1/lineage``).
+        batch_endpoint: the batch path (default ``api/v1/lineage/batch``).
+        mode: ``auto`` (default), ``batch`` or ``single``.
+        batch_format: ``array`` (the spec, DataHub) or ``openmetadata``.
+        api_key: sent as ``Authorization: Bearer <api_key>``; never logged.
+        custom_headers: added to every request.
+        compression: ``"gzip"`` to compress request bodies, or None.
+        timeout: seconds one request may take in all.
+        connect_timeout: seconds to establish a connection (default: ``timeout``).
+        read_timeout: seconds to wait for the answer (default: ``timeout``).
+        verify: check TLS certificates (default True), or the path of a CA bundle.
+        client_cert: path of a client certificate (PEM) for mutual TLS.
+        client_key: path of its key, if not in ``client_cert``.
+        max_concurrent_requests: requests in flight at once (and pooled connections).
+        retry_statuses: statuses to retry besides 408, 429 and 5xx.
+
+    Raises:
+        ConfigError: an invalid value, named with what is accepted.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint: str = "api/v1/lineage",
+        batch_endpoint: str = "api/v1/lineage/batch",
+        mode: Mode = "auto",
+        batch_format: BatchFormat = "array",
+        api_key: str | None = None,
+        custom_headers: Mapping[str, str] | None = None,
+        compression: str | None = None,
+        timeout: float = 5.0,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+        verify: bool | str = True,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        max_concurrent_requests: int = 10,
+        retry_statuses: Sequence[int] = (),
+    ) -> None:
+        parts = urlsplit(url.strip()) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 "
+                "(OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+            )
+        if mode not in _MODES:
+            raise ConfigError(f"mode={mode!r} is not a mode; use one of {', '.join(_MODES)}")
+        if batch_format not in _FORMATS:
+            raise ConfigError(
+                f"batch_format={batch_format!r} is not a format; use one of {', '.join(_FORMATS)}"
+            )
+        if compression not in (None, "gzip"):
+            raise ConfigError(f"compression={compression!r} is not supported; use gzip, or leave it unset")
+        for name, value in (
+            ("timeout", timeout),
+            ("connect_timeout", connect_timeout),
+            ("read_timeout", read_timeout),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            ):
+                raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
+        if (
+            isinstance(max_concurrent_requests, bool)
+            or not isinstance(max_concurrent_requests, int)
+            or (max_concurrent_requests < 1)
+        ):
+            raise ConfigError(f"max_concurrent_requests={max_concurrent_requests!r} is not an integer >= 1")
+        if not isinstance(verify, (bool, str)):
+            raise ConfigError(f"verify={verify!r} must be true, false or the path of a CA bundle")
+        self.url = url.strip()
+        self.single_url = urljoin(self.url, endpoint)
+        self.batch_url = urljoin(self.url, batch_endpoint)
+        self.mode: Mode = mode
+        self.batch_format: BatchFormat = batch_format
+        self.compression = compression
+        self.timeout = float(timeout)
+        self.max_concurrent_requests = max_concurrent_requests
+        self._retry_statuses = frozenset(retry_statuses)
+        self._headers = {"Content-Type": "application/json", "User-Agent": _USER_AGENT}
+        self._headers.update(custom_headers or {})
+        if compression == "gzip":
+            self._headers["Content-Encoding"] = "gzip"
+        self._api_key = api_key
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeouts = httpx.Timeout(
+            self.timeout,
+            connect=float(connect_timeout or timeout),
+            read=float(read_timeout or timeout),
+        )
+        self._verify = _ssl_context(verify, client_cert, client_key)
+        self._client: httpx.AsyncClient | None = None
+        self._single_for_good = mode == "single"
+        self._log = RateLimitedLog(30.0)
+
+    @classmethod
+    def from_config(cls, resolved: ResolvedTransport) -> HttpTransport:
+        """Build from an openlineage-python ``http``/``async_http`` transport config.
+
+        Accepts openlineage-python's keys (``url``, ``endpoint``, ``auth``, ``compression``,
+        ``custom_headers``, ``timeout``, ``verify``, ``retry``, ``sslContext``, and
+        ``async_http``'s ``max_concurrent_requests`` and ``max_queue_size``) and ours
+        (``mode``, ``batch_endpoint``, ``batch_format``, ``connect_timeout``, ``read_timeout``).
+        """
+        kwargs = http_kwargs(resolved)
+        try:
+            return cls(**kwargs)
+        except ConfigError as exc:
+            # The constructor names its keyword ("mode='x' is not..."); name the variable too.
+            key = str(exc).split("=", 1)[0]
+            if key in kwargs and key != "api_key":
+                raise ConfigError(f"{resolved.origin(key)}: {exc}") from None
+            raise
+
+    # -- the Transport protocol -------------------------------------------------------------
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        if self._single_for_good:
+            return await self._send_single(batch, deadline)
+        return await self._send_batch(batch, deadline, top=True)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def __repr__(self) -> str:
+        auth = ", api_key=***" if self._api_key else ""
+        return f"HttpTransport({redact_url(self.url)!r}, mode={self.mode!r}{auth})"
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _client_now(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limits = httpx.Limits(
+                max_connections=self.max_concurrent_requests,
+                max_keepalive_connections=self.max_concurrent_requests,
+            )
+            self._client = httpx.AsyncClient(
+                timeout=self._timeouts,
+                headers=self._headers,
+                transport=httpx.AsyncHTTPTransport(
+                    verify=self._verify,
+                    limits=limits,
+                    proxy=_environment_proxy(self.url),
+                    # A send buffer that holds a whole batch: the request leaves at once, and the
+                    # worker can serialize the next batch while the backend reads this one.
+                    socket_options=[(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)],
+                ),
+            )
+        return self._client
+
+    async def _post(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
+        """POST; a network failure or timeout comes back as a RETRY outcome."""
+        budget = min(self.timeout, deadline - time.monotonic())
+        if budget <= 0:
+            return Outcome.retry("timeout", f"no time left to POST {redact_url(url)}")
+        if self.compression == "gzip":
+            body = gzip.compress(body, compresslevel=5)
+        try:
+            return await asyncio.wait_for(self._client_now().post(url, content=body), budget)
+        except TimeoutError:
+            return Outcome.retry("timeout", f"POST {redact_url(url)} took longer than {budget:.3g} s")
+        except httpx.TimeoutException as exc:
+            return Outcome.retry("timeout", f"POST {redact_url(url)} timed out ({type(exc).__name__})")
+        except httpx.HTTPError as exc:
+            # ConnectError, ReadError, RemoteProtocolError, ...: the backend is unreachable.
+            # The message names the URL, never the headers (so never the API key).
+            return Outcome.retry("network", f"POST {redact_url(url)} failed: {type(exc).__name__}: {exc}")
+
+    def _status_outcome(self, response: httpx.Response, url: str) -> Outcome:
+        """What a non-2xx answer means for one event (or a whole batch)."""
+        status = response.status_code
+        detail = f"POST {redact_url(url)} answered {status} {response.reason_phrase}: {_snippet(response)}"
+        if status in (408, 429) or status >= 500 or status in self._retry_statuses:
+            return Outcome.retry(
+                f"http_{status}", detail, parse_retry_after(response.headers.get("Retry-After"))
+            )
+        if status == 413:
+            return Outcome.rejected("too_large", detail)
+        if status in _MISCONFIGURED:
+            hint = (
+                "check the API key (OPENLINEAGE_API_KEY or auth)"
+                if status in (401, 403)
+                else ("check the URL and endpoint (OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT)")
+            )
+            self._log.error(f"misconfigured-{status}", "%s; %s. Events stay buffered.", detail, hint)
+            return Outcome.retry(f"http_{status}", f"{detail} ({hint})")
+        return Outcome.rejected("rejected_by_backend", detail)
+
+    # -- batch mode --------------------------------------------------------------------------
+
+    def _batch_body(self, batch: Sequence[SerializedEvent]) -> bytes:
+        joined = b",".join(event.body for event in batch)
+        if self.batch_format == "openmetadata":
+            return b'{"events":[' + joined + b"]}"
+        return b"[" + joined + b"]"
+
+    async def _send_batch(
+        self, batch: Sequence[SerializedEvent], deadline: float, top: bool
+    ) -> list[Outcome]:
+        answer = await self._post(self.batch_url, self._batch_body(batch), deadline)
+        if isinstance(answer, Outcome):
+            return [answer] * len(batch)
+        status = answer.status_code
+        if 200 <= status < 300:
+            return _read_batch_answer(answer, len(batch))
+        if status in _BATCH_UNSUPPORTED and self.mode == "auto":
+            self._single_for_good = True
+            logger.warning(
+                "%s answered %d: no batch endpoint there; sending one event per request to %s from now on",
+                redact_url(self.batch_url),
+                status,
+                redact_url(self.single_url),
+            )
+            return await self._send_single(batch, deadline)
+        if status == 413 or (status in (400, 422) and not _has_failed_events(answer)):
+            if len(batch) == 1:
+                # The one event is too large, or it is the bad one.
+                return [self._status_outcome(answer, self.batch_url)]
+            # Bisect: each half again; good events are resent O(log n) times at most.
+            middle = len(batch) // 2
+            first = await self._send_batch(batch[:middle], deadline, top=False)
+            second = await self._send_batch(batch[middle:], deadline, top=False)
+            return first + second
+        if status in (400, 422):
+            return _read_batch_answer(answer, len(batch))
+        outcome = self._status_outcome(answer, self.batch_url)
+        if status in _BATCH_UNSUPPORTED and self.mode == "batch":
+            self._log.error(
+                "batch-missing",
+                "%s answered %d: is batch_endpoint right, or should mode be single or auto?",
+                redact_url(self.batch_url),
+                status,
+            )
+        return [outcome] * len(batch)
+
+    # -- single mode -------------------------------------------------------------------------
+
+    async def _send_single(self, batch: Sequence[SerializedEvent], deadline: float) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(batch)
+        # Each run's events in order, one after another; runs side by side.
+        lanes: dict[object, list[int]] = {}
+        for index, event in enumerate(batch):
+            lane: object = event.run_id if event.run_id is not None else index
+            lanes.setdefault(lane, []).append(index)
+        gate = asyncio.Semaphore(self.max_concurrent_requests)
+        stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
+
+        async def run_lane(indexes: list[int]) -> None:
+            for position, index in enumerate(indexes):
+                if stop:
+                    outcome: Outcome = stop[0]
+                else:
+                    async with gate:
+                        outcome = await self._send_one(batch[index], deadline)
+                    if outcome.kind is OutcomeKind.RETRY and outcome.reason in _STOP_REASONS:
+                        # Every other request would fail the same way: keep the rest for later.
+                        stop.append(outcome)
+                outcomes[index] = outcome
+                if outcome.kind is OutcomeKind.RETRY:
+                    # Later events of this run must not overtake this one.
+                    for later in indexes[position + 1 :]:
+                        outcomes[later] = outcome
+                    return
+
+        await asyncio.gather(*(run_lane(indexes) for indexes in lanes.values()))
+        return [o if o is not None else DELIVERED for o in outcomes]
+
+    async def _send_one(self, event: SerializedEvent, deadline: float) -> Outcome:
+        answer = await self._post(self.single_url, event.body, deadline)
+        if isinstance(answer, Outcome):
+            return answer
+        if 200 <= answer.status_code < 300:
+            return DELIVERED
+        return self._status_outcome(answer, self.single_url)
+
+
+def _environment_proxy(url: str) -> str | None:
+    """The proxy HTTP(S)_PROXY/NO_PROXY give for ``url``, as httpx would pick it (an explicit
+    httpx transport does not read the environment by itself)."""
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
+def _snippet(response: httpx.Response, limit: int = 200) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text[:limit] + ("..." if len(text) > limit else "") if text else "(no body)"
+
+
+def _failed_events(body: Any) -> list[Any] | None:
+    if not isinstance(body, dict):
+        return None
+    failed = body.get("failed_events", body.get("failedEvents"))
+    return failed if isinstance(failed, list) else None
+
+
+def _has_failed_events(response: httpx.Response) -> bool:
+    try:
+        return _failed_events(orjson.loads(response.content)) is not None
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _read_batch_answer(response: httpx.Response, size: int) -> list[Outcome]:
+    """Per-event outcomes from a batch answer: the spec's ``failed_events`` (or
+    OpenMetadata's ``failedEvents``); events not listed there were received."""
+    try:
+        body = orjson.loads(response.content) if response.content else None
+    except orjson.JSONDecodeError:
+        body = None
+    failed = _failed_events(body)
+    if response.status_code >= 400 and failed is None:
+        return [Outcome.rejected("rejected_by_backend", _snippet(response))] * size
+    outcomes: list[Outcome] = [DELIVERED] * size
+    for entry in failed or ():
+        if not isinstance(entry, dict):
+            continue
+        index = entry.get("index")
+        if not isinstance(index, int) or not 0 <= index < size:
+            continue
+        reason = str(entry.get("reason") or "failed")
+        if entry.get("retriable") is True:
+            outcomes[index] = Outcome.retry("partial_success", f"batch event {index}: {reason}")
+        else:
+            outcomes[index] = Outcome.rejected("rejected_by_backend", f"batch event {index}: {reason}")
+    return outcomes
+
+
+def _ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:
+    if verify is False:
+        if cert:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.load_cert_chain(cert, key)
+            return context
+        return False
+    if verify is True and not cert:
+        return True
+    try:
+        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+        if cert:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot load the TLS files (verify={verify!r}, client_cert={cert!r}): {exc}"
+        ) from exc
+    return context
+
+
+# -- openlineage-python configuration ------------------------------------------------------------
+
+_OPENLINEAGE_KEYS = {
+    "type",
+    "url",
+    "endpoint",
+    "auth",
+    "compression",
+    "custom_headers",
+    "timeout",
+    "verify",
+    "retry",
+    "sslcontext",
+    "sslContext",
+    "ssl_context",
+    "max_concurrent_requests",
+    "max_queue_size",
+}
+_OUR_KEYS = {"mode", "batch_endpoint", "batch_format", "connect_timeout", "read_timeout"}
+_RETRY_KEYS = {"total", "read", "connect", "backoff_factor", "status_forcelist", "allowed_methods"}
+
+
+def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
+    """``HttpTransport`` keyword arguments from an openlineage-python style config."""
+    config = dict(resolved.config or {})
+    origin = resolved.origin
+    unknown = sorted(set(config) - _OPENLINEAGE_KEYS - _OUR_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{origin(unknown[0])}: {unknown[0]!r} is not an HTTP transport setting; the settings are "
+            f"{', '.join(sorted(_OPENLINEAGE_KEYS - {'type', 'sslcontext', 'ssl_context'} | _OUR_KEYS))}"
+        )
+    url = config.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(
+            f"the {config.get('type', 'http')} transport needs a url: set OPENLINEAGE_URL "
+            "or OPENLINEAGE__TRANSPORT__URL (e.g. http://marquez:5000)"
+        )
+    kwargs: dict[str, Any] = {"url": url}
+    for key in ("endpoint", "batch_endpoint", "mode", "batch_format", "compression"):
+        if key in config:
+            value = config[key]
+            if not isinstance(value, str):
+                raise ConfigError(f"{origin(key)}={value!r} must be a string")
+            kwargs[key] = value
+    for key in ("timeout", "connect_timeout", "read_timeout"):
+        if key in config:
+            kwargs[key] = _number(origin(key), config[key])
+    if "max_concurrent_requests" in config:
+        value = config["max_concurrent_requests"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{origin('max_concurrent_requests')}={value!r} is not an integer >= 1")
+        kwargs["max_concurrent_requests"] = value
+    if "verify" in config:
+        verify = config["verify"]
+        if not isinstance(verify, (bool, str)):
+            raise ConfigError(f"{origin('verify')}={verify!r} must be true, false or the path of a CA bundle")
+        kwargs["verify"] = verify
+    ssl_config = config.get("sslContext", config.get("ssl_context", config.get("sslcontext")))
+    if ssl_config is not None:
+        if not isinstance(ssl_config, dict):
+            raise ConfigError(f'{origin("sslContext")} must be a mapping such as {{"caCertPath": ...}}')
+        ca = ssl_config.get("caCertPath", ssl_config.get("ca_cert_path", ssl_config.get("cacertpath")))
+        if ca:
+            kwargs["verify"] = ca
+        cert = ssl_config.get(
+            "clientCertPath", ssl_config.get("client_cert_path", ssl_config.get("clientcertpath"))
+        )
+        client_key = ssl_config.get(
+            "clientKeyPath", ssl_config.get("client_key_path", ssl_config.get("clientkeypath"))
+        )
+        if client_key and not cert:
+            raise ConfigError(f"{origin('sslContext')}: clientKeyPath needs clientCertPath")
+        kwargs["client_cert"], kwargs["client_key"] = cert, client_key
+    if "custom_headers" in config:
+        headers = config["custom_headers"]
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise ConfigError(f"{origin('custom_headers')} must map header names to strings")
+        kwargs["custom_headers"] = headers
+    if "auth" in config:
+        kwargs["api_key"] = _api_key(origin("auth"), config["auth"])
+    if "retry" in config:
+        retry = config["retry"]
+        if not isinstance(retry, dict) or set(retry) - _RETRY_KEYS:
+            raise ConfigError(f"{origin('retry')}={retry!r}: retry takes {', '.join(sorted(_RETRY_KEYS))}")
+        statuses = retry.get("status_forcelist", ())
+        if not isinstance(statuses, list) or not all(isinstance(s, int) for s in statuses):
+            raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
+        kwargs["retry_statuses"] = statuses
+    return kwargs
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
+    return float(value)
+
+
+def _api_key(name: str, auth: Any) -> str | None:
+    if not isinstance(auth, dict):
+        raise ConfigError(f'{name} must be a mapping such as {{"type": "api_key", "apiKey": "..."}}')
+    kind = auth.get("type")
+    if kind is None:
+        return None
+    if kind != "api_key":
+        raise ConfigError(
+            f"{name}: auth type {kind!r} is not supported by lineage-outbox; use api_key "
+            "(or custom_headers for another scheme)"
+        )
+    key = auth.get("apiKey") or auth.get("apikey") or auth.get("api_key")
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"{name}: auth type api_key needs apiKey (the value is never logged)")
+    return key

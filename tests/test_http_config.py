@@ -1,0 +1,209 @@
+"""HTTP settings from the environment, exactly as openlineage-python reads them, plus ours."""
+
+import logging
+
+import pytest
+
+from outbox import ConfigError, Outbox
+from outbox.transports import HttpTransport
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def transport_from(env) -> HttpTransport:
+    outbox = Outbox.from_env(env, close_at_exit=False)
+    outbox.close(0)
+    assert isinstance(outbox._transport, HttpTransport)
+    return outbox._transport
+
+
+def test_openlineage_url_alone_gives_auto_mode_on_the_spec_paths():
+    t = transport_from({"OPENLINEAGE_URL": "http://marquez:5000"})
+    assert t.single_url == "http://marquez:5000/api/v1/lineage"
+    assert t.batch_url == "http://marquez:5000/api/v1/lineage/batch"
+    assert t.mode == "auto"
+
+
+def test_endpoint_and_api_key_variables():
+    t = transport_from(
+        {
+            "OPENLINEAGE_URL": "http://om:8585",
+            "OPENLINEAGE_ENDPOINT": "api/v1/openlineage/lineage",
+            "OPENLINEAGE_API_KEY": "s3cr3t-key",
+        }
+    )
+    assert t.single_url == "http://om:8585/api/v1/openlineage/lineage"
+    assert t._headers["Authorization"] == "Bearer s3cr3t-key"
+    assert "s3cr3t-key" not in repr(t)
+
+
+def test_transport_variables_with_openlineage_and_our_keys():
+    t = transport_from(
+        {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": "https://datahub:9002/openapi/openlineage/",
+            "OPENLINEAGE__TRANSPORT__ENDPOINT": "api/v1/lineage",
+            "OPENLINEAGE__TRANSPORT__MODE": "batch",
+            "OPENLINEAGE__TRANSPORT__BATCH_FORMAT": "array",
+            "OPENLINEAGE__TRANSPORT__MAX_CONCURRENT_REQUESTS": "4",
+            "OPENLINEAGE__TRANSPORT__COMPRESSION": "gzip",
+            "OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS": '{"X-Tenant": "t1"}',
+            "OPENLINEAGE__TRANSPORT__TIMEOUT": "2.5",
+            "OPENLINEAGE__TRANSPORT__VERIFY": "false",
+            "OPENLINEAGE__TRANSPORT__RETRY": '{"total": 3, "backoff_factor": 0.5, "status_forcelist": [409]}',
+            "OPENLINEAGE__TRANSPORT__AUTH": '{"type": "api_key", "apiKey": "k"}',
+        }
+    )
+    assert t.single_url == "https://datahub:9002/openapi/openlineage/api/v1/lineage"
+    assert t.batch_url == "https://datahub:9002/openapi/openlineage/api/v1/lineage/batch"
+    assert t.mode == "batch"
+    assert t.max_concurrent_requests == 4
+    assert t.compression == "gzip"
+    assert t._headers["X-Tenant"] == "t1"
+    assert t._headers["Authorization"] == "Bearer k"
+    assert t.timeout == 2.5
+    assert t._verify is False
+    assert 409 in t._retry_statuses
+
+
+def test_async_http_with_its_own_keys_and_openlineage_url():
+    t = transport_from(
+        {
+            "OPENLINEAGE_URL": "http://marquez:5000",
+            "OPENLINEAGE__TRANSPORT__TYPE": "async_http",
+            "OPENLINEAGE__TRANSPORT__MAX_QUEUE_SIZE": "5000",
+            "OPENLINEAGE__TRANSPORT__MAX_CONCURRENT_REQUESTS": "16",
+        }
+    )
+    assert t.single_url == "http://marquez:5000/api/v1/lineage"
+    assert t.max_concurrent_requests == 16
+
+
+def test_yaml_config(tmp_path):
+    (tmp_path / "openlineage.yml").write_text(
+        "transport:\n  type: http\n  url: http://m:5000\n  endpoint: api/v1/lineage\n  mode: single\n"
+    )
+    t = transport_from({})
+    assert t.mode == "single"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OPENLINEAGE_URL": "marquez:5000"}, "url='marquez:5000' is not an HTTP URL"),
+        ({"OPENLINEAGE__TRANSPORT__TYPE": "http"}, "the http transport needs a url: set OPENLINEAGE_URL"),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__MODE": "sometimes",
+            },
+            "OPENLINEAGE__TRANSPORT__MODE: mode='sometimes' is not a mode; use one of single, batch, auto",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__BATCH_FORMAT": "xml",
+            },
+            "OPENLINEAGE__TRANSPORT__BATCH_FORMAT: batch_format='xml' is not a format; "
+            "use one of array, openmetadata",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__COMPRESSION": "brotli",
+            },
+            "OPENLINEAGE__TRANSPORT__COMPRESSION: compression='brotli' is not supported; use gzip",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__TIMEOUT": "-1",
+            },
+            "OPENLINEAGE__TRANSPORT__TIMEOUT=-1 is not a positive number of seconds",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__MAX_CONCURRENT_REQUESTS": "0",
+            },
+            "OPENLINEAGE__TRANSPORT__MAX_CONCURRENT_REQUESTS=0 is not an integer >= 1",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__FOO": "1",
+            },
+            "OPENLINEAGE__TRANSPORT__FOO: 'foo' is not an HTTP transport setting; the settings are",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__AUTH": '{"type": "jwt", "apiKey": "sekrit"}',
+            },
+            "OPENLINEAGE__TRANSPORT__AUTH: auth type 'jwt' is not supported by lineage-outbox; use api_key",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__AUTH": '{"type": "api_key"}',
+            },
+            "OPENLINEAGE__TRANSPORT__AUTH: auth type api_key needs apiKey",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__RETRY": '{"attempts": 3}',
+            },
+            "OPENLINEAGE__TRANSPORT__RETRY=\\{'attempts': 3\\}: retry takes allowed_methods, backoff_factor",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "https://m",
+                "OPENLINEAGE__TRANSPORT__VERIFY": "/nonexistent/ca.pem",
+            },
+            "cannot load the TLS files \\(verify='/nonexistent/ca.pem'",
+        ),
+        (
+            {"OPENLINEAGE__TRANSPORT__TYPE": "kafka"},
+            "OPENLINEAGE__TRANSPORT__TYPE='kafka' is not a transport lineage-outbox supports",
+        ),
+    ],
+)
+def test_invalid_http_settings_name_the_variable_and_never_the_key(env, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        Outbox.from_env(env, close_at_exit=False)
+    assert "sekrit" not in str(info.value)
+
+
+def test_the_api_key_never_appears_in_logs(caplog):
+    with caplog.at_level(logging.DEBUG):
+        outbox = Outbox.from_env(
+            {"OPENLINEAGE_URL": "http://127.0.0.1:1", "OPENLINEAGE_API_KEY": "sekrit-key"},
+            close_at_exit=False,
+            backoff_base=0.01,
+            backoff_cap=0.01,
+            linger=0,
+        )
+        outbox.emit({"eventType": "START", "run": {"runId": "r"}, "job": {"namespace": "n", "name": "j"}})
+        import time
+
+        time.sleep(0.3)
+        report = outbox.close(0.2)
+    assert report.delivered == 0
+    assert "sekrit-key" not in caplog.text
+    assert "sekrit-key" not in repr(outbox)
+    assert "sekrit-key" not in (outbox.stats().last_error or "")
