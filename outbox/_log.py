@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-__all__ = ["RateLimitedLog", "logger"]
+__all__ = ["RateLimitFilter", "RateLimitedLog", "limit_library_logs", "logger"]
 
 logger = logging.getLogger("outbox")
 # A library configures no output of its own: the application decides where "outbox" goes.
@@ -41,3 +41,40 @@ class RateLimitedLog:
 
     def error(self, key: str, msg: str, *args: object) -> bool:
         return self.log(logging.ERROR, key, msg, *args)
+
+
+class RateLimitFilter(logging.Filter):
+    """Lets each message template through at most once per ``interval`` (per logger).
+
+    Attached to aiokafka's loggers by the Kafka transport: with the broker down, aiokafka
+    logs an ERROR for every reconnection attempt, several a second, and we promise a
+    bounded rate.
+    """
+
+    def __init__(self, interval: float) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            return False
+        if len(self._last) > 1000:  # templates are few; bound it anyway
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+_limited: set[str] = set()
+
+
+def limit_library_logs(*names: str, interval: float = 30.0) -> None:
+    """Rate-limit the named loggers, once per process (a logger's filter sees only the records
+    logged on that very logger, so name each module's logger)."""
+    for name in names:
+        if name not in _limited:
+            _limited.add(name)
+            logging.getLogger(name).addFilter(RateLimitFilter(interval))

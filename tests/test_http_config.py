@@ -179,7 +179,7 @@ def test_yaml_config(tmp_path):
         ),
         (
             {"OPENLINEAGE__TRANSPORT__TYPE": "kafka"},
-            "OPENLINEAGE__TRANSPORT__TYPE='kafka' is not a transport lineage-outbox supports",
+            "the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC",
         ),
     ],
 )

@@ -37,6 +37,7 @@ def test_transports_all_is_pinned():
         "ConsoleTransport",
         "FileTransport",
         "HttpTransport",
+        "KafkaTransport",
         "MemoryTransport",
         "Outcome",
         "OutcomeKind",

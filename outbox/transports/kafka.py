@@ -1,0 +1,373 @@
+"""The Kafka transport: batches of events to a topic through aiokafka's producer.
+
+The producer starts lazily, in the sidecar, on the first batch. Each event is one
+record keyed as openlineage-python keys it (``run:{namespace}/{name}`` of the parent's
+root job, else the parent job, else the job; ``job:``/``dataset:`` for the other event
+kinds), so a run's events share a partition and keep their order.
+
+Outcomes: a record the broker (or the producer's ``message.max.bytes``) refuses as too
+large is ``too_large`` and never retried; a broker that is down, lost mid-stream, an
+unknown topic or a leader change is RETRY, with the outbox's backoff; an authorization
+failure is RETRY too, with an error in the log, since it is a misconfiguration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._config import ResolvedTransport
+from .._errors import ConfigError
+from .._log import RateLimitedLog, limit_library_logs
+from ._base import DELIVERED, Outcome, SerializedEvent
+
+__all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
+
+#: librdkafka-style key -> aiokafka producer argument.
+SUPPORTED_KEYS: dict[str, str] = {
+    "bootstrap.servers": "bootstrap_servers",
+    "acks": "acks",
+    "compression.type": "compression_type",
+    "linger.ms": "linger_ms",
+    "batch.size": "max_batch_size",
+    "message.max.bytes": "max_request_size",
+    "client.id": "client_id",
+    "request.timeout.ms": "request_timeout_ms",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",  # librdkafka's own spelling
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_context",
+    "ssl.certificate.location": "ssl_context",
+    "ssl.key.location": "ssl_context",
+    "enable.idempotence": "enable_idempotence",
+}
+_INTEGERS = ("linger.ms", "batch.size", "message.max.bytes", "request.timeout.ms")
+# Bytes a record adds to its key and value in a batch (varints, attributes, headers count).
+_RECORD_OVERHEAD = 32
+_AIOKAFKA_LOGGERS = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.cluster",
+    "aiokafka.producer.sender",
+    "aiokafka.producer.producer",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.consumer.consumer",
+)
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_CODECS = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+
+
+class KafkaTransport:
+    """Publishes events to ``topic``.
+
+    Example::
+
+        KafkaTransport("lineage-events", {"bootstrap.servers": "broker:9092", "acks": "all"})
+
+    Args:
+        topic: the topic to publish to.
+        config: librdkafka-style producer settings (see :data:`SUPPORTED_KEYS`);
+            ``bootstrap.servers`` is required, ``acks`` defaults to ``all``.
+        message_key: a fixed key for every record, instead of openlineage-python's.
+        start_timeout: seconds to wait for the brokers when the producer starts.
+
+    Raises:
+        ConfigError: an unknown key or an invalid value, named with what is accepted.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        config: Mapping[str, Any],
+        *,
+        message_key: str | None = None,
+        start_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(
+                f"topic={topic!r}: the Kafka transport needs a topic (OPENLINEAGE__TRANSPORT__TOPIC)"
+            )
+        self.topic = topic
+        self.message_key = message_key.encode() if message_key else None
+        self.start_timeout = start_timeout
+        self._settings = producer_settings(config)
+        self._servers = self._settings["bootstrap_servers"]
+        self._max_request_size = self._settings.get("max_request_size", 1024 * 1024)
+        self._partitions_cache: dict[tuple[bytes, int], int] = {}
+        self._producer: Any = None
+        self._log = RateLimitedLog(30.0)
+        # aiokafka logs an ERROR per reconnection attempt while a broker is down.
+        limit_library_logs(*_AIOKAFKA_LOGGERS)
+
+    @classmethod
+    def from_config(cls, resolved: ResolvedTransport) -> KafkaTransport:
+        """Build from openlineage-python's ``kafka`` transport config: ``topic``, ``config``
+        (a mapping, or its JSON), ``messageKey``/``message_key``, and ``flush`` (accepted
+        and ignored: the outbox never flushes per event, it ships batches in the sidecar)."""
+        config = dict(resolved.config or {})
+        allowed = {"type", "topic", "config", "messagekey", "messageKey", "message_key", "flush"}
+        unknown = sorted(set(config) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"{resolved.origin(unknown[0])}: {unknown[0]!r} is not a Kafka transport setting; "
+                "the settings are topic, config, messageKey (or message_key) and flush"
+            )
+        producer_config = config.get("config", {})
+        if isinstance(producer_config, str):
+            try:
+                producer_config = json.loads(producer_config)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{resolved.origin('config')} is not JSON: {exc}") from None
+        if not isinstance(producer_config, dict):
+            raise ConfigError(
+                f"{resolved.origin('config')} must be a JSON object of producer settings, "
+                'such as {"bootstrap.servers": "broker:9092", "acks": "all"}'
+            )
+        key = config.get("messageKey") or config.get("messagekey") or config.get("message_key")
+        topic = config.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError("the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC")
+        try:
+            return cls(topic, producer_config, message_key=str(key) if key else None)
+        except ConfigError as exc:
+            raise ConfigError(f"{resolved.origin('config')}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"KafkaTransport({self.topic!r}, bootstrap.servers={self._servers!r})"
+
+    # -- the Transport protocol -------------------------------------------------------------
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        producer = await self._started(deadline)
+        if isinstance(producer, Outcome):
+            return [producer] * len(batch)
+        from aiokafka.errors import KafkaError
+
+        outcomes: list[Outcome | None] = [None] * len(batch)
+        try:
+            partitions = sorted(
+                await asyncio.wait_for(
+                    producer.partitions_for(self.topic), max(0.0, deadline - time.monotonic())
+                )
+            )
+        except (KafkaError, TimeoutError) as exc:
+            return [self._outcome(exc)] * len(batch)
+        # Records go straight into per-partition batches (aiokafka's create_batch/send_batch):
+        # several times cheaper than one send() and one future per record.
+        lanes: dict[int, list[tuple[int, bytes | None]]] = {}
+        for index, event in enumerate(batch):
+            key = self.message_key or (event.key.encode() if event.key else None)
+            if len(event.body) + len(key or b"") + _RECORD_OVERHEAD > self._max_request_size:
+                outcomes[index] = Outcome.rejected(
+                    "too_large",
+                    f"a {len(event.body)}-byte record exceeds message.max.bytes ({self._max_request_size})",
+                )
+                continue
+            if key is None:
+                partition = partitions[index % len(partitions)]
+            else:
+                partition = partitions[self._partition_of(key, len(partitions))]
+            lanes.setdefault(partition, []).append((index, key))
+        sent: list[tuple[asyncio.Future[Any], list[int]]] = []
+        for partition, members in lanes.items():
+            builder, indexes = producer.create_batch(), list[int]()
+            for index, key in members:
+                if builder.append(key=key, value=batch[index].body, timestamp=None) is None:
+                    sent.append(
+                        (await producer.send_batch(builder, self.topic, partition=partition), indexes)
+                    )
+                    builder, indexes = producer.create_batch(), list[int]()
+                    builder.append(key=key, value=batch[index].body, timestamp=None)
+                indexes.append(index)
+            if indexes:
+                sent.append((await producer.send_batch(builder, self.topic, partition=partition), indexes))
+        if sent:
+            remaining = max(0.0, deadline - time.monotonic())
+            done, _ = await asyncio.wait([future for future, _ in sent], timeout=remaining)
+            for future, indexes in sent:
+                if future not in done:
+                    outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
+                else:
+                    failure = future.exception()
+                    outcome = DELIVERED if failure is None else self._outcome(failure)
+                for index in indexes:
+                    outcomes[index] = outcome
+        return [o if o is not None else DELIVERED for o in outcomes]
+
+    def _partition_of(self, key: bytes, count: int) -> int:
+        """The partition index Kafka's default partitioner picks for a key (murmur2, positive,
+        modulo).  aiokafka's murmur2 is pure Python (~14 µs); run keys repeat, so cache it."""
+        cache = self._partitions_cache
+        found = cache.get((key, count))
+        if found is None:
+            from aiokafka.partitioner import murmur2
+
+            if len(cache) >= 10_000:
+                cache.clear()
+            found = cache[(key, count)] = (int(murmur2(key)) & 0x7FFFFFFF) % count
+        return found
+
+    async def aclose(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _started(self, deadline: float) -> Any:
+        if self._producer is not None:
+            return self._producer
+        from aiokafka import AIOKafkaProducer
+        from aiokafka.errors import KafkaError
+
+        producer = AIOKafkaProducer(**self._settings)
+        budget = min(self.start_timeout, max(0.0, deadline - time.monotonic()))
+        try:
+            await asyncio.wait_for(producer.start(), budget)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            # A producer that failed to start cannot be started again: make a new one next time.
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                await asyncio.wait_for(producer.stop(), 1.0)
+            detail = f"cannot reach the Kafka brokers {self._servers}: {type(exc).__name__}: {exc}"
+            self._log.warning("start", "%s; events stay buffered", detail)
+            return Outcome.retry("network", detail)
+        self._producer = producer
+        return producer
+
+    def _outcome(self, exc: BaseException) -> Outcome:
+        from aiokafka import errors
+
+        name = type(exc).__name__
+        detail = f"{name} from {self._servers} for topic {self.topic!r}: {exc}"
+        if isinstance(
+            exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.RecordListTooLargeError)
+        ):
+            return Outcome.rejected("too_large", detail)
+        if isinstance(
+            exc,
+            (
+                errors.TopicAuthorizationFailedError,
+                errors.ClusterAuthorizationFailedError,
+                errors.AuthenticationFailedError,
+            ),
+        ):
+            self._log.error(
+                f"auth-{name}", "%s: check the SASL/SSL settings and ACLs; events stay buffered", detail
+            )
+        return Outcome.retry(name, detail)
+
+
+def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka producer arguments from librdkafka-style keys, validated."""
+    unknown = sorted(set(config) - set(SUPPORTED_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]!r} is not a supported Kafka producer setting; the supported ones are "
+            f"{', '.join(sorted(SUPPORTED_KEYS))}"
+        )
+    servers = config.get("bootstrap.servers")
+    if not isinstance(servers, str) or not servers.strip():
+        raise ConfigError('bootstrap.servers is required, e.g. {"bootstrap.servers": "broker:9092"}')
+    settings: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in servers.split(",") if s.strip()]}
+    acks = str(config.get("acks", "all")).strip().lower()
+    acks_map: dict[str, Any] = {"all": "all", "-1": "all", "0": 0, "1": 1}
+    if acks not in acks_map:
+        raise ConfigError(f"acks={config.get('acks')!r} is not valid; use all, 1 or 0")
+    settings["acks"] = acks_map[acks]
+    # Batches of up to 256 KiB per partition unless batch.size says otherwise (aiokafka's own
+    # default, 16 KiB, makes one request per dozen events).
+    settings["max_batch_size"] = 256 * 1024
+    for key in _INTEGERS:
+        if key in config:
+            value = config[key]
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}={value!r} is not a whole number") from None
+            if number < 0 or (number == 0 and key != "linger.ms"):
+                raise ConfigError(f"{key}={value!r} is out of range")
+            settings[SUPPORTED_KEYS[key]] = number
+    if "compression.type" in config:
+        codec = str(config["compression.type"]).lower()
+        if codec not in _CODECS:
+            raise ConfigError(
+                f"compression.type={config['compression.type']!r}: use one of {', '.join(_CODECS)}"
+            )
+        _check_codec(codec)
+        settings["compression_type"] = _CODECS[codec]
+    if "client.id" in config:
+        settings["client_id"] = str(config["client.id"])
+    protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in _PROTOCOLS:
+        raise ConfigError(
+            f"security.protocol={config.get('security.protocol')!r}: use one of {', '.join(_PROTOCOLS)}"
+        )
+    settings["security_protocol"] = protocol
+    mechanism = config.get("sasl.mechanism", config.get("sasl.mechanisms"))
+    if mechanism is not None:
+        mechanism = str(mechanism).upper()
+        if mechanism not in _MECHANISMS:
+            raise ConfigError(
+                f"sasl.mechanism={mechanism!r} is not supported; use one of {', '.join(_MECHANISMS)}"
+            )
+        settings["sasl_mechanism"] = mechanism
+    if "sasl.username" in config:
+        settings["sasl_plain_username"] = str(config["sasl.username"])
+    if "sasl.password" in config:
+        settings["sasl_plain_password"] = str(config["sasl.password"])
+    if protocol.startswith("SASL") and not (
+        settings.get("sasl_plain_username") and settings.get("sasl_plain_password")
+    ):
+        raise ConfigError(f"security.protocol={protocol} needs sasl.username and sasl.password")
+    if protocol in ("SSL", "SASL_SSL") or any(k.startswith("ssl.") for k in config):
+        settings["ssl_context"] = _ssl_context(config)
+    if "enable.idempotence" in config:
+        value = config["enable.idempotence"]
+        if isinstance(value, str):
+            value = {"true": True, "false": False}.get(value.strip().lower(), value)
+        if not isinstance(value, bool):
+            raise ConfigError(f"enable.idempotence={config['enable.idempotence']!r}: use true or false")
+        if value and settings["acks"] != "all":
+            raise ConfigError("enable.idempotence=true needs acks=all")
+        settings["enable_idempotence"] = value
+    return settings
+
+
+def _ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext:
+    ca = config.get("ssl.ca.location")
+    cert = config.get("ssl.certificate.location")
+    key = config.get("ssl.key.location")
+    if key and not cert:
+        raise ConfigError("ssl.key.location needs ssl.certificate.location")
+    try:
+        context = ssl.create_default_context(cafile=ca)
+        if cert:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot load the TLS files (ssl.ca.location={ca!r}, ssl.certificate.location={cert!r}): {exc}"
+        ) from exc
+    return context
+
+
+def _check_codec(codec: str) -> None:
+    modules = {"snappy": "snappy", "lz4": "lz4", "zstd": "zstandard"}
+    module = modules.get(codec)
+    if module is None:
+        return
+    try:
+        __import__(module)
+    except ImportError:
+        raise ConfigError(
+            f"compression.type={codec} needs the {module!r} package (pip install aiokafka[{codec}]); "
+            "gzip works without one"
+        ) from None

@@ -1,0 +1,91 @@
+"""Reading a topic back with a real consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+async def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
+    asyncio.run(_create(bootstrap, topic, partitions))
+
+
+async def _read(bootstrap: str, topic: str, count: int, timeout: float) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(records) < count and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp, messages in batches.items():
+                for m in messages:
+                    records.append(
+                        {
+                            "partition": tp.partition,
+                            "offset": m.offset,
+                            "key": m.key.decode() if m.key else None,
+                            "event": orjson.loads(m.value),
+                        }
+                    )
+    finally:
+        await consumer.stop()
+    return records
+
+
+def read_topic(bootstrap: str, topic: str, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """At least ``count`` records (or what arrived by ``timeout``)."""
+    return asyncio.run(_read(bootstrap, topic, count, timeout))
+
+
+async def _produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for i, value in enumerate(values):
+            await producer.send(topic, value, key=keys[i] if keys else None)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None = None) -> None:
+    asyncio.run(_produce(bootstrap, topic, values, keys))
+
+
+async def _committed(bootstrap: str, topic: str, group: str) -> int:
+    from aiokafka import TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer.topics()
+        total = 0
+        for p in consumer.partitions_for_topic(topic) or ():
+            total += await consumer.committed(TopicPartition(topic, p)) or 0
+        return total
+    finally:
+        await consumer.stop()
+
+
+def committed_offsets(bootstrap: str, topic: str, group: str) -> int:
+    """The sum of the group's committed offsets over the topic's partitions."""
+    return asyncio.run(_committed(bootstrap, topic, group))

@@ -1,0 +1,251 @@
+"""The Kafka transport against a real Kafka-protocol broker on loopback (Tansu, embedded)."""
+
+import time
+import uuid
+
+import pytest
+
+from outbox import ConfigError, Outbox
+from outbox.broker import EmbeddedBroker
+from outbox.transports import KafkaTransport
+from outbox.transports.kafka import producer_settings
+
+from helpers import run_event, wait_until
+from kafka_helpers import create_topic, read_topic
+
+FAST = {"backoff_base": 0.05, "backoff_cap": 0.5, "linger": 0.01, "close_at_exit": False}
+
+
+def test_events_arrive_keyed_and_in_order_per_run(kafka_bootstrap, topic):
+    create_topic(kafka_bootstrap, topic, partitions=3)
+    transport = KafkaTransport(topic, {"bootstrap.servers": kafka_bootstrap})
+    outbox = Outbox(transport, **FAST)
+    runs = {f"job-{i}": str(uuid.uuid4()) for i in range(6)}
+    for state in ("START", "RUNNING", "COMPLETE"):
+        for job, run in runs.items():
+            outbox.emit(run_event(run_id=run, state=state, job=job))
+    report = outbox.close(15)
+    assert report.complete
+    assert report.delivered == 18
+    records = read_topic(kafka_bootstrap, topic, 18)
+    assert len(records) == 18
+    for job, run in runs.items():
+        mine = [r for r in records if r["event"]["run"]["runId"] == run]
+        assert {r["key"] for r in mine} == {f"run:tests/{job}"}
+        assert len({r["partition"] for r in mine}) == 1  # one key, one partition
+        mine.sort(key=lambda r: r["offset"])
+        assert [r["event"]["eventType"] for r in mine] == ["START", "RUNNING", "COMPLETE"]
+
+
+def test_fixed_message_key(kafka_bootstrap, topic):
+    outbox = Outbox(
+        KafkaTransport(topic, {"bootstrap.servers": kafka_bootstrap}, message_key="fixed"), **FAST
+    )
+    outbox.emit(run_event())
+    assert outbox.close(10).delivered == 1
+    assert read_topic(kafka_bootstrap, topic, 1)[0]["key"] == "fixed"
+
+
+def test_too_large_record_is_rejected_not_retried(kafka_bootstrap, topic):
+    transport = KafkaTransport(topic, {"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 4000})
+    outbox = Outbox(transport, **FAST)
+    big = run_event(n=1)
+    big["run"]["facets"]["pad"] = {"x": "y" * 10_000}
+    outbox.emit(run_event(n=0))
+    outbox.emit(big)
+    outbox.emit(run_event(n=2))
+    report = outbox.close(10)
+    assert report.delivered == 2
+    assert report.undelivered == {"too_large": 1}
+    assert outbox.stats().retried == 0
+    assert sorted(r["event"]["n"] for r in read_topic(kafka_bootstrap, topic, 2)) == [0, 2]
+
+
+def test_broker_down_at_start_then_started(topic):
+    broker = EmbeddedBroker()
+    outbox = Outbox(
+        KafkaTransport(topic, {"bootstrap.servers": broker.bootstrap_servers}, start_timeout=1.0), **FAST
+    )
+    started = time.monotonic()
+    for i in range(20):
+        assert outbox.emit(run_event(n=i))
+    assert time.monotonic() - started < 0.5  # emit does not wait for the broker
+    assert wait_until(lambda: outbox.stats().retried >= 20, 10)
+    assert "cannot reach the Kafka brokers" in (outbox.stats().last_error or "")
+    with broker:
+        report = outbox.close(20)
+        assert report.complete
+        records = read_topic(broker.bootstrap_servers, topic, 20)
+    assert sorted(r["event"]["n"] for r in records) == list(range(20))
+
+
+def test_broker_killed_mid_stream_and_restarted(topic):
+    """Tansu is memory-only: a restarted Tansu has no topics, and (seen here) it acknowledges
+    records sent to a topic it does not have without keeping them. So the test recreates the
+    topic right after the restart, as auto-creation or an operator would on a real broker,
+    and checks what must hold whatever the broker keeps: emit never waits, nothing is lost
+    silently on our side, and events emitted after the restart arrive."""
+    with EmbeddedBroker() as broker:
+        create_topic(broker.bootstrap_servers, topic, partitions=4)
+        outbox = Outbox(
+            KafkaTransport(
+                topic, {"bootstrap.servers": broker.bootstrap_servers, "request.timeout.ms": 2000}
+            ),
+            **FAST,
+        )
+        worst = 0.0
+
+        def emit(n: int) -> None:
+            nonlocal worst
+            started = time.monotonic()
+            assert outbox.emit(run_event(n=n))
+            worst = max(worst, time.monotonic() - started)
+
+        for i in range(50):
+            emit(i)
+        assert wait_until(lambda: outbox.stats().delivered == 50, 15)
+        broker.kill()
+        for i in range(50, 100):  # the broker is gone
+            emit(i)
+            time.sleep(0.005)
+        assert wait_until(lambda: outbox.stats().retried > 0, 15)
+        assert outbox.stats().delivered == 50
+        broker.start()  # same port, empty
+        create_topic(broker.bootstrap_servers, topic, partitions=4)
+        assert wait_until(lambda: outbox.stats().delivered == 100, 30)
+        for i in range(100, 150):
+            emit(i)
+        report = outbox.close(30)
+        records = read_topic(broker.bootstrap_servers, topic, 50)
+    assert report.delivered + report.lost == 150  # every event delivered or counted
+    assert report.complete, report
+    assert {r["event"]["n"] for r in records} >= set(range(100, 150))
+    assert worst < 0.5  # emit never waited for the broker (a blocking client waits seconds)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({}, "bootstrap.servers is required"),
+        (
+            {"bootstrap.servers": "b:9092", "bootstrap.server": "x"},
+            "'bootstrap.server' is not a supported Kafka producer setting; "
+            "the supported ones are acks, batch.size",
+        ),
+        ({"bootstrap.servers": "b:9092", "acks": "most"}, "acks='most' is not valid; use all, 1 or 0"),
+        ({"bootstrap.servers": "b:9092", "linger.ms": "soon"}, "linger.ms='soon' is not a whole number"),
+        (
+            {"bootstrap.servers": "b:9092", "compression.type": "brotli"},
+            "compression.type='brotli': use one of",
+        ),
+        (
+            {"bootstrap.servers": "b:9092", "security.protocol": "TLS"},
+            "security.protocol='TLS': use one of PLAINTEXT",
+        ),
+        (
+            {"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+            "security.protocol=SASL_SSL needs sasl.username and sasl.password",
+        ),
+        (
+            {"bootstrap.servers": "b:9092", "sasl.mechanism": "GSSAPI"},
+            "sasl.mechanism='GSSAPI' is not supported",
+        ),
+        (
+            {"bootstrap.servers": "b:9092", "enable.idempotence": "true", "acks": "1"},
+            "enable.idempotence=true needs acks=all",
+        ),
+        (
+            {"bootstrap.servers": "b:9092", "ssl.ca.location": "/nonexistent/ca.pem"},
+            "cannot load the TLS files",
+        ),
+    ],
+)
+def test_invalid_producer_settings(config, message):
+    with pytest.raises(ConfigError, match=message):
+        producer_settings(config)
+
+
+def test_producer_settings_mapping():
+    settings = producer_settings(
+        {
+            "bootstrap.servers": "b1:9092, b2:9092",
+            "acks": "-1",
+            "compression.type": "gzip",
+            "linger.ms": 5,
+            "batch.size": "65536",
+            "message.max.bytes": 2_000_000,
+            "client.id": "lineagefn",
+            "request.timeout.ms": 10_000,
+            "security.protocol": "sasl_plaintext",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "user",
+            "sasl.password": "hunter2",
+            "enable.idempotence": "true",
+        }
+    )
+    assert settings == {
+        "bootstrap_servers": ["b1:9092", "b2:9092"],
+        "acks": "all",
+        "compression_type": "gzip",
+        "linger_ms": 5,
+        "max_batch_size": 65536,
+        "max_request_size": 2_000_000,
+        "client_id": "lineagefn",
+        "request_timeout_ms": 10_000,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "user",
+        "sasl_plain_password": "hunter2",
+        "enable_idempotence": True,
+    }
+    assert producer_settings({"bootstrap.servers": "b:9092"})["acks"] == "all"  # the default
+
+
+def test_from_environment_like_openlineage_python(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "kafka",
+        "OPENLINEAGE__TRANSPORT__TOPIC": "lineage-events",
+        "OPENLINEAGE__TRANSPORT__CONFIG": '{"bootstrap.servers": "broker:9092", "acks": "all", '
+        '"sasl.username": "u", "sasl.password": "hunter2", "security.protocol": "SASL_PLAINTEXT", '
+        '"sasl.mechanism": "PLAIN"}',
+        "OPENLINEAGE__TRANSPORT__FLUSH": "true",
+        "OPENLINEAGE__TRANSPORT__MESSAGEKEY": "k1",
+    }
+    outbox = Outbox.from_env(env, close_at_exit=False)
+    transport = outbox._transport
+    assert isinstance(transport, KafkaTransport)
+    assert transport.topic == "lineage-events"
+    assert transport.message_key == b"k1"
+    assert "hunter2" not in repr(transport)
+    assert "hunter2" not in repr(outbox)
+    outbox.close(0)
+    with pytest.raises(
+        ConfigError, match=r"OPENLINEAGE__TRANSPORT__CONFIG: 'batch\.sizes' is not a supported"
+    ):
+        Outbox.from_env(
+            {**env, "OPENLINEAGE__TRANSPORT__CONFIG": '{"bootstrap.servers": "b:1", "batch.sizes": 1}'}
+        )
+    with pytest.raises(ConfigError, match="OPENLINEAGE__TRANSPORT__PARTITION: 'partition' is not a Kafka"):
+        Outbox.from_env({**env, "OPENLINEAGE__TRANSPORT__PARTITION": "1"})
+
+
+def test_a_down_broker_is_logged_at_a_bounded_rate(caplog, topic):
+    import logging
+
+    broker = EmbeddedBroker()  # never started: connection refused
+    with caplog.at_level(logging.DEBUG):
+        outbox = Outbox(
+            KafkaTransport(topic, {"bootstrap.servers": broker.bootstrap_servers}, start_timeout=0.2),
+            backoff_base=0.01,
+            backoff_cap=0.02,
+            linger=0,
+            log_interval=60,
+            close_at_exit=False,
+        )
+        outbox.emit(run_event())
+        assert wait_until(lambda: outbox.stats().retried >= 30, 20)
+        outbox.close(0.1)
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # 30+ failed attempts, each with several aiokafka errors: a handful of lines in all.
+    assert len(noisy) <= 12, [f"{r.name}: {r.getMessage()}" for r in noisy]
