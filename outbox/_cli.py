@@ -86,6 +86,57 @@ def _sink(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forward(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+    import signal
+
+    from ._errors import ConfigError
+    from .forward import Forwarder
+    from .transports import HttpTransport
+
+    url = args.url or os.environ.get("OPENLINEAGE_URL")
+    if not url:
+        print(
+            "outbox forward: give --url or set OPENLINEAGE_URL (the HTTP backend to post to)", file=sys.stderr
+        )
+        return 2
+    kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
+    kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
+    try:
+        transport = HttpTransport(
+            url,
+            endpoint=args.endpoint,
+            batch_endpoint=args.batch_endpoint,
+            mode=args.mode,
+            batch_format=args.batch_format,
+            api_key=args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),
+        )
+        forwarder = Forwarder(
+            kafka_config,
+            args.topic,
+            transport,
+            group_id=args.group_id,
+            dead_letter_topic=args.dead_letter_topic,
+            progress_interval=args.progress_interval,
+            drain_timeout=args.drain_timeout,
+            session_timeout=args.session_timeout,
+            print_line=lambda line: print(line, flush=True),
+        )
+    except ConfigError as exc:
+        print(f"outbox forward: {exc}", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, forwarder.stop)
+        await forwarder.run()
+
+    asyncio.run(run())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="outbox", description="lineage-outbox tools")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +168,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     sink.add_argument("--max-body", type=int, help="answer 413 to larger bodies (bytes)")
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
     sink.set_defaults(func=_sink)
+
+    fwd = commands.add_parser("forward", help="consume OpenLineage events from Kafka and post them over HTTP")
+    fwd.add_argument(
+        "--bootstrap-servers", default="localhost:9092", help="Kafka brokers (default localhost:9092)"
+    )
+    fwd.add_argument("--topic", required=True, help="the topic to read")
+    fwd.add_argument("--group-id", default="outbox-forward", help="consumer group (default outbox-forward)")
+    fwd.add_argument("--kafka-config", help="librdkafka-style JSON settings (security, client.id, ...)")
+    fwd.add_argument("--dead-letter-topic", help="where records that are not events go (default: skip them)")
+    fwd.add_argument("--url", help="the HTTP backend (default $OPENLINEAGE_URL)")
+    fwd.add_argument(
+        "--endpoint", default="api/v1/lineage", help="single-event path (default api/v1/lineage)"
+    )
+    fwd.add_argument("--batch-endpoint", default="api/v1/lineage/batch", help="batch path")
+    fwd.add_argument(
+        "--mode", choices=["auto", "batch", "single"], default="auto", help="HTTP mode (default auto)"
+    )
+    fwd.add_argument("--batch-format", choices=["array", "openmetadata"], default="array")
+    fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
+    fwd.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
+    fwd.add_argument(
+        "--drain-timeout", type=float, default=10.0, help="seconds to finish the batch at SIGTERM"
+    )
+    fwd.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="consumer group session in seconds (default 10; Kafka needs >= 6)",
+    )
+    fwd.set_defaults(func=_forward)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     code: int = args.func(args)

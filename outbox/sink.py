@@ -155,6 +155,11 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     sink: Sink
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that resets the connection (or is killed) is not the sink's problem.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
