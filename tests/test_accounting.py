@@ -4,10 +4,11 @@ import resource
 import threading
 
 import pytest
-from helpers import FailingTransport, ScriptedTransport
 
 from outbox import Outbox, Outcome
 from outbox.transports import DELIVERED
+
+from helpers import FailingTransport, ScriptedTransport
 
 THREADS = 8
 PER_THREAD = 50_000

@@ -4,9 +4,10 @@ import threading
 import time
 
 import pytest
-from helpers import ScriptedTransport, run_event, wait_until
 
 from outbox import ConfigError, Outbox, Policy
+
+from helpers import ScriptedTransport, run_event, wait_until
 
 
 def stuck_outbox(policy: str, first=None, **kw) -> tuple[Outbox, ScriptedTransport]:

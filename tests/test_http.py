@@ -7,13 +7,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import run_event, wait_until
 
 from outbox import Outbox
 from outbox.faultproxy import FaultProxy, free_port
 from outbox.sink import Sink
 from outbox.transports import HttpTransport
 from outbox.transports.http import parse_retry_after, redact_url
+
+from helpers import run_event, wait_until
 
 FAST = {"backoff_base": 0.01, "backoff_cap": 0.05, "linger": 0.01, "close_at_exit": False}
 

@@ -11,10 +11,11 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from helpers import ScriptedTransport, run_event, wait_until
 
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED, FileTransport, MemoryTransport
+
+from helpers import ScriptedTransport, run_event, wait_until
 
 
 def make(transport, **kw) -> Outbox:

@@ -4,7 +4,6 @@ import logging
 import time
 
 import pytest
-from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -12,6 +11,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from outbox import Outbox, Outcome
 from outbox._log import RateLimitedLog
 from outbox.transports import DELIVERED
+
+from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 
 _reader = InMemoryMetricReader()
 

@@ -35,7 +35,9 @@ def test_custom_transport_example(tmp_path):
     assert re.fullmatch(r"run:ns/j \d+ bytes\n", out)
 
 
-@pytest.mark.parametrize("marker", ["demo-command", "test-command", "bench-command", "sink-command"])
+@pytest.mark.parametrize(
+    "marker", ["demo-command", "test-command", "bench-command", "sink-command", "forward-command"]
+)
 def test_commands_are_documented(marker):
     assert block_after(marker).strip()
 

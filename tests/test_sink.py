@@ -8,9 +8,10 @@ import time
 
 import httpx
 import pytest
-from helpers import run_event
 
 from outbox.sink import Sink, validate_event
+
+from helpers import run_event
 
 
 @pytest.mark.parametrize(
@@ -105,3 +106,24 @@ def test_slow_switch_delays_answers():
         started = time.monotonic()
         httpx.post(f"{sink.url}/api/v1/lineage", json=run_event())
         assert time.monotonic() - started >= 0.2
+
+
+def test_fast_and_full_validation_agree():
+    base = {"eventTime": "2026-12-02T10:00:00Z", "producer": "p", "schemaURL": "s"}
+    cases = [
+        {**base, "job": {"namespace": "n", "name": ""}},
+        {**base, "job": {"namespace": "n", "name": "j"}, "inputs": [{"namespace": "", "name": "x"}]},
+        {**base, "run": {"runId": "00005015-0000-0016-2e04-8a6dbdde4eb9"}, "job": {"namespace": "n"}},
+        {
+            **base,
+            "run": {"runId": "0000501500000016" + "2e048a6dbdde4eb9"},
+            "job": {"namespace": "n", "name": "j"},
+        },
+    ]
+    from outbox.sink import _plainly_valid
+
+    for event in cases:
+        full = validate_event(event)
+        assert _plainly_valid(event) is False or full == []
+    assert validate_event(cases[0]) == ["job.name must not be null"]
+    assert validate_event(cases[3]) == []  # uuid.UUID accepts the unhyphenated form; so do we

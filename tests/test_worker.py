@@ -4,10 +4,10 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
-
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED
+
+from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 
 
 def make(transport, **kw) -> Outbox:
