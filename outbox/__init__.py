@@ -8,29 +8,39 @@ the lineage backend.
     report = outbox.close(timeout=5)  # delivers what it can by the deadline
 """
 
+from ._bridge import OutboxTransport
 from ._buffer import Policy, Reason
 from ._errors import ConfigError, OutboxError
 from ._outbox import Outbox
+from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from ._stats import CloseReport, Stats
 from .transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = [
     "CloseReport",
     "ConfigError",
+    "DatasetRef",
+    "LineageJob",
     "Outbox",
     "OutboxError",
+    "OutboxTransport",
     "Outcome",
     "OutcomeKind",
     "Policy",
     "Reason",
+    "Run",
     "SerializedEvent",
     "Stats",
     "Transport",
+    "current_run_id",
+    "s3_dataset",
+    "trino_dataset",
 ]
 
 __version__ = "0.1.0"
 
 # Show the public names in reprs and docs, as httpx does.
 for _name in __all__:
-    globals()[_name].__module__ = "outbox"
+    if isinstance(globals()[_name], type) or callable(globals()[_name]):
+        globals()[_name].__module__ = "outbox"
 del _name

@@ -224,12 +224,13 @@ def _api_key_auth(environ: Mapping[str, str]) -> dict[str, str] | None:
     return {"type": "api_key", "apiKey": key} if key else None
 
 
-def resolve_transport_config(environ: Mapping[str, str]) -> ResolvedTransport:
-    """Apply openlineage-python's rules to ``environ`` (see the module's docstring)."""
+def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = True) -> ResolvedTransport:
+    """Apply openlineage-python's rules to ``environ`` (see the module's docstring);
+    ``read_files=False`` skips the YAML file."""
     if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
         return ResolvedTransport(None, disabled=True)
     config, origins = _env_config(environ)
-    path = _find_yaml(environ)
+    path = _find_yaml(environ) if read_files else None
     if path is not None:
         file_config = _load_yaml(path)
         config = _merge(config, file_config)

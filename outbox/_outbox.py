@@ -8,11 +8,12 @@ import concurrent.futures
 import contextlib
 import enum
 import os
+import signal
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -21,6 +22,7 @@ from ._buffer import Buffer, Policy, Reason
 from ._errors import ConfigError
 from ._log import logger
 from ._metrics import Metrics
+from ._run import LineageJob, Run, RunRecord
 from ._stats import CloseReport, Stats
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
@@ -31,7 +33,7 @@ MiB = 1024 * 1024
 _INF = float("inf")
 
 # Classes emit() has already accepted, for an O(1) check on the hot path.
-_EVENT_CLASSES: set[type] = {dict}
+_EVENT_CLASSES: set[type] = {dict, RunRecord}
 _TEXT_CLASSES = frozenset({str, bytes, bytearray})
 _event_bases: tuple[type, ...] | None = None
 
@@ -229,6 +231,13 @@ class Outbox:
         self._init_runtime()
         _LIVE.add(self)
         os.register_at_fork(after_in_child=_after_fork_hook(self))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # Sync code: start the sidecar now, so the first emit does not pay for a thread.
+            self._start_thread()
+        # else: async code; `async with` attaches the worker to this loop, or the first emit
+        # starts the thread.
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Outbox:
@@ -251,10 +260,15 @@ class Outbox:
             ConfigError: a variable is invalid; the message names it, its value and
                 what is accepted.
         """
+        return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
+
+    @classmethod
+    def _from_environment(
+        cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
+    ) -> Outbox:
         from ._config import outbox_settings, resolve_transport_config
         from .transports import MemoryTransport, transport_from_config
 
-        env = os.environ if environ is None else environ
         settings, origins = outbox_settings(env)
         for keyword, var in origins.items():
             if keyword in overrides:
@@ -264,7 +278,7 @@ class Outbox:
             except ConfigError as exc:
                 raise ConfigError(f"{var}: {exc}") from None
         settings.update(overrides)
-        resolved = resolve_transport_config(env)
+        resolved = resolve_transport_config(env, read_files=read_files)
         if resolved.disabled or (resolved.config or {}).get("type") == "noop":
             outbox = cls(MemoryTransport(), **settings)
             with outbox._buffer.lock:
@@ -447,6 +461,43 @@ class Outbox:
             finally:
                 with buf.lock:
                     buf.async_waiters.discard(waiter)
+
+    def run(
+        self,
+        job: LineageJob,
+        *,
+        inputs: Iterable[Any] = (),
+        outputs: Iterable[Any] = (),
+        run_id: str | None = None,
+    ) -> Run:
+        """A run of ``job``, as a context manager (``with`` or ``async with``): START on entry;
+        COMPLETE on success, or FAIL with an ``errorMessage`` facet and the error re-raised.
+
+        Args:
+            job: made once with :class:`LineageJob`.
+            inputs, outputs: :class:`DatasetRef` (see :func:`s3_dataset`) or
+                openlineage-python dataset objects.
+            run_id: default :func:`current_run_id` (the current trace id as a UUID).
+        """
+        return Run(self, job, inputs=inputs, outputs=outputs, run_id=run_id)
+
+    def close_on_signal(self, *signums: int) -> bool:
+        """Close (within ``shutdown_timeout``) when the process gets one of ``signums``
+        (default SIGTERM), then hand the signal on: to the handler that was installed
+        before (a function runtime's, say), or to the default action (the process ends).
+        Never replaces a handler without chaining to it.
+
+        Returns:
+            False if handlers cannot be installed here (not the main thread); the exit hook
+            still flushes at interpreter exit.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("close_on_signal() needs the main thread; relying on the exit hook")
+            return False
+        for signum in signums or (signal.SIGTERM,):
+            previous = signal.getsignal(signum)
+            signal.signal(signum, _chained_handler(self, previous))
+        return True
 
     # -- the sidecar --------------------------------------------------------------------------
 
@@ -694,6 +745,28 @@ def _after_fork_hook(outbox: Outbox) -> Callable[[], None]:
 
 def _noop() -> None:
     pass
+
+
+def _chained_handler(outbox: Outbox, previous: Any) -> Callable[[int, Any], None]:
+    def handler(signum: int, frame: Any) -> None:
+        # The signal may have interrupted this very thread inside emit(), holding the buffer's
+        # lock: closing then would wait on ourselves. A lock we can take is not held by us.
+        lock = outbox._buffer.lock
+        if lock.acquire(timeout=0.2):
+            lock.release()
+            try:
+                outbox.close()
+            except Exception as exc:  # never let the flush stop the signal's own effect
+                logger.warning("closing the outbox on signal %d failed: %r", signum, exc)
+        else:
+            logger.warning("signal %d arrived mid-emit; not flushing", signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL or previous is None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    return handler
 
 
 def _set_finished(finished: concurrent.futures.Future[None]) -> None:

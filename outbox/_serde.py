@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ._run import RunRecord
+
 __all__ = ["SerializedEvent", "event_key", "serialize", "to_plain"]
 
 _Converter = Callable[[Any], dict[str, Any]]
@@ -172,6 +174,9 @@ def serialize(event: Any) -> SerializedEvent:
             raise ValueError(f"pre-serialized event is not valid JSON: {exc}") from exc
         if not isinstance(plain, dict):
             raise ValueError(f"pre-serialized event must be a JSON object, got {type(plain).__name__}")
+    elif event.__class__ is RunRecord:
+        plain = event.to_plain()
+        body = dumps(plain)
     else:
         plain = to_plain(event)
         if not isinstance(plain, dict):

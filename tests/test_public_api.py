@@ -7,15 +7,22 @@ def test_all_is_pinned_and_sorted():
     assert outbox.__all__ == [
         "CloseReport",
         "ConfigError",
+        "DatasetRef",
+        "LineageJob",
         "Outbox",
         "OutboxError",
+        "OutboxTransport",
         "Outcome",
         "OutcomeKind",
         "Policy",
         "Reason",
+        "Run",
         "SerializedEvent",
         "Stats",
         "Transport",
+        "current_run_id",
+        "s3_dataset",
+        "trino_dataset",
     ]
     assert outbox.__all__ == sorted(outbox.__all__)
 
