@@ -1,6 +1,7 @@
 """The README's examples run, and its commands exist."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,7 +43,32 @@ def test_commands_are_documented(marker):
     assert block_after(marker).strip()
 
 
-def test_demo_runs(tmp_path):
+def test_the_demo_runs(tmp_path):
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_", "VASTPIPELINE"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "function"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the sink received 4 events" in result.stdout
+    assert "all as expected" in result.stdout
+
+
+def test_run_helpers_example(tmp_path):
+    out = run_python(block_after("example: run-helpers"), tmp_path)
+    assert out.strip() == "all delivered"
+    events = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "FAIL"]
+    assert events[3]["run"]["facets"]["errorMessage"]["message"] == "cannot process lineage-src/orders.bad"
+
+
+def test_outbox_demo_command_runs(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "outbox._cli", "demo", "--runs", "3", "--file", str(tmp_path / "d.jsonl")],
         capture_output=True,

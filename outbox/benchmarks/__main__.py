@@ -274,6 +274,72 @@ def bench_http_throughput(mode: str, n: int) -> dict[str, float]:
     }
 
 
+def bench_handler(invocations: int) -> dict[str, float]:
+    """A handler's whole lineage cost per invocation (START + COMPLETE, construction included),
+    three ways, in one run: the run helpers; hand-built RunEvents handed to outbox.emit; and
+    the same through an unchanged OpenLineageClient whose transport is OutboxTransport."""
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.event_v2 import InputDataset, Job, Run
+    from openlineage.client.facet_v2 import job_type_job
+
+    from outbox import LineageJob, OutboxTransport, s3_dataset
+    from outbox._bridge import OutboxConfig
+
+    facets: dict[str, Any] = {
+        "jobType": job_type_job.JobTypeJobFacet(
+            processingType="STREAMING", integration="VAST_DATAENGINE", jobType="FUNCTION"
+        )
+    }
+    template = LineageJob(
+        "vast-dataengine://my-tenant", "lineage-demo.lineagefn", facets=facets, producer=PRODUCER
+    )
+    job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn", facets=facets)
+    outbox = Outbox(NullTransport(), close_at_exit=False)
+    transport = OutboxTransport(OutboxConfig({"type": "outbox.OutboxTransport", "close_at_exit": False}))
+    transport.outbox.close(0)
+    transport.outbox = Outbox(NullTransport(), close_at_exit=False)
+    client = OpenLineageClient(transport=transport)
+    run_id = "00005015-0000-0016-2e04-8a6dbdde4eb9"
+
+    def helpers() -> None:
+        with outbox.run(template, inputs=[s3_dataset("docs-src", "lineage-src/orders.csv")], run_id=run_id):
+            pass
+
+    def by_hand(emit: Any) -> Any:
+        def invocation() -> None:
+            run = Run(runId=run_id)
+            inputs = [InputDataset(namespace="s3://docs-src", name="lineage-src/orders.csv")]
+            for state in (RunState.START, RunState.COMPLETE):
+                emit(
+                    RunEvent(
+                        eventType=state,
+                        eventTime=datetime.now(UTC).isoformat(),
+                        run=run,
+                        job=job,
+                        producer=PRODUCER,
+                        inputs=inputs,
+                    )
+                )
+
+        return invocation
+
+    contenders = {"helpers": helpers, "hand_built": by_hand(outbox.emit), "drop_in": by_hand(client.emit)}
+    results: dict[str, float] = {}
+    for name, invocation in contenders.items():
+        samples = []
+        for i in range(invocations):
+            started = time.perf_counter_ns()
+            invocation()
+            samples.append(time.perf_counter_ns() - started)
+            if i % 500 == 499:
+                outbox.flush(10)
+                transport.outbox.flush(10)
+        results[name] = statistics.median(samples) / 1000
+    outbox.close(5)
+    client.close(5)
+    return results
+
+
 def bench_sink_capacity(batches: int = 50, size: int = 1000) -> float:
     """What `outbox sink` itself can take: pre-serialized batches posted back to back by a
     plain httpx client (no outbox). The ceiling for the outbox's HTTP figures."""
@@ -406,6 +472,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  openlineage-python Serde.to_json               {ser['serde_per_s']:>12,.0f}")
     print(f"  outbox (in the sidecar)                        {ser['outbox_per_s']:>12,.0f}")
     print(f"  ratio {ser['ratio']:.1f}x (target >= 3x: {'met' if ser['ratio'] >= 3 else 'NOT met'})\n")
+
+    handler = bench_handler(5000)
+    results["handler_us"] = handler
+    print("a handler's lineage per invocation (START + COMPLETE, building the events included), median")
+    print(f"  run helpers (outbox.run, LineageJob, s3_dataset)      {handler['helpers']:>8.1f} µs")
+    print(
+        f"  hand-built RunEvents + outbox.emit                    {handler['hand_built']:>8.1f} µs"
+        f"  ({handler['hand_built'] / handler['helpers']:.1f}x the helpers)"
+    )
+    print(
+        f"  unchanged OpenLineageClient + OutboxTransport         {handler['drop_in']:>8.1f} µs"
+        f"  ({handler['drop_in'] / handler['helpers']:.1f}x the helpers)\n"
+    )
 
     if args.flood:
         flood = bench_flood(args.flood)

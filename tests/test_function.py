@@ -1,0 +1,188 @@
+"""The DataEngine function on the outbox, run the way the platform runs it."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from function.__main__ import expected, simulate
+from outbox.faultproxy import free_port
+from outbox.sink import Sink
+
+from helpers import wait_until
+from kafka_helpers import read_topic
+
+ROOT = Path(__file__).parent.parent
+SPEC = ROOT.parent / "shared" / "openlineage-spec" / "OpenLineage.json"
+OBJECTS = ("docs-src/lineage-src/orders.csv", "docs-src/lineage-src/orders.bad")
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no openlineage.yml
+    for name in list(os.environ):
+        if name.startswith(("OPENLINEAGE", "OUTBOX_")):
+            monkeypatch.delenv(name)
+    for name, value in {
+        "VASTPIPELINE_PIPELINE_NAME": "lineage-demo",
+        "VASTPIPELINE_FUNCTION_DEPLOYMENT_NAME": "lineagefn",
+        "LINEAGE_NAMESPACE": "vast-dataengine://my-tenant",
+        "OUTBOX_CLOSE_AT_EXIT": "false",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return monkeypatch
+
+
+def fresh_module(name="function.main"):
+    import importlib
+
+    module = importlib.import_module(name)
+    return importlib.reload(module)
+
+
+def restore_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_the_function_against_the_sink(clean_env):
+    with Sink() as sink:
+        clean_env.setenv("OPENLINEAGE_URL", sink.url)
+        module, calls = simulate(OBJECTS, fresh_module())
+        report = module.outbox.close(5)
+        restore_sigterm()
+        events = sink.events
+    assert expected(calls) == []
+    assert report.delivered == 4
+    assert calls[1].error == "ValueError: cannot process lineage-src/orders.bad"  # re-raised
+    assert sorted((e["inputs"][0]["name"], e["eventType"]) for e in events) == [
+        ("lineage-src/orders.bad", "FAIL"),
+        ("lineage-src/orders.bad", "START"),
+        ("lineage-src/orders.csv", "COMPLETE"),
+        ("lineage-src/orders.csv", "START"),
+    ]
+    for event in events:
+        assert event["job"]["namespace"] == "vast-dataengine://my-tenant"
+        assert event["job"]["name"] == "lineage-demo.lineagefn"
+        assert event["job"]["facets"]["jobType"]["processingType"] == "STREAMING"
+        assert event["job"]["facets"]["jobType"]["integration"] == "VAST_DATAENGINE"
+        assert event["job"]["facets"]["jobType"]["jobType"] == "FUNCTION"
+        assert event["inputs"][0]["namespace"] == "s3://docs-src"
+        assert event["producer"] == "https://example.com/lineage-demo"
+    by_key = {call.key: call for call in calls}
+    for event in events:
+        call = by_key[event["inputs"][0]["name"]]
+        assert event["run"]["runId"] == call.run_id
+        assert event["run"]["runId"].replace("-", "") == call.trace_id
+    fail = next(e for e in events if e["eventType"] == "FAIL")
+    facet = fail["run"]["facets"]["errorMessage"]
+    assert facet["message"] == "cannot process lineage-src/orders.bad"
+    assert facet["programmingLanguage"] == "python"
+    assert "ValueError: cannot process lineage-src/orders.bad" in facet["stackTrace"]
+    if not SPEC.exists():
+        pytest.skip(f"LOUD: the OpenLineage spec is absent at {SPEC}; conformance NOT checked")
+    import jsonschema
+
+    schema = json.loads(SPEC.read_text())
+    for event in events:
+        jsonschema.validate(event, {**schema, "$ref": "#/$defs/RunEvent"})
+
+
+def test_a_down_backend_does_not_slow_the_handler(clean_env):
+    objects = [f"docs-src/lineage-src/o{i}.csv" for i in range(200)]
+    clean_env.setenv("OPENLINEAGE_DISABLED", "true")
+    module, off = simulate(objects, fresh_module())
+    module.outbox.close(1)
+    clean_env.delenv("OPENLINEAGE_DISABLED")
+    clean_env.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{free_port()}")  # connection refused
+    module, down = simulate(objects, fresh_module())
+    assert wait_until(lambda: module.outbox.stats().retried > 0, 10)  # it really tried the dead backend
+    stats = module.outbox.stats()
+    module.outbox.close(0.2)
+    restore_sigterm()
+    assert stats.delivered == 0
+    median_off = statistics.median(c.seconds for c in off[20:])
+    median_down = statistics.median(c.seconds for c in down[20:])
+    # Loose on purpose (a shared machine): a blocking client would add seconds per call.
+    assert median_down < 5 * median_off + 0.002, (median_off, median_down)
+
+
+def test_the_kafka_pipeline_variables(clean_env, kafka_bootstrap, topic):
+    clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "kafka")
+    clean_env.setenv("OPENLINEAGE__TRANSPORT__TOPIC", topic)
+    clean_env.setenv(
+        "OPENLINEAGE__TRANSPORT__CONFIG", json.dumps({"bootstrap.servers": kafka_bootstrap, "acks": "all"})
+    )
+    module, calls = simulate(OBJECTS, fresh_module())
+    report = module.outbox.close(10)
+    restore_sigterm()
+    assert report.delivered == 4
+    records = read_topic(kafka_bootstrap, topic, 4)
+    assert {r["key"] for r in records} == {"run:vast-dataengine://my-tenant/lineage-demo.lineagefn"}
+    assert sorted(r["event"]["eventType"] for r in records) == ["COMPLETE", "FAIL", "START", "START"]
+    assert expected(calls) == []
+
+
+def test_the_unchanged_openlineage_client_handler_through_outbox_transport(clean_env):
+    with Sink() as sink:
+        clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "outbox.OutboxTransport")
+        clean_env.setenv("OPENLINEAGE_URL", sink.url)
+        module, calls = simulate(OBJECTS, fresh_module("seed_lineagefn"))
+        assert type(module.client.transport).__name__ == "OutboxTransport"
+        module.client.close(5)
+        events = sink.events
+    assert sorted(e["eventType"] for e in events) == ["COMPLETE", "FAIL", "START", "START"]
+    assert {e["run"]["runId"].replace("-", "") for e in events} == {c.trace_id for c in calls}
+    assert calls[1].error == "ValueError: cannot process lineage-src/orders.bad"
+
+
+SUBPROCESS = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from function.__main__ import simulate
+    if sys.argv[1] == "chained":
+        def runtime_handler(signum, frame):
+            open({marker!r}, "w").write("runtime handler ran")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, runtime_handler)
+    module, calls = simulate(["docs-src/lineage-src/orders.csv", "docs-src/lineage-src/orders.bad"])
+    if sys.argv[1] == "exit":
+        sys.exit(0)  # no close(): the exit hook flushes
+    os.kill(os.getpid(), signal.SIGTERM)
+    import time; time.sleep(30)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigterm", "chained"])
+def test_exit_and_sigterm_flush(clean_env, tmp_path, how):
+    marker = tmp_path / "marker"
+    code = SUBPROCESS.format(root=str(ROOT), marker=str(marker))
+    with Sink() as sink:
+        env = {
+            **os.environ,
+            "OPENLINEAGE_URL": sink.url,
+            "OUTBOX_LINGER": "30",
+            "OUTBOX_CLOSE_AT_EXIT": "true",
+        }
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-c", code, how], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert time.monotonic() - started < 20
+        events = sink.events
+    assert len(events) == 4, result.stderr  # the 30 s linger never elapsed: the flush sent them
+    if how == "exit":
+        assert result.returncode == 0
+    elif how == "sigterm":
+        assert result.returncode == -signal.SIGTERM  # the default action, handed on
+    else:
+        assert result.returncode == 0
+        assert marker.read_text() == "runtime handler ran"  # chained, not replaced
