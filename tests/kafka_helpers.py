@@ -72,14 +72,19 @@ def produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | 
 
 
 async def _committed(bootstrap: str, topic: str, group: str) -> int:
-    from aiokafka import TopicPartition
+    from aiokafka import AIOKafkaProducer, TopicPartition
 
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)  # partitions_for waits on metadata
+    await producer.start()
+    try:
+        partitions = await producer.partitions_for(topic)
+    finally:
+        await producer.stop()
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer.topics()
         total = 0
-        for p in consumer.partitions_for_topic(topic) or ():
+        for p in partitions:
             total += await consumer.committed(TopicPartition(topic, p)) or 0
         return total
     finally:

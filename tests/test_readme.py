@@ -37,7 +37,8 @@ def test_custom_transport_example(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "marker", ["demo-command", "test-command", "bench-command", "sink-command", "forward-command"]
+    "marker",
+    ["demo-command", "test-command", "bench-command", "sink-command", "forward-command", "e2e-command"],
 )
 def test_commands_are_documented(marker):
     assert block_after(marker).strip()
