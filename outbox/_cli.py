@@ -138,6 +138,9 @@ def _forward(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its own parser: outbox bench --help
+        return _bench_passthrough(argv[1:])
     parser = argparse.ArgumentParser(prog="outbox", description="lineage-outbox tools")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="emit a few runs through the outbox into a JSON-lines file")
@@ -202,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     code: int = args.func(args)
     return code
+
+
+def _bench_passthrough(argv: Sequence[str]) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(argv)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def percentiles(samples_ns: list[int]) -> dict[str, float]:
     n = len(ordered)
 
     def rank(p: float) -> float:
-        return ordered[min(n - 1, max(0, math.ceil(p / 100 * n) - 1))] / 1000
+        return ordered[min(n - 1, max(0, math.ceil(round(p / 100 * n, 9)) - 1))] / 1000
 
     return {"p50": rank(50), "p99": rank(99), "p99.9": rank(99.9), "max": ordered[-1] / 1000}
 
