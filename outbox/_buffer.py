@@ -36,7 +36,7 @@ class Reason:
     DROPPED_FULL = "dropped_full"
     #: ``emit`` after ``close`` began.
     AFTER_CLOSE = "after_close"
-    #: Still undelivered when the close deadline passed.
+    #: Not acknowledged when the close deadline passed (a request cut off then may still have arrived).
     DROPPED_SHUTDOWN = "dropped_shutdown"
     #: The backend refused the event for good (HTTP 400/422, ...).
     REJECTED_BY_BACKEND = "rejected_by_backend"

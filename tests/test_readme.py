@@ -38,7 +38,15 @@ def test_custom_transport_example(tmp_path):
 
 @pytest.mark.parametrize(
     "marker",
-    ["demo-command", "test-command", "bench-command", "sink-command", "forward-command", "e2e-command"],
+    [
+        "demo-command",
+        "test-command",
+        "bench-command",
+        "sink-command",
+        "forward-command",
+        "e2e-command",
+        "quick-bench-command",
+    ],
 )
 def test_commands_are_documented(marker):
     assert block_after(marker).strip()

@@ -54,6 +54,7 @@ _BATCH_UNSUPPORTED = frozenset({404, 405, 501})
 _MISCONFIGURED = frozenset({401, 403, 404, 405})
 _USER_AGENT = "lineage-outbox/0.1.0"
 _SEND_BUFFER = 4 * 1024 * 1024
+_DEADLINE_MARGIN = 0.05
 # RETRY reasons that mean every request would fail alike (unreachable, misconfigured).
 _STOP_REASONS = frozenset({"network", "timeout"} | {f"http_{status}" for status in _MISCONFIGURED})
 
@@ -265,7 +266,9 @@ class HttpTransport:
 
     async def _post(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
         """POST; a network failure or timeout comes back as a RETRY outcome."""
-        budget = min(self.timeout, deadline - time.monotonic())
+        # Answer a little before the deadline: the worker cancels send() at the deadline, and a
+        # cancelled send loses the outcomes of the requests that did succeed.
+        budget = min(self.timeout, deadline - time.monotonic() - _DEADLINE_MARGIN)
         if budget <= 0:
             return Outcome.retry("timeout", f"no time left to POST {redact_url(url)}")
         if self.compression == "gzip":
