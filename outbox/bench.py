@@ -229,11 +229,9 @@ def run_child(spec: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any]
 
 
 def _has_confluent_kafka() -> bool:
-    try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("confluent_kafka") is not None
 
 
 def bench(args: argparse.Namespace, progress: Any = None) -> list[Result]:

@@ -24,7 +24,7 @@ import time
 from types import TracebackType
 from typing import Self
 
-__all__ = ["EmbeddedBroker", "broker_binary"]
+__all__ = ["EmbeddedBroker", "broker_binary", "start_server", "stop_process"]
 
 
 def broker_binary() -> str:
@@ -45,6 +45,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_server(
+    command: list[str], port: int, log_path: str, timeout: float, name: str
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its output in ``log_path`` and wait until it listens on
+    ``127.0.0.1:port``; a clear error naming the log if it exits or never listens."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited at start; see {log_path}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return process
+        except OSError:
+            time.sleep(0.02)
+    stop_process(process, grace=5.0)
+    raise RuntimeError(f"{name} did not listen on {port} within {timeout} s; see {log_path}")
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
 class EmbeddedBroker:
     """Tansu on ``127.0.0.1:port`` (a free port by default); ``stop()``/``start()`` again keeps
     the port, so clients see a broker go away and come back (empty: it is memory-only)."""
@@ -60,37 +91,14 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> Self:
         url = f"tcp://127.0.0.1:{self.port}"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        self._process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the embedded broker exited at start; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.01)
-        self.stop()
-        raise RuntimeError(
-            f"the embedded broker did not listen on {self.port} within {timeout} s; see {self.log_path}"
-        )
+        command = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        self._process = start_server(command, self.port, self.log_path, timeout, "the embedded broker")
+        return self
 
     def stop(self) -> None:
         """Terminate (SIGTERM, then SIGKILL after 5 s)."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_process(process, grace=5.0)
 
     def kill(self) -> None:
         """Die at once (SIGKILL), as a crashed broker does."""

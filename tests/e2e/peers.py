@@ -16,8 +16,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from outbox.broker import start_server, stop_process
 
 KAFKA_VERSION = "4.4.0"
 CACHE = Path(os.environ.get("OUTBOX_PEERS_CACHE", Path.home() / ".cache" / "lineage-outbox"))
@@ -146,35 +147,14 @@ class ApacheKafka:
                 text=True,
                 check=True,
             )
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self._process = subprocess.Popen(
-            [self._java, "-Xmx512m", "-cp", self._classpath, "kafka.Kafka", str(properties)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"Kafka exited at start; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"Kafka did not listen within {timeout} s; see {self.log_path}")
+        command = [self._java, "-Xmx512m", "-cp", self._classpath, "kafka.Kafka", str(properties)]
+        self._process = start_server(command, self.port, str(self.log_path), timeout, "Kafka")
+        return self
 
     def stop(self) -> None:
         """A clean shutdown (SIGTERM); the logs stay for the next start."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        stop_process(process, grace=60.0)
 
     def remove(self) -> None:
         self.stop()
