@@ -33,6 +33,8 @@ CLOSE_GRACE = 0.5
 # How long a new send gets to put its request on the wire before the worker serializes the
 # next batch (serializing holds the loop, and the GIL, for a few milliseconds).
 _PREFETCH_AFTER = 0.001
+# Below this many seconds before the close deadline the worker stops sending.
+_NO_TIME_LEFT = 0.1
 
 
 class CircuitState(enum.Enum):
@@ -149,6 +151,12 @@ class Worker:
                 batch = self._serialize(taken)
                 if not batch:
                     continue
+            if self._deadline - time.monotonic() <= _NO_TIME_LEFT:
+                # Too close to the close deadline for a request to finish: wait for it (it
+                # cancels this task) rather than spin on attempts that cannot succeed.
+                self._pending = batch
+                await asyncio.sleep(self._deadline - time.monotonic() + 1.0)
+                continue
             self._sending = batch
             sending = asyncio.create_task(self._send(batch), name="outbox-send")
             try:
@@ -317,7 +325,8 @@ class Worker:
 
     def _apply(self, items: list[_InFlight], outcomes: Sequence[Outcome], elapsed: float) -> None:
         s = self.settings
-        retry: list[_InFlight] = []
+        retry: list[_InFlight] = []  # RETRY and DEFERRED, in the batch's order
+        retries = 0  # of which RETRY
         delivered = 0
         settled_bytes = 0
         lost: dict[str, int] = {}
@@ -330,9 +339,12 @@ class Worker:
                 settled_bytes += item[2]
             elif kind is OutcomeKind.RETRY:
                 retry.append(item)
+                retries += 1
                 error = outcome
                 if outcome.retry_after is not None:
                     retry_after = max(retry_after or 0.0, outcome.retry_after)
+            elif kind is OutcomeKind.DEFERRED:
+                retry.append(item)
             else:
                 reason = outcome.reason or Reason.REJECTED_BY_BACKEND
                 lost[reason] = lost.get(reason, 0) + 1
@@ -344,13 +356,13 @@ class Worker:
                 self._sending = self._pending = []
                 return
             buf.delivered += delivered
-            buf.retried += len(retry)
+            buf.retried += retries
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
             self._sending = []
             self._pending = retry
             self._settle_locked(len(items) - len(retry), settled_bytes, retry)
-        self.metrics.batch_sent(elapsed, delivered, len(retry), sum(lost.values()))
+        self.metrics.batch_sent(elapsed, delivered, retries, sum(lost.values()))
         if error is not None:
             self.last_error = error.detail or error.reason
         if lost:
@@ -360,9 +372,11 @@ class Worker:
                 sum(lost.values()),
                 self.last_error,
             )
-        if not retry:
+        if not retries:
+            # All sent, or the rest deferred by the transport: go on at once.
             self.failures = 0
             self.circuit = CircuitState.CLOSED
+            self._retry_at = 0.0
             return
         if delivered or lost:
             # Progress: the backend answers, a few events must go again.
@@ -390,7 +404,7 @@ class Worker:
         self.log.warning(
             "retry",
             "could not deliver %d event(s), retrying in %.2f s: %s",
-            len(retry),
+            retries,
             delay,
             self.last_error,
         )

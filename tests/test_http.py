@@ -417,3 +417,20 @@ def test_close_keeps_what_was_acknowledged_when_single_mode_runs_out_of_time(sin
     # deadline may have arrived unacknowledged (4 at a time).
     assert report.delivered <= arrived <= report.delivered + 4
     assert report.delivered + report.undelivered["dropped_shutdown"] == 100
+
+
+def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink):
+    # The batch is on its way (with a far deadline) when close(1.5) begins: the transport's
+    # one-second slices hand the rest back, and the next call carries close's own deadline.
+    sink.behaviour.delay = 0.3
+    outbox = outbox_for(sink.url, mode="single", max_concurrent_requests=4, linger=0)
+    for i in range(100):
+        outbox.emit(run_event(n=i))
+    assert wait_until(lambda: len(sink.requests) >= 1, 5)
+    report = outbox.close(1.5)
+    arrived = len(sink.events)
+    assert report.delivered >= 8
+    assert report.delivered <= arrived <= report.delivered + 4
+    assert report.delivered + report.undelivered["dropped_shutdown"] == 100
+    # Deferred events are not failures; only the requests cut off at the deadline (4 at a time) are.
+    assert outbox.stats().retried <= 4

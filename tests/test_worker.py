@@ -272,3 +272,33 @@ async def test_emit_async_under_block_gives_up_at_block_timeout():
     assert await outbox.emit_async(run_event(n=1)) is False
     assert outbox.stats().dropped == {"dropped_full": 1}
     await outbox.aclose(0.1)
+
+
+class SlicingTransport:
+    """Sends the first three events of each call and defers the rest, as a transport that
+    limits how long one call may take does."""
+
+    def __init__(self):
+        self.calls = []
+
+    async def send(self, batch, deadline):
+        self.calls.append(len(batch))
+        return [DELIVERED] * min(3, len(batch)) + [Outcome.deferred()] * max(0, len(batch) - 3)
+
+    async def aclose(self):
+        pass
+
+
+def test_deferred_events_go_again_at_once_and_are_not_retries():
+    transport = SlicingTransport()
+    outbox = make(transport, linger=0.2, backoff_base=5.0, backoff_cap=5.0)  # a backoff would be seen
+    for i in range(10):
+        outbox.emit(run_event(n=i))
+    started = time.monotonic()
+    assert outbox.flush(3)
+    assert time.monotonic() - started < 2.5
+    stats = outbox.stats()
+    assert stats.delivered == 10
+    assert stats.retried == 0
+    assert transport.calls == [10, 7, 4, 1]
+    outbox.close(1)

@@ -19,6 +19,9 @@ class OutcomeKind(enum.Enum):
     RETRY = "retry"
     #: Never deliverable (bad event, too large, ...); counted under ``Outcome.reason``.
     REJECTED = "rejected"
+    #: Not sent this time, by the transport's choice (it used the time it allows one call);
+    #: the outbox sends it again at once, ahead of anything newer. Not a failure.
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +49,16 @@ class Outcome:
         return Outcome(OutcomeKind.RETRY, reason, detail, retry_after)
 
     @staticmethod
+    def deferred() -> Outcome:
+        return _DEFERRED
+
+    @staticmethod
     def rejected(reason: str = "rejected_by_backend", detail: str = "") -> Outcome:
         return Outcome(OutcomeKind.REJECTED, reason, detail)
 
 
 DELIVERED = Outcome(OutcomeKind.DELIVERED)
+_DEFERRED = Outcome(OutcomeKind.DEFERRED)
 
 
 @runtime_checkable
@@ -64,9 +72,11 @@ class Transport(Protocol):
     the error.)  ``deadline`` is a ``time.monotonic()`` value: return by then;
     the worker cancels ``send`` at the deadline if it has not returned.
 
-    Keep each run's events in order: if an event of a run is RETRY, a later
-    event of the same run in the batch must not be delivered before it (send
-    them in order, or return RETRY for the later ones too).
+    Keep each run's events in order: if an event of a run is RETRY or DEFERRED,
+    a later event of the same run in the batch must not be delivered before it
+    (send them in order, or return the same outcome for the later ones too).
+    Return a little before ``deadline`` rather than be cancelled at it: a
+    cancelled call's outcomes are lost, and its events count as undelivered.
     """
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]: ...

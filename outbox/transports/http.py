@@ -55,6 +55,7 @@ _MISCONFIGURED = frozenset({401, 403, 404, 405})
 _USER_AGENT = "lineage-outbox/0.1.0"
 _SEND_BUFFER = 4 * 1024 * 1024
 _DEADLINE_MARGIN = 0.05
+_SINGLE_SLICE = 1.0
 # RETRY reasons that mean every request would fail alike (unreachable, misconfigured).
 _STOP_REASONS = frozenset({"network", "timeout"} | {f"http_{status}" for status in _MISCONFIGURED})
 
@@ -270,7 +271,7 @@ class HttpTransport:
         # cancelled send loses the outcomes of the requests that did succeed.
         budget = min(self.timeout, deadline - time.monotonic() - _DEADLINE_MARGIN)
         if budget <= 0:
-            return Outcome.retry("timeout", f"no time left to POST {redact_url(url)}")
+            return Outcome.deferred()  # no time to try: not a failure of the backend
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=5)
         try:
@@ -362,19 +363,30 @@ class HttpTransport:
             lanes.setdefault(lane, []).append(index)
         gate = asyncio.Semaphore(self.max_concurrent_requests)
         stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
+        # One call sends for at most _SINGLE_SLICE seconds and defers the rest, so that a close()
+        # that begins meanwhile soon gets a call whose deadline is its own.
+        slice_end = time.monotonic() + _SINGLE_SLICE
 
         async def run_lane(indexes: list[int]) -> None:
             for position, index in enumerate(indexes):
                 if stop:
                     outcome: Outcome = stop[0]
+                elif time.monotonic() >= slice_end:
+                    for later in indexes[position:]:
+                        outcomes[later] = Outcome.deferred()
+                    return
                 else:
                     async with gate:
+                        if time.monotonic() >= slice_end:  # the slice ended while we queued
+                            for later in indexes[position:]:
+                                outcomes[later] = Outcome.deferred()
+                            return
                         outcome = await self._send_one(batch[index], deadline)
                     if outcome.kind is OutcomeKind.RETRY and outcome.reason in _STOP_REASONS:
                         # Every other request would fail the same way: keep the rest for later.
                         stop.append(outcome)
                 outcomes[index] = outcome
-                if outcome.kind is OutcomeKind.RETRY:
+                if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.DEFERRED):
                     # Later events of this run must not overtake this one.
                     for later in indexes[position + 1 :]:
                         outcomes[later] = outcome
