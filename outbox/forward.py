@@ -213,6 +213,9 @@ class Forwarder:
                     retry.append((event, outcome))
             if not retry:
                 return True
+            events = [event for event, _ in retry]
+            if all(outcome.kind is OutcomeKind.DEFERRED for _, outcome in retry):
+                continue  # handed back unsent by the transport: again at once
             attempt += 1
             retry_after = max((o.retry_after or 0.0) for _, o in retry)
             delay = retry_after or random.uniform(
@@ -221,7 +224,6 @@ class Forwarder:
             logger.warning(
                 "could not deliver %d event(s), retrying in %.2f s: %s", len(retry), delay, retry[0][1].detail
             )
-            events = [event for event, _ in retry]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
             if self._stopping.is_set() and time.monotonic() >= self._drain_deadline:
