@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "parse_bool",
     "parse_size",
     "resolve_transport_config",
+    "tls_context",
 ]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -69,6 +71,23 @@ def parse_size(name: str, raw: str) -> int:
     if match is None or unit not in _UNITS:
         raise ConfigError(f"{name}={raw!r} is not a size; use a whole number of bytes, or e.g. 512KiB, 64MiB")
     return int(match.group(1)) * _UNITS[unit]
+
+
+def tls_context(
+    cafile: str | None, cert: str | None, key: str | None, *, described: str, verify: bool = True
+) -> ssl.SSLContext:
+    """A client TLS context (a CA bundle, a client certificate); ConfigError naming the
+    settings (``described``) when a file cannot be loaded."""
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        if not verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if cert:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files ({described}): {exc}") from exc
+    return context
 
 
 def _parse_int(name: str, raw: str) -> int:

@@ -109,3 +109,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.002)
     return predicate()
+
+
+class TimedEmitter:
+    """Emits ``run_event(n=n)`` through an outbox, asserting acceptance and keeping the
+    slowest call: a transport that made emit wait would show here in seconds."""
+
+    def __init__(self, outbox: Any) -> None:
+        self.outbox = outbox
+        self.worst = 0.0
+
+    def __call__(self, n: int) -> None:
+        started = time.monotonic()
+        assert self.outbox.emit(run_event(n=n))
+        self.worst = max(self.worst, time.monotonic() - started)

@@ -10,7 +10,7 @@ from outbox.broker import EmbeddedBroker
 from outbox.transports import KafkaTransport
 from outbox.transports.kafka import producer_settings
 
-from helpers import run_event, wait_until
+from helpers import TimedEmitter, run_event, wait_until
 from kafka_helpers import create_topic, read_topic
 
 FAST = {"backoff_base": 0.05, "backoff_cap": 0.5, "linger": 0.01, "close_at_exit": False}
@@ -93,13 +93,7 @@ def test_broker_killed_mid_stream_and_restarted(topic):
             ),
             **FAST,
         )
-        worst = 0.0
-
-        def emit(n: int) -> None:
-            nonlocal worst
-            started = time.monotonic()
-            assert outbox.emit(run_event(n=n))
-            worst = max(worst, time.monotonic() - started)
+        emit = TimedEmitter(outbox)
 
         for i in range(50):
             emit(i)
@@ -120,7 +114,7 @@ def test_broker_killed_mid_stream_and_restarted(topic):
     assert report.delivered + report.lost == 150  # every event delivered or counted
     assert report.complete, report
     assert {r["event"]["n"] for r in records} >= set(range(100, 150))
-    assert worst < 0.5  # emit never waited for the broker (a blocking client waits seconds)
+    assert emit.worst < 0.5  # emit never waited for the broker (a blocking client waits seconds)
 
 
 @pytest.mark.parametrize(

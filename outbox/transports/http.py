@@ -39,7 +39,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
-from .._config import ResolvedTransport
+from .._config import ResolvedTransport, tls_context
 from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
@@ -459,25 +459,15 @@ def _read_batch_answer(response: httpx.Response, size: int) -> list[Outcome]:
 
 
 def _ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:
-    if verify is False:
-        if cert:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            context.load_cert_chain(cert, key)
-            return context
-        return False
-    if verify is True and not cert:
-        return True
-    try:
-        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-        if cert:
-            context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
-            f"cannot load the TLS files (verify={verify!r}, client_cert={cert!r}): {exc}"
-        ) from exc
-    return context
+    if not cert and isinstance(verify, bool):
+        return verify  # httpx's own default context, or no verification
+    return tls_context(
+        verify if isinstance(verify, str) else None,
+        cert,
+        key,
+        verify=verify is not False,
+        described=f"verify={verify!r}, client_cert={cert!r}",
+    )
 
 
 # -- openlineage-python configuration ------------------------------------------------------------

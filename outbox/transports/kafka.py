@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._config import ResolvedTransport
+from .._config import ResolvedTransport, tls_context
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs
 from ._base import DELIVERED, Outcome, SerializedEvent
@@ -348,15 +348,7 @@ def _ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext:
     key = config.get("ssl.key.location")
     if key and not cert:
         raise ConfigError("ssl.key.location needs ssl.certificate.location")
-    try:
-        context = ssl.create_default_context(cafile=ca)
-        if cert:
-            context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
-            f"cannot load the TLS files (ssl.ca.location={ca!r}, ssl.certificate.location={cert!r}): {exc}"
-        ) from exc
-    return context
+    return tls_context(ca, cert, key, described=f"ssl.ca.location={ca!r}, ssl.certificate.location={cert!r}")
 
 
 def _check_codec(codec: str) -> None:
