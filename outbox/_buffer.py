@@ -46,6 +46,11 @@ class Reason:
     INVALID_EVENT = "invalid_event"
     #: Lineage is turned off (``OPENLINEAGE_DISABLED=true``).
     DISABLED = "disabled"
+    #: ``emit`` from a signal handler (or a finalizer) that interrupted its own thread inside
+    #: the outbox: waiting for the lock that very thread holds would deadlock.
+    DROPPED_REENTRANT = "dropped_reentrant"
+    #: The worker stopped without being closed (see ``Stats.last_error``); nothing can be sent.
+    WORKER_STOPPED = "worker_stopped"
 
 
 # An event taken by the worker: (sequence number, the event as given, its size in bytes:
@@ -66,7 +71,13 @@ class Buffer:
         self.max_bytes = max_bytes
         self.policy = policy
         self.block_timeout = block_timeout
-        self.lock = threading.Lock()
+        # Re-entrant only so that the outbox can *detect* re-entry (``lock._is_owned()``) by a
+        # signal handler or finalizer on a thread that holds it, and refuse instead of waiting
+        # on itself; no code path ever takes it twice.
+        self.lock = threading.RLock()
+        #: True when the calling thread holds the lock: the caller is a signal handler or
+        #: finalizer that interrupted that thread inside the outbox.
+        self.owned: Callable[[], bool] = self.lock._is_owned  # type: ignore[attr-defined]
         # Notified (under the lock) whenever events leave the buffer: room for blocked
         # emitters, progress for flush waiters.
         self.progress = threading.Condition(self.lock)
@@ -101,6 +112,9 @@ class Buffer:
         self.wake_at_bytes: float = _INF
         # Running estimate of a serialized object event's size, refined by the worker.
         self.estimate = 1024
+        # Events refused re-entrantly, one entry each (deque.append is atomic and needs no
+        # lock); folded into the counters by the next holder of the lock that reads them.
+        self.reentrant: deque[None] = deque()
 
     # -- emitters' side ----------------------------------------------------------------
 
@@ -201,13 +215,35 @@ class Buffer:
         """Sequence number of the oldest event not yet delivered or dropped."""
         return min(self.in_flight_low, self.head_seq)
 
+    def refuse_reentrant(self) -> None:
+        self.reentrant.append(None)
+
+    def fold_reentrant_locked(self) -> None:
+        n = 0
+        reentrant = self.reentrant
+        while reentrant:
+            reentrant.popleft()
+            n += 1
+        if n:
+            self.emitted += n
+            self.count_locked(Reason.DROPPED_REENTRANT, n)
+
     def snapshot_locked(self) -> dict[str, Any]:
+        self.fold_reentrant_locked()
+        return self.snapshot_unlocked()
+
+    def snapshot_unlocked(self) -> dict[str, Any]:
+        """The counters as they are (read without the lock only by a re-entrant caller)."""
+        pending = len(self.reentrant)
+        dropped = dict(self.dropped)
+        if pending:
+            dropped[Reason.DROPPED_REENTRANT] = dropped.get(Reason.DROPPED_REENTRANT, 0) + pending
         return {
-            "emitted": self.emitted,
+            "emitted": self.emitted + pending,
             "accepted": self.accepted,
             "delivered": self.delivered,
             "retried": self.retried,
-            "dropped": dict(self.dropped),
+            "dropped": dropped,
             "queued_events": len(self.queue),
             "queued_bytes": self.queued_bytes,
             "in_flight": self.in_flight,

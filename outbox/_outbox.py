@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
-import concurrent.futures
 import contextlib
-import enum
 import os
-import signal
 import threading
 import time
 import warnings
@@ -23,8 +19,9 @@ from ._errors import ConfigError
 from ._log import logger
 from ._metrics import Metrics
 from ._run import LineageJob, Run, RunRecord
+from ._sidecar import Sidecar, State, forget_after_fork
 from ._stats import CloseReport, Stats
-from ._worker import CLOSE_GRACE, Worker, WorkerSettings
+from ._worker import WorkerSettings
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
@@ -71,29 +68,21 @@ class _Limits:
     block_timeout: float
 
 
-class _State(enum.Enum):
-    #: Constructed; the sidecar starts with the first emit (or ``async with``).
-    NEW = "new"
-    #: The sidecar runs.
-    RUNNING = "running"
-    #: ``close`` began: emit refuses, the worker drains until the deadline.
-    CLOSING = "closing"
-    #: Closed; ``close`` again returns the same report.
-    CLOSED = "closed"
+# Every outbox of this process, for the fork hook (weak: it keeps none alive).
+_ALL: weakref.WeakSet[Outbox] = weakref.WeakSet()
+# What forked children inherited from their parent and must never touch nor collect: an
+# inherited event loop shares its epoll instance with the parent's (closing it would
+# unregister the parent's sockets), an inherited client its connections.
+_INHERITED: list[Any] = []
 
 
-# Live outboxes, closed by one atexit hook (a WeakSet does not keep them alive).
-_LIVE: weakref.WeakSet[Outbox] = weakref.WeakSet()
+def _after_fork_in_child() -> None:
+    _INHERITED.extend(forget_after_fork())
+    for outbox in list(_ALL):
+        outbox._after_fork_in_child()
 
 
-@atexit.register
-def _close_all_at_exit() -> None:
-    for outbox in list(_LIVE):
-        if outbox._close_at_exit:
-            try:
-                outbox.close()
-            except Exception as exc:  # never fail interpreter exit
-                logger.warning("closing the outbox at exit failed: %r", exc)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_number(
@@ -229,13 +218,12 @@ class Outbox:
         )
         self._limits = _Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
-        _LIVE.add(self)
-        os.register_at_fork(after_in_child=_after_fork_hook(self))
+        _ALL.add(self)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             # Sync code: start the sidecar now, so the first emit does not pay for a thread.
-            self._start_thread()
+            self._sidecar.start_thread()
         # else: async code; `async with` attaches the worker to this loop, or the first emit
         # starts the thread.
 
@@ -316,17 +304,18 @@ class Outbox:
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
         self._metrics = Metrics(self._name, self._buffer)
-        self._state = _State.NEW
-        self._start_lock = threading.Lock()
-        self._close_lock = threading.Lock()
-        self._worker: Worker | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._thread: threading.Thread | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._wake: Callable[[], None] = _noop
-        self._report: CloseReport | None = None
+        self._sidecar = Sidecar(
+            self._buffer,
+            self._transport,
+            self._settings,
+            self._metrics,
+            name=self._name,
+            shutdown_timeout=self._shutdown_timeout,
+            close_at_exit=self._close_at_exit,
+        )
+        # Dropped without close(): drain in the background (the exit hook waits for it).
+        self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
+        self._finalizer.atexit = False
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -353,24 +342,36 @@ class Outbox:
             if cls not in _EVENT_CLASSES:
                 _admit(event)
             nbytes = buf.estimate
-        if self._state is _State.NEW:
-            self._start_thread()
+        sidecar = self._sidecar
+        if sidecar.state is State.NEW:
+            sidecar.start_thread()
+        if buf.owned():
+            # A signal handler or finalizer interrupted this very thread inside the outbox:
+            # the lock will not be released until we return.  Refuse, counted.
+            buf.refuse_reentrant()
+            return False
         with buf.lock:
             if buf.closed:
-                buf.count_locked(buf.refusal)
+                self._refused_locked()
                 return False
             buf.emitted += 1
             result = buf.put_locked(event, nbytes)
             if not result:
                 if nbytes > buf.max_bytes:
                     buf.count_locked(Reason.TOO_LARGE)
-                elif self._block and threading.get_ident() != self._loop_thread:
+                elif self._block and threading.get_ident() != sidecar.loop_thread:
                     result = self._wait_for_room_locked(event, nbytes)
                 else:
                     buf.count_locked(Reason.DROPPED_FULL)
         if result == 2:
-            self._wake()
+            sidecar.wake()
         return result > 0
+
+    def _refused_locked(self) -> None:
+        buf = self._buffer
+        if buf.refusal == Reason.WORKER_STOPPED:
+            buf.emitted += 1  # offered while open, lost because the worker is gone
+        buf.count_locked(buf.refusal)
 
     def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
         buf = self._buffer
@@ -406,12 +407,16 @@ class Outbox:
             if cls not in _EVENT_CLASSES:
                 _admit(event)
             nbytes = buf.estimate
-        if self._state is _State.NEW:
-            self._start_thread()
+        sidecar = self._sidecar
+        if sidecar.state is State.NEW:
+            sidecar.start_thread()
+        if buf.owned():
+            buf.refuse_reentrant()
+            return False
         deadline = time.monotonic() + self._block_timeout
         with buf.lock:
             if buf.closed:
-                buf.count_locked(buf.refusal)
+                self._refused_locked()
                 return False
             buf.emitted += 1
             result = buf.put_locked(event, nbytes)
@@ -429,7 +434,7 @@ class Outbox:
                     buf.count_locked(Reason.DROPPED_FULL)
                     return False
         if result == 2:
-            self._wake()
+            sidecar.wake()
         return True
 
     async def _wait_async(self, ready: Callable[[], bool], deadline: float) -> bool:
@@ -487,49 +492,19 @@ class Outbox:
         before (a function runtime's, say), or to the default action (the process ends).
         Never replaces a handler without chaining to it.
 
+        The handler itself never waits: it hands the close to a closer thread and returns,
+        so a signal that lands inside ``emit``, ``close`` or a lock the program holds cannot
+        deadlock.  When the close has ended (by its deadline), the signal is raised again
+        and handed on.  A second signal meanwhile does not start a second close.  Outboxes
+        registered for the same signal close at the same time.
+
         Returns:
             False if handlers cannot be installed here (not the main thread); the exit hook
             still flushes at interpreter exit.
         """
-        if threading.current_thread() is not threading.main_thread():
-            logger.warning("close_on_signal() needs the main thread; relying on the exit hook")
-            return False
-        for signum in signums or (signal.SIGTERM,):
-            previous = signal.getsignal(signum)
-            signal.signal(signum, _chained_handler(self, previous))
-        return True
+        from ._signals import close_on_signal
 
-    # -- the sidecar --------------------------------------------------------------------------
-
-    def _start_thread(self) -> None:
-        with self._start_lock:
-            if self._state is not _State.NEW:
-                return
-            loop = asyncio.new_event_loop()
-            worker = Worker(self._buffer, self._transport, self._settings, self._metrics)
-            finished = self._finished
-            thread = threading.Thread(
-                target=_thread_main, args=(loop, worker, finished), name=f"{self._name}-sidecar", daemon=True
-            )
-            self._loop, self._worker, self._thread = loop, worker, thread
-            self._wake = _waker(loop, worker)
-            thread.start()
-            self._loop_thread = thread.ident
-            self._state = _State.RUNNING
-
-    def _start_attached(self) -> None:
-        with self._start_lock:
-            if self._state is not _State.NEW:
-                return
-            loop = asyncio.get_running_loop()
-            worker = Worker(self._buffer, self._transport, self._settings, self._metrics)
-            self._loop, self._worker = loop, worker
-            self._loop_thread = threading.get_ident()
-            self._wake = _waker(loop, worker)
-            self._task = loop.create_task(worker.run(), name=f"{self._name}-worker")
-            finished = self._finished
-            self._task.add_done_callback(lambda _task: _set_finished(finished))
-            self._state = _State.RUNNING
+        return close_on_signal(self, signums)
 
     # -- flush ----------------------------------------------------------------------------
 
@@ -541,7 +516,7 @@ class Outbox:
             if buf.lowest_unsettled_locked() > target:
                 return None
             buf.flush_target = max(buf.flush_target, target)
-        self._wake()
+        self._sidecar.wake()
         return target
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -551,18 +526,22 @@ class Outbox:
             timeout: seconds to wait at most (default: ``shutdown_timeout``).
 
         Returns:
-            True if they all were settled in time (check :meth:`stats` for drops).
+            True if they all were settled in time (check :meth:`stats` for drops).  False at
+            once when called from a signal handler that interrupted this thread inside the
+            outbox (the sidecar cannot make progress until it returns).
 
         Raises:
             RuntimeError: called from the outbox's own event loop (use ``await aflush()``).
         """
         timeout = self._shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        buf = self._buffer
+        if buf.owned():
+            return False
         target = self._flush_target()
         if target is None:
             return True
         self._refuse_on_own_loop("flush", "aflush")
-        buf = self._buffer
         with buf.lock:
             while buf.lowest_unsettled_locked() <= target:
                 remaining = deadline - time.monotonic()
@@ -575,107 +554,64 @@ class Outbox:
         """:meth:`flush` for async code: waits without blocking the running loop."""
         timeout = self._shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        buf = self._buffer
+        if buf.owned():
+            return False
         target = self._flush_target()
         if target is None:
             return True
-        buf = self._buffer
         return await self._wait_async(lambda: buf.lowest_unsettled_locked() > target, deadline)
 
     # -- close ---------------------------------------------------------------------------
 
-    def _begin_close(self) -> tuple[float, bool] | None:
-        """Refuse new events and tell the worker to drain.  Returns (start time, started)
-        or None if already closed."""
-        if self._report is not None:
-            return None
-        buf = self._buffer
-        with buf.lock:
-            buf.closed = True
-            buf.notify_locked()  # blocked emitters give up
-        started = self._state is not _State.NEW
-        self._state = _State.CLOSING
-        return time.monotonic(), started
-
-    def _schedule_close(self, deadline: float) -> bool:
-        loop, worker = self._loop, self._worker
-        if loop is None or worker is None:
-            return False
-        try:
-            loop.call_soon_threadsafe(worker.begin_close, deadline)
-        except RuntimeError:  # the loop is closed (attached mode, loop gone)
-            return False
-        return True
-
     def close(self, timeout: float | None = None) -> CloseReport:
         """Stop accepting events, deliver what is buffered until the deadline, and report.
 
-        Returns by ``timeout`` (default ``shutdown_timeout``) plus a small constant,
-        whatever the backend does.  Calling it again returns the same report.
+        Returns by ``timeout`` (default ``shutdown_timeout``) plus at most 0.5 s, from any
+        thread, whatever the backend does; and uses that time: while events remain it keeps
+        trying, paced by backoff, so a backend that comes back in time gets them.  When
+        several closes overlap, the earliest deadline applies to all of them, and each
+        returns the final report.  Calling it again returns the same report.
 
         Raises:
-            RuntimeError: called from the outbox's own event loop (use ``await aclose()``).
+            RuntimeError: called from the outbox's own event loop (use ``await aclose()``);
+                raised before anything changes.
         """
+        sidecar = self._sidecar
+        if sidecar.report is not None:
+            return sidecar.report
+        self._refuse_on_own_loop("close", "aclose")
         timeout = self._shutdown_timeout if timeout is None else timeout
-        with self._close_lock:
-            begun = self._begin_close()
-            if begun is None:
-                assert self._report is not None
-                return self._report
-            started_at, started = begun
-            deadline = started_at + timeout
-            if started and not self._finished.done():
-                self._refuse_on_own_loop("close", "aclose")
-                if self._schedule_close(deadline):
-                    try:
-                        self._finished.result(max(0.0, deadline - time.monotonic()) + CLOSE_GRACE)
-                    except concurrent.futures.TimeoutError:
-                        logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
-                    if self._thread is not None:
-                        self._thread.join(0.1)
-            return self._finish(started_at)
+        deadline = time.monotonic() + timeout
+        sidecar.request_close(deadline)
+        if self._buffer.owned():
+            # Called from a signal handler that interrupted this thread inside the outbox:
+            # the sidecar cannot settle anything until we return.  It drains by the
+            # deadline on its own; report what stands now.
+            return sidecar.finish()
+        if sidecar.worker is not None:
+            sidecar.wait(deadline)
+        return sidecar.finish()
 
     async def aclose(self, timeout: float | None = None) -> CloseReport:
-        """:meth:`close` for async code: waits without blocking the running loop."""
-        timeout = self._shutdown_timeout if timeout is None else timeout
-        begun = self._begin_close()
-        if begun is None:
-            assert self._report is not None
-            return self._report
-        started_at, started = begun
-        deadline = started_at + timeout
-        if started and not self._finished.done() and self._schedule_close(deadline):
-            budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
-            try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._finished)), budget)
-            except TimeoutError:
-                logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
-        return self._finish(started_at)
+        """:meth:`close` for async code: waits without blocking the running loop.
 
-    def _finish(self, started_at: float) -> CloseReport:
-        if self._report is not None:
-            return self._report
-        buf = self._buffer
-        with buf.lock:
-            # Whatever a stuck or vanished worker still holds is lost to shutdown.
-            held = buf.clear_locked()
-            if held:
-                buf.count_locked(Reason.DROPPED_SHUTDOWN, held)
-            buf.finalized = True
-            dropped = dict(buf.dropped)
-            report = CloseReport(
-                emitted=buf.emitted,
-                delivered=buf.delivered,
-                undelivered=dropped,
-                duration=time.monotonic() - started_at,
-                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0,
-            )
-        self._report = report
-        self._state = _State.CLOSED
-        _LIVE.discard(self)
-        return report
+        In attached mode (``async with``) the worker runs on this very loop, so a transport
+        that blocks the loop blocks ``aclose`` too; the deadline holds for transports that
+        await (all of ours do).
+        """
+        sidecar = self._sidecar
+        if sidecar.report is not None:
+            return sidecar.report
+        timeout = self._shutdown_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        sidecar.request_close(deadline)
+        if sidecar.worker is not None:
+            await sidecar.wait_async(deadline)
+        return sidecar.finish()
 
     def _refuse_on_own_loop(self, method: str, instead: str) -> None:
-        if self._loop_thread == threading.get_ident():
+        if self._sidecar.on_own_loop():
             raise RuntimeError(
                 f"{method}() would deadlock on the outbox's own event loop; use 'await outbox.{instead}()'"
             )
@@ -685,17 +621,21 @@ class Outbox:
     def stats(self) -> Stats:
         """A consistent snapshot of the counters (see :class:`Stats`)."""
         buf = self._buffer
-        worker = self._worker
-        with buf.lock:
-            snap = buf.snapshot_locked()
+        sidecar = self._sidecar
+        worker = sidecar.worker
+        if buf.owned():  # re-entered from a signal handler: read as it stands
+            snap = buf.snapshot_unlocked()
+        else:
+            with buf.lock:
+                snap = buf.snapshot_locked()
         return Stats(
             **snap,
-            last_error=worker.last_error if worker else None,
+            last_error=sidecar.last_error(),
             circuit=worker.circuit.value if worker else "closed",
         )
 
     def __repr__(self) -> str:
-        return f"<Outbox {self._name!r} {self._state.value} transport={self._transport!r}>"
+        return f"<Outbox {self._name!r} {self._sidecar.state.value} transport={self._transport!r}>"
 
     # -- context managers -------------------------------------------------------------------
 
@@ -709,8 +649,8 @@ class Outbox:
 
     async def __aenter__(self) -> Self:
         # Entered from async code before any emit: run the worker on this loop.
-        if self._state is _State.NEW:
-            self._start_attached()
+        if self._sidecar.state is State.NEW:
+            self._sidecar.start_attached()
         return self
 
     async def __aexit__(
@@ -721,86 +661,27 @@ class Outbox:
     # -- fork ---------------------------------------------------------------------------------
 
     def _after_fork_in_child(self) -> None:
-        # The parent's sidecar thread does not exist here; its lock may be held.  Start over,
-        # empty: the parent still owns (and will deliver) what it had buffered.
-        closed = self._state in (_State.CLOSING, _State.CLOSED)
-        report = self._report
+        # The parent's sidecar thread does not exist here; its locks may be held; its loop
+        # and transport belong to the parent.  Start over, empty, with a fresh transport
+        # built from the same configuration: the parent still owns (and delivers) what it
+        # had buffered.
+        old = self._sidecar
+        self._finalizer.detach()
+        _INHERITED.append((old, self._transport))
+        clone = getattr(self._transport, "clone", None)
+        if callable(clone):
+            self._transport = clone()
+        elif old.state is not State.NEW:
+            logger.warning(
+                "%r has no clone(): the forked child shares its parent's transport object", self._transport
+            )
         self._init_runtime()
-        if closed:
+        if old.state in (State.CLOSING, State.CLOSED):
             self._buffer.closed = True
-            self._state = _State.CLOSED
-            self._report = report
-
-
-def _after_fork_hook(outbox: Outbox) -> Callable[[], None]:
-    ref = weakref.WeakMethod(outbox._after_fork_in_child)
-
-    def hook() -> None:
-        method = ref()
-        if method is not None:
-            method()
-
-    return hook
-
-
-def _noop() -> None:
-    pass
-
-
-def _chained_handler(outbox: Outbox, previous: Any) -> Callable[[int, Any], None]:
-    def handler(signum: int, frame: Any) -> None:
-        # The signal may have interrupted this very thread inside emit(), holding the buffer's
-        # lock: closing then would wait on ourselves. A lock we can take is not held by us.
-        lock = outbox._buffer.lock
-        if lock.acquire(timeout=0.2):
-            lock.release()
-            try:
-                outbox.close()
-            except Exception as exc:  # never let the flush stop the signal's own effect
-                logger.warning("closing the outbox on signal %d failed: %r", signum, exc)
-        else:
-            logger.warning("signal %d arrived mid-emit; not flushing", signum)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL or previous is None:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    return handler
-
-
-def _set_finished(finished: concurrent.futures.Future[None]) -> None:
-    if not finished.done():
-        finished.set_result(None)
+            self._sidecar.state = State.CLOSED
+            self._sidecar.report = old.report
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:
-    def wake() -> None:
-        # try/except rather than contextlib.suppress: this runs in emit (once per batch).
-        try:  # noqa: SIM105
-            loop.call_soon_threadsafe(worker.wake)
-        except RuntimeError:  # loop closed: nothing left to wake
-            pass
-
-    return wake
-
-
-def _thread_main(
-    loop: asyncio.AbstractEventLoop, worker: Worker, finished: concurrent.futures.Future[None]
-) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_until_complete(worker.run())
-    except BaseException as exc:  # pragma: no cover - worker.run handles its own errors
-        logger.error("the outbox's sidecar stopped: %r", exc)
-    finally:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
-            finished.set_result(None)

@@ -16,9 +16,9 @@ class Stats:
 
         emitted == delivered + sum(dropped.values()) + queued_events + in_flight
 
-    (``emit`` after close is counted in ``dropped["after_close"]`` but not in
-    ``emitted``, so that equation reads ``emitted + dropped["after_close"]`` on
-    its left side; :attr:`offered` is that sum.)
+    (``emit`` after close, or with lineage disabled, is counted in
+    ``dropped["after_close"]`` or ``dropped["disabled"]`` but not in ``emitted``, so
+    that equation reads :attr:`offered` on its left side: ``emitted`` plus those two.)
     """
 
     #: Events handed to ``emit``/``emit_async`` while the outbox was open.
@@ -30,7 +30,8 @@ class Stats:
     #: Event deliveries attempted again after a retriable failure (one per event per retry).
     retried: int
     #: Events lost, by reason: ``dropped_full``, ``after_close``, ``dropped_shutdown``,
-    #: ``rejected_by_backend``, ``too_large``, ``invalid_event``, ``disabled``.
+    #: ``rejected_by_backend``, ``too_large``, ``invalid_event``, ``disabled``,
+    #: ``dropped_reentrant``, ``worker_stopped``.
     dropped: Mapping[str, int]
     #: Events waiting in the buffer.
     queued_events: int
@@ -50,8 +51,9 @@ class Stats:
 
     @property
     def offered(self) -> int:
-        """Every event passed to ``emit``, including those refused after close."""
-        return self.emitted + self.dropped.get("after_close", 0)
+        """Every event passed to ``emit``, including those refused after close or while
+        lineage is disabled."""
+        return self.emitted + self.dropped.get("after_close", 0) + self.dropped.get("disabled", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,10 @@ class CloseReport:
     duration: float
     #: True when ``close`` stopped at its deadline with events still undelivered.
     timed_out: bool
+    #: Events still held when this report was made: always 0, except in the provisional
+    #: report of a ``close()`` called from a signal handler that interrupted its own
+    #: thread inside the outbox (the sidecar settles them later).
+    pending: int = 0
 
     @property
     def lost(self) -> int:
@@ -76,4 +82,4 @@ class CloseReport:
     @property
     def complete(self) -> bool:
         """Everything emitted was delivered."""
-        return self.lost == 0
+        return self.lost == 0 and self.pending == 0

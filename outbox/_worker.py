@@ -25,16 +25,36 @@ from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
 from .transports._base import Outcome, OutcomeKind, Transport
 
-__all__ = ["CircuitState", "Worker", "WorkerSettings"]
+__all__ = ["CircuitState", "Worker", "WorkerSettings", "backoff_delay"]
 
 _INF = float("inf")
 # What close() may take beyond its deadline: cancelling the send, closing the transport.
-CLOSE_GRACE = 0.5
+CLOSE_GRACE = 0.4
+# Of which closing the transport may take this much.
+TRANSPORT_CLOSE_GRACE = 0.3
 # How long a new send gets to put its request on the wire before the worker serializes the
 # next batch (serializing holds the loop, and the GIL, for a few milliseconds).
 _PREFETCH_AFTER = 0.001
 # Below this many seconds before the close deadline the worker stops sending.
 _NO_TIME_LEFT = 0.1
+# During close, the last paced attempt starts at least this long before the deadline, so
+# that a backend that came back gets the events in time.
+_LAST_ATTEMPT_LEAD = 0.25
+# During close, attempts pulled forward by the deadline stay at least this far apart.
+_MIN_CLOSE_GAP = 0.1
+# Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
+_MAX_EXPONENT = 62
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: exponential backoff with full jitter
+    (uniform in ``[0, min(cap, base * 2**(attempt - 1))]``), and never less than what the
+    server asked for (``retry_after``).  Defined for any attempt count, however large."""
+    exponent = min(max(attempt, 1) - 1, _MAX_EXPONENT)
+    delay = random.uniform(0.0, min(cap, base * float(2**exponent)))
+    if retry_after is not None and retry_after > delay:
+        delay = retry_after
+    return delay
 
 
 class CircuitState(enum.Enum):
@@ -73,6 +93,7 @@ class Worker:
         self.circuit = CircuitState.CLOSED
         self.last_error: str | None = None
         self.failures = 0  # consecutive attempts that delivered nothing
+        self.errors = 0  # unexpected errors caught (the worker goes on after each)
         self.closing = False
         self.done = False
         # What the worker holds, oldest first: the batch being sent, events waiting to be
@@ -114,7 +135,7 @@ class Worker:
 
     async def run(self) -> None:
         """Drain until closed; then settle what is left and close the transport."""
-        self._drain_task = asyncio.create_task(self._drain(), name="outbox-drain")
+        self._drain_task = asyncio.create_task(self._supervise(), name="outbox-drain")
         try:
             await asyncio.wait({self._drain_task})
         except asyncio.CancelledError:
@@ -127,15 +148,44 @@ class Worker:
         finally:
             if self._deadline_handle is not None:
                 self._deadline_handle.cancel()
-        if not self._drain_task.cancelled() and self._drain_task.exception() is not None:
-            logger.error("outbox worker crashed", exc_info=self._drain_task.exception())
         self._abandon()
         try:
-            await asyncio.wait_for(self.transport.aclose(), CLOSE_GRACE)
-        except Exception as exc:  # a transport that fails to close must not fail close()
+            await asyncio.wait_for(self.transport.aclose(), TRANSPORT_CLOSE_GRACE)
+        except BaseException as exc:  # a transport that fails to close must not fail close()
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
+                raise
             logger.warning("closing the transport failed: %r", exc)
         finally:
             self.done = True
+
+    async def _supervise(self) -> None:
+        """Run the drain loop; if anything in it raises, keep the events, log the error with
+        its traceback, back off and go on.  Only cancellation (the close deadline) ends it."""
+        while True:
+            try:
+                await self._drain()
+                return
+            except Exception as exc:
+                self._recover(exc)
+
+    def _recover(self, exc: Exception) -> None:
+        """After an unexpected error: everything the worker held goes back to the retry
+        list, oldest first, and waits out a backoff."""
+        held: dict[int, _InFlight] = {}
+        for item in (*self._pending, *self._sending, *self._ready):
+            held.setdefault(item[0], item)
+        self._pending = sorted(held.values(), key=lambda item: item[0])
+        self._sending, self._ready = [], []
+        self.failures += 1
+        self._retry_at = time.monotonic() + backoff_delay(
+            self.failures, self.settings.backoff_base, self.settings.backoff_cap
+        )
+        self.last_error = f"internal error: {type(exc).__name__}: {exc}"
+        self.errors += 1
+        if self.log.error("internal", "the outbox's worker hit an error and goes on: %r", exc):
+            logger.debug("traceback of the worker's error", exc_info=exc)
+        if self.errors == 1:  # the first one in full, whatever the rate limit
+            logger.error("traceback of the outbox worker's first error", exc_info=exc)
 
     async def _drain(self) -> None:
         while True:
@@ -284,16 +334,34 @@ class Worker:
         buf.notify_locked()
 
     async def _wait_backoff(self) -> None:
+        """Wait until the retry time.  When close begins, one immediate last attempt; while
+        closing, the wait is bounded by the time left, so attempts stay paced and the last
+        one starts before the deadline."""
         if self._last_chance:
             self._last_chance = False
             return
-        delay = self._retry_at - time.monotonic()
-        if delay > 0:
+        while True:
+            now = time.monotonic()
+            delay = self._retry_at - now
+            if self.closing:
+                latest = self._deadline - _LAST_ATTEMPT_LEAD - now
+                if delay > latest:
+                    delay = max(latest, _MIN_CLOSE_GAP)
+                    self._retry_at = now + delay
+            if delay <= 0:
+                return
+            if self.closing:
+                await asyncio.sleep(delay)
+                return
             self.wakeup.clear()
             # Wake early only when close begins (it grants one immediate last attempt).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._until_closing(), delay)
-            self._last_chance = False
+            if self.closing and self._last_chance:
+                self._last_chance = False
+                return
+            if time.monotonic() >= self._retry_at:
+                return
 
     async def _until_closing(self) -> None:
         while not self.closing:
@@ -309,19 +377,54 @@ class Worker:
         deadline = min(started + s.send_timeout, self._deadline)
         outcomes: Sequence[Outcome]
         try:
-            outcomes = await asyncio.wait_for(
+            answer = await asyncio.wait_for(
                 self.transport.send(events, deadline), max(0.0, deadline - started)
             )
-            if len(outcomes) != len(events):
-                raise RuntimeError(f"transport returned {len(outcomes)} outcomes for {len(events)} events")
+            outcomes = self._checked(answer, len(events))
         except TimeoutError:
             outcomes = [Outcome.retry("timeout", f"send took longer than {deadline - started:.3g} s")] * len(
                 events
             )
         except Exception as exc:  # the transport broke its contract; keep the events
+            self.log.error(
+                "transport-raised", "%r.send raised; the events stay buffered: %r", self.transport, exc
+            )
             outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
         elapsed = time.monotonic() - started
         self._apply(items, outcomes, elapsed)
+
+    def _checked(self, answer: Any, count: int) -> list[Outcome]:
+        """The transport's answer if it keeps the contract (one Outcome per event); else
+        RETRY for the whole batch and an error naming what was wrong."""
+        problem = None
+        try:
+            outcomes = list(answer)
+        except TypeError:
+            outcomes, problem = [], f"returned {type(answer).__name__}, not a sequence of Outcomes"
+        if problem is None and len(outcomes) != count:
+            problem = f"returned {len(outcomes)} outcomes for {count} events"
+        if problem is None:
+            for index, outcome in enumerate(outcomes):
+                if type(outcome) is not Outcome or not isinstance(outcome.kind, OutcomeKind):
+                    problem = f"returned {outcome!r} for event {index}, not an Outcome"
+                    break
+                wait = outcome.retry_after
+                if wait is not None and not (
+                    isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait >= 0
+                ):
+                    # Not a usable delay: ignore it (the backoff applies), keep the outcome.
+                    self.log.error(
+                        "bad-retry-after",
+                        "%r returned retry_after=%r; expected seconds as a number >= 0",
+                        self.transport,
+                        wait,
+                    )
+                    outcomes[index] = Outcome(outcome.kind, outcome.reason, outcome.detail, None)
+        if problem is None:
+            return outcomes
+        detail = f"{self.transport!r}.send {problem}"
+        self.log.error("bad-outcomes", "%s; the events stay buffered (a bug in the transport)", detail)
+        return [Outcome.retry("transport_error", detail)] * count
 
     def _apply(self, items: list[_InFlight], outcomes: Sequence[Outcome], elapsed: float) -> None:
         s = self.settings
@@ -373,10 +476,12 @@ class Worker:
                 self.last_error,
             )
         if not retries:
-            # All sent, or the rest deferred by the transport: go on at once.
+            # All sent, or the rest deferred by the transport: go on at once (after a pause
+            # if nothing at all moved, so a transport that only defers cannot spin the loop).
             self.failures = 0
             self.circuit = CircuitState.CLOSED
-            self._retry_at = 0.0
+            stalled = retry and not delivered and not lost
+            self._retry_at = time.monotonic() + min(s.backoff_base, 0.05) if stalled else 0.0
             return
         if delivered or lost:
             # Progress: the backend answers, a few events must go again.
@@ -395,11 +500,7 @@ class Worker:
                         self.last_error,
                     )
                 self.circuit = CircuitState.OPEN
-        if retry_after is not None:
-            delay = retry_after
-        else:
-            # Exponential backoff with full jitter.
-            delay = random.uniform(0, min(s.backoff_cap, s.backoff_base * 2 ** (attempt - 1)))
+        delay = backoff_delay(attempt, s.backoff_base, s.backoff_cap, retry_after)
         self._retry_at = time.monotonic() + delay
         self.log.warning(
             "retry",

@@ -233,8 +233,13 @@ def test_accepts_openlineage_event_classes_v2_and_legacy():
 
 
 def test_fork_gives_the_child_a_fresh_working_sidecar(tmp_path):
-    parent_transport = ScriptedTransport()
     child_file = tmp_path / "child.jsonl"
+
+    class ForkAware(ScriptedTransport):
+        def clone(self):  # what the child ships through
+            return FileTransport(child_file, append=True)
+
+    parent_transport = ForkAware()
     outbox = make(parent_transport, linger=0)
     outbox.emit(run_event(n=1))
     assert parent_transport.wait_delivered(1)

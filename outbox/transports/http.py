@@ -25,6 +25,7 @@ What each answer means for the events (the worker retries RETRY with backoff):
 from __future__ import annotations
 
 import asyncio
+import copy
 import email.utils
 import gzip
 import socket
@@ -238,6 +239,14 @@ class HttpTransport:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def clone(self) -> HttpTransport:
+        """The same configuration, with no connections (for a forked child: the parent's
+        connection pool and the loop it is bound to are not the child's to use)."""
+        twin = copy.copy(self)
+        twin._client = None
+        twin._log = RateLimitedLog(30.0)
+        return twin
 
     def __repr__(self) -> str:
         auth = ", api_key=***" if self._api_key else ""

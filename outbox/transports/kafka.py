@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import ssl
 import time
@@ -104,6 +105,7 @@ class KafkaTransport:
         self._max_request_size = self._settings.get("max_request_size", 1024 * 1024)
         self._partitions_cache: dict[tuple[bytes, int], int] = {}
         self._producer: Any = None
+        self._starting: Any = None  # a producer being started (stopped by aclose if cut off)
         self._log = RateLimitedLog(30.0)
         # aiokafka logs an ERROR per reconnection attempt while a broker is down.
         limit_library_logs(*_AIOKAFKA_LOGGERS)
@@ -217,9 +219,21 @@ class KafkaTransport:
         return found
 
     async def aclose(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.stop()
+        # A producer whose start was cut off by a deadline is stopped too: it holds
+        # connections, and aiokafka warns about it at exit otherwise.
+        for producer in (self._producer, self._starting):
+            if producer is not None:
+                await producer.stop()
+        self._producer = self._starting = None
+
+    def clone(self) -> KafkaTransport:
+        """The same configuration, with no producer (for a forked child: the parent's
+        producer, its connections and its loop are not the child's to use)."""
+        twin = copy.copy(self)
+        twin._producer = twin._starting = None
+        twin._partitions_cache = {}
+        twin._log = RateLimitedLog(30.0)
+        return twin
 
     # -- internals --------------------------------------------------------------------------
 
@@ -231,15 +245,18 @@ class KafkaTransport:
 
         producer = AIOKafkaProducer(**self._settings)
         budget = min(self.start_timeout, max(0.0, deadline - time.monotonic()))
+        self._starting = producer
         try:
             await asyncio.wait_for(producer.start(), budget)
         except (KafkaError, OSError, TimeoutError) as exc:
+            self._starting = None
             # A producer that failed to start cannot be started again: make a new one next time.
             with contextlib.suppress(KafkaError, OSError, TimeoutError):
                 await asyncio.wait_for(producer.stop(), 1.0)
             detail = f"cannot reach the Kafka brokers {self._servers}: {type(exc).__name__}: {exc}"
             self._log.warning("start", "%s; events stay buffered", detail)
             return Outcome.retry("network", detail)
+        self._starting = None
         self._producer = producer
         return producer
 

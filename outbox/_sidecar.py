@@ -1,0 +1,392 @@
+"""The sidecar runtime: where an outbox's worker runs (a thread of its own, or the caller's
+event loop) and how it stops: close deadlines from any thread, interpreter exit, an outbox
+dropped without ``close()``, a worker that stops by itself, and fork.
+
+A :class:`Sidecar` never refers to its :class:`~outbox.Outbox`, so an outbox nobody
+references can be collected; its finalizer then closes the sidecar in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import enum
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ._buffer import Buffer, Reason
+from ._log import logger
+from ._stats import CloseReport
+from ._worker import CLOSE_GRACE, Worker, WorkerSettings
+from .transports._base import Transport
+
+__all__ = ["CLOSE_GRACE", "Sidecar", "State"]
+
+_INF = float("inf")
+
+
+class State(enum.Enum):
+    #: Built; the worker starts at construction (sync code), on the first emit, or with
+    #: ``async with``.
+    NEW = "new"
+    #: The worker runs.
+    RUNNING = "running"
+    #: ``close`` began (or the outbox was dropped, or the interpreter exits): new events are
+    #: refused and the worker drains until the deadline.
+    CLOSING = "closing"
+    #: Settled; every ``close`` returns the same report.
+    CLOSED = "closed"
+
+
+# Sidecars that run and must be closed at interpreter exit (strong references: an outbox
+# dropped without close() still gets its events flushed).
+_OPEN: set[Sidecar] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+class Sidecar:
+    """One process's runtime of one outbox: buffer, worker, loop, thread, and the close."""
+
+    def __init__(
+        self,
+        buffer: Buffer,
+        transport: Transport,
+        settings: WorkerSettings,
+        metrics: Any,
+        *,
+        name: str,
+        shutdown_timeout: float,
+        close_at_exit: bool,
+    ) -> None:
+        self.buffer = buffer
+        self.transport = transport
+        self.settings = settings
+        self.metrics = metrics
+        self.name = name
+        self.shutdown_timeout = shutdown_timeout
+        self.close_at_exit = close_at_exit
+        self.state = State.NEW
+        # Guards state transitions; held for microseconds, never while waiting.
+        self._lock = threading.Lock()
+        self.worker: Worker | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread: int | None = None
+        self.thread: threading.Thread | None = None
+        self.task: asyncio.Task[None] | None = None
+        #: Resolved when the worker has ended (drained, deadline passed, or stopped).
+        self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.report: CloseReport | None = None
+        self.close_started: float | None = None
+        self.deadline = _INF
+        #: Why the worker stopped without being closed (None while it runs or was closed).
+        self.stopped: str | None = None
+        self.wake: Callable[[], None] = _noop
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start_thread(self) -> None:
+        with self._lock:
+            if self.state is not State.NEW:
+                return
+            loop = asyncio.new_event_loop()
+            # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
+            # run on daemon threads, so an unresolvable host cannot hold the process at exit.
+            loop.set_default_executor(_DaemonExecutor(f"{self.name}-resolver"))
+            worker = Worker(self.buffer, self.transport, self.settings, self.metrics)
+            thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
+            thread.name = f"{self.name}-sidecar"
+            self.loop, self.worker, self.thread = loop, worker, thread
+            self.wake = _waker(loop, worker)
+            self._register()
+            thread.start()
+            self.loop_thread = thread.ident
+            self.state = State.RUNNING
+
+    def start_attached(self) -> None:
+        with self._lock:
+            if self.state is not State.NEW:
+                return
+            loop = asyncio.get_running_loop()
+            worker = Worker(self.buffer, self.transport, self.settings, self.metrics)
+            self.loop, self.worker = loop, worker
+            self.loop_thread = threading.get_ident()
+            self.wake = _waker(loop, worker)
+            self._register()
+            self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
+            self.task.add_done_callback(self._task_done)
+            self.state = State.RUNNING
+
+    def _register(self) -> None:
+        if self.close_at_exit:
+            with _OPEN_LOCK:
+                _OPEN.add(self)
+
+    def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
+        asyncio.set_event_loop(loop)
+        why: str | None = None
+        try:
+            loop.run_until_complete(worker.run())
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt from a transport
+            why = f"{type(exc).__name__}: {exc}"
+            logger.error("the outbox's sidecar stopped: %r", exc, exc_info=exc)
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            except BaseException as exc:
+                logger.warning("the outbox's sidecar could not shut down its generators: %r", exc)
+            finally:
+                loop.close()
+                self._worker_ended(why)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        why = None
+        if task.cancelled():
+            why = "its event loop cancelled the worker (the loop ended without aclose())"
+        elif task.exception() is not None:
+            why = repr(task.exception())
+        self._worker_ended(why)
+
+    def _worker_ended(self, why: str | None) -> None:
+        """The worker is gone.  Unless a close asked for that, the outbox must refuse events
+        from now on (say why), not accept them into a void."""
+        closing = self.state is not State.RUNNING
+        if not closing:
+            self.stopped = why or "the worker ended without being closed"
+            buf = self.buffer
+            with buf.lock:
+                held = 0 if buf.finalized else buf.clear_locked()
+                if held:
+                    buf.count_locked(Reason.WORKER_STOPPED, held)
+                buf.refusal = Reason.WORKER_STOPPED
+                buf.closed = True
+                buf.notify_locked()
+            logger.error(
+                "the outbox's worker stopped (%s): %d held event(s) lost, lineage refused from now on",
+                self.stopped,
+                held,
+            )
+        if not self.finished.done():
+            self.finished.set_result(None)
+        if closing:
+            self.finish()
+
+    # -- close ------------------------------------------------------------------------------
+
+    def on_own_loop(self) -> bool:
+        return self.loop_thread == threading.get_ident() and not self.finished.done()
+
+    def request_close(self, deadline: float) -> None:
+        """Refuse new events and ask the worker to drain until ``deadline`` (a
+        ``time.monotonic()`` value).  The earliest deadline asked for wins.  Never waits."""
+        with self._lock:
+            if self.close_started is None:
+                self.close_started = time.monotonic()
+            self.deadline = min(self.deadline, deadline)
+            if self.state in (State.NEW, State.RUNNING):
+                self.state = State.CLOSING
+        self._refuse(None)
+        loop, worker = self.loop, self.worker
+        if loop is not None and worker is not None and not self.finished.done():
+            with contextlib.suppress(RuntimeError):  # the loop is closed (attached mode, loop gone)
+                loop.call_soon_threadsafe(worker.begin_close, self.deadline)
+
+    def _refuse(self, reason: str | None) -> None:
+        buf = self.buffer
+        if buf.owned():
+            # Re-entered from a signal handler or finalizer that interrupted this thread
+            # inside the outbox: a plain store is atomic; waiters notice at their timeout.
+            if reason is not None:
+                buf.refusal = reason
+            buf.closed = True
+            return
+        with buf.lock:
+            if reason is not None:
+                buf.refusal = reason
+            buf.closed = True
+            buf.notify_locked()  # blocked emitters give up
+
+    def wait(self, deadline: float) -> None:
+        """Block until the worker has ended, or ``deadline`` plus the close grace."""
+        budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
+        try:
+            self.finished.result(budget)
+        except concurrent.futures.TimeoutError:
+            logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
+
+    async def wait_async(self, deadline: float) -> None:
+        budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.finished)), budget)
+        except TimeoutError:
+            logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
+
+    def finish(self) -> CloseReport:
+        """Settle the accounts (whatever is still held is lost to shutdown) and make the
+        report.  Idempotent.  Re-entered from a signal handler that interrupted this thread
+        inside the outbox, it returns a provisional report (``pending`` events) instead."""
+        if self.report is not None:
+            return self.report
+        buf = self.buffer
+        started = self.close_started if self.close_started is not None else time.monotonic()
+        if buf.owned():
+            snap = buf.snapshot_unlocked()
+            return CloseReport(
+                emitted=snap["emitted"],
+                delivered=snap["delivered"],
+                undelivered=snap["dropped"],
+                duration=time.monotonic() - started,
+                timed_out=True,
+                pending=snap["queued_events"] + snap["in_flight"],
+            )
+        with self._lock, buf.lock:
+            if self.report is not None:
+                return self.report
+            held = buf.clear_locked()
+            if held:
+                buf.count_locked(Reason.DROPPED_SHUTDOWN, held)
+            buf.fold_reentrant_locked()
+            buf.closed = True
+            buf.finalized = True
+            buf.notify_locked()
+            dropped = dict(buf.dropped)
+            report = CloseReport(
+                emitted=buf.emitted,
+                delivered=buf.delivered,
+                undelivered=dropped,
+                duration=time.monotonic() - started,
+                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0,
+            )
+            self.report = report
+            self.state = State.CLOSED
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+        return report
+
+    def close_in_background(self) -> None:
+        """The outbox was dropped without ``close()``: drain within ``shutdown_timeout``
+        and stop, without waiting here (this runs in a finalizer, on any thread)."""
+        if self.state is not State.RUNNING:
+            return
+        loop = self.loop
+        if loop is None:
+            return
+        deadline = time.monotonic() + self.shutdown_timeout
+        # On the sidecar's own loop: a finalizer may run while this thread holds locks.
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nothing is left to drain
+            loop.call_soon_threadsafe(self.request_close, deadline)
+
+    def last_error(self) -> str | None:
+        if self.stopped is not None:
+            return f"the worker stopped: {self.stopped}"
+        return self.worker.last_error if self.worker is not None else None
+
+
+def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
+    """Close several sidecars at once: every deadline starts now, so the whole takes one
+    ``shutdown_timeout`` (the longest), not their sum."""
+    now = time.monotonic()
+    deadlines = []
+    for sidecar in sidecars:
+        deadline = now + sidecar.shutdown_timeout
+        sidecar.request_close(deadline)
+        deadlines.append(deadline)
+    for sidecar, deadline in zip(sidecars, deadlines, strict=True):
+        if sidecar.worker is not None:
+            sidecar.wait(deadline)
+        report = sidecar.finish()
+        if report.lost:
+            logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    with _OPEN_LOCK:
+        sidecars = [s for s in _OPEN if s.state in (State.RUNNING, State.CLOSING)]
+    try:
+        close_all(sidecars)
+    except Exception as exc:  # never fail interpreter exit
+        logger.warning("closing the outboxes at exit failed: %r", exc)
+
+
+def forget_after_fork() -> list[Sidecar]:
+    """In a forked child: the parent's sidecars are not ours to close.  Returns them so the
+    caller can keep them referenced (collecting them would touch the parent's loop)."""
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    inherited = list(_OPEN)
+    _OPEN.clear()
+    return inherited
+
+
+def _noop() -> None:
+    pass
+
+
+def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:
+    def wake() -> None:
+        # try/except rather than contextlib.suppress: this runs in emit (once per batch).
+        try:  # noqa: SIM105
+            loop.call_soon_threadsafe(worker.wake)
+        except RuntimeError:  # loop closed: nothing left to wake
+            pass
+
+    return wake
+
+
+class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The sidecar loop's default executor: at most 4 daemon threads, never joined at exit.
+
+    ``ThreadPoolExecutor``'s threads are joined when the interpreter exits, so one
+    ``getaddrinfo`` stuck on an unresolvable broker name kept the process alive for
+    seconds after ``close()``.  (asyncio requires a ``ThreadPoolExecutor``; this one uses
+    none of its machinery.)
+    """
+
+    _MAX_THREADS = 4
+
+    def __init__(self, name: str) -> None:
+        super().__init__(max_workers=1, thread_name_prefix=name)
+        self._name = name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = 0
+        self._count = 0
+        self._guard = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((future, fn, args, kwargs))
+        with self._guard:
+            if self._idle == 0 and self._count < self._MAX_THREADS:
+                self._count += 1
+                thread = threading.Thread(target=self._run, name=f"{self._name}-{self._count}", daemon=True)
+                thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._guard:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._guard:
+                self._idle -= 1
+            if job is None:
+                return
+            future, fn, args, kwargs = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        # Never waits: a resolver thread stuck in getaddrinfo must not hold anyone.
+        for _ in range(self._count):
+            self._jobs.put(None)
