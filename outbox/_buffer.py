@@ -13,9 +13,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Buffer", "Policy", "Reason"]
+__all__ = ["SIDE_MAX", "Buffer", "Policy", "Reason"]
 
 _INF = float("inf")
+# The most events parked by re-entrant emits (signal handlers) until the lock is free.
+SIDE_MAX = 1024
 
 
 class Policy(enum.Enum):
@@ -47,7 +49,7 @@ class Reason:
     #: Lineage is turned off (``OPENLINEAGE_DISABLED=true``).
     DISABLED = "disabled"
     #: ``emit`` from a signal handler (or a finalizer) that interrupted its own thread inside
-    #: the outbox: waiting for the lock that very thread holds would deadlock.
+    #: the outbox, when the small side queue such events wait in was full.
     DROPPED_REENTRANT = "dropped_reentrant"
     #: The worker stopped without being closed (see ``Stats.last_error``); nothing can be sent.
     WORKER_STOPPED = "worker_stopped"
@@ -112,9 +114,10 @@ class Buffer:
         self.wake_at_bytes: float = _INF
         # Running estimate of a serialized object event's size, refined by the worker.
         self.estimate = 1024
-        # Events refused re-entrantly, one entry each (deque.append is atomic and needs no
-        # lock); folded into the counters by the next holder of the lock that reads them.
-        self.reentrant: deque[None] = deque()
+        # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
+        # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
+        # append is atomic and needs no lock; the next holder of the lock folds them in.
+        self.side: deque[tuple[Any, Any]] = deque()
 
     # -- emitters' side ----------------------------------------------------------------
 
@@ -215,36 +218,58 @@ class Buffer:
         """Sequence number of the oldest event not yet delivered or dropped."""
         return min(self.in_flight_low, self.head_seq)
 
-    def refuse_reentrant(self) -> None:
-        self.reentrant.append(None)
+    def put_reentrant(self, event: Any, nbytes: int) -> bool:
+        """``emit`` re-entered on a thread that holds the lock: park the event in the side
+        queue (bounded by ``SIDE_MAX``) for the next holder of the lock to take in."""
+        side = self.side
+        if self.closed:
+            side.append((None, self.refusal))
+            return False
+        if len(side) >= SIDE_MAX:
+            side.append((None, Reason.DROPPED_REENTRANT))
+            return False
+        side.append((event, nbytes))
+        return True
 
-    def fold_reentrant_locked(self) -> None:
-        n = 0
-        reentrant = self.reentrant
-        while reentrant:
-            reentrant.popleft()
-            n += 1
-        if n:
-            self.emitted += n
-            self.count_locked(Reason.DROPPED_REENTRANT, n)
+    def fold_side_locked(self) -> bool:
+        """Take in what was emitted re-entrantly.  Returns True if an event was queued."""
+        side = self.side
+        queued = False
+        while side:
+            event, nbytes = side.popleft()
+            if event is None:
+                if nbytes != Reason.AFTER_CLOSE and nbytes != Reason.DISABLED:
+                    self.emitted += 1
+                self.count_locked(nbytes)
+                continue
+            self.emitted += 1
+            if self.closed and self.finalized:
+                self.count_locked(Reason.DROPPED_SHUTDOWN)
+            elif self.put_locked(event, nbytes):
+                queued = True
+            else:
+                self.count_locked(Reason.TOO_LARGE if nbytes > self.max_bytes else Reason.DROPPED_FULL)
+        return queued
 
     def snapshot_locked(self) -> dict[str, Any]:
-        self.fold_reentrant_locked()
+        self.fold_side_locked()
         return self.snapshot_unlocked()
 
     def snapshot_unlocked(self) -> dict[str, Any]:
         """The counters as they are (read without the lock only by a re-entrant caller)."""
-        pending = len(self.reentrant)
+        side = [size for event, size in list(self.side) if event is not None]
+        refused = [reason for event, reason in list(self.side) if event is None]
         dropped = dict(self.dropped)
-        if pending:
-            dropped[Reason.DROPPED_REENTRANT] = dropped.get(Reason.DROPPED_REENTRANT, 0) + pending
+        for reason in refused:
+            dropped[reason] = dropped.get(reason, 0) + 1
+        pending = len(side) + sum(r not in (Reason.AFTER_CLOSE, Reason.DISABLED) for r in refused)
         return {
             "emitted": self.emitted + pending,
             "accepted": self.accepted,
             "delivered": self.delivered,
             "retried": self.retried,
             "dropped": dropped,
-            "queued_events": len(self.queue),
-            "queued_bytes": self.queued_bytes,
+            "queued_events": len(self.queue) + len(side),
+            "queued_bytes": self.queued_bytes + sum(side),
             "in_flight": self.in_flight,
         }

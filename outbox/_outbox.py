@@ -347,8 +347,10 @@ class Outbox:
             sidecar.start_thread()
         if buf.owned():
             # A signal handler or finalizer interrupted this very thread inside the outbox:
-            # the lock will not be released until we return.  Refuse, counted.
-            buf.refuse_reentrant()
+            # the lock will not be released until we return.  Park the event aside.
+            if buf.put_reentrant(event, nbytes):
+                sidecar.wake()
+                return True
             return False
         with buf.lock:
             if buf.closed:
@@ -411,7 +413,9 @@ class Outbox:
         if sidecar.state is State.NEW:
             sidecar.start_thread()
         if buf.owned():
-            buf.refuse_reentrant()
+            if buf.put_reentrant(event, nbytes):
+                sidecar.wake()
+                return True
             return False
         deadline = time.monotonic() + self._block_timeout
         with buf.lock:

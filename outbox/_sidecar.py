@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import enum
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -127,6 +128,7 @@ class Sidecar:
                 _OPEN.add(self)
 
     def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
+        block_async_signals()
         asyncio.set_event_loop(loop)
         why: str | None = None
         try:
@@ -246,10 +248,10 @@ class Sidecar:
         with self._lock, buf.lock:
             if self.report is not None:
                 return self.report
+            buf.fold_side_locked()
             held = buf.clear_locked()
             if held:
                 buf.count_locked(Reason.DROPPED_SHUTDOWN, held)
-            buf.fold_reentrant_locked()
             buf.closed = True
             buf.finalized = True
             buf.notify_locked()
@@ -327,6 +329,24 @@ def _noop() -> None:
     pass
 
 
+# Signals a process gets from outside (kill, a terminal, a timer).  Our threads block them, so
+# the kernel delivers them to a thread of the application, normally the main thread, where
+# Python runs its handlers: delivered to a thread of ours, they would leave a main thread
+# that is blocked in a system call (sleep, a lock, a socket) unaware until that call ends.
+_ASYNC_SIGNALS = {
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGCHLD")
+    if hasattr(signal, name)
+}
+
+
+def block_async_signals() -> None:
+    """Block, in the calling thread (and the threads it starts), the signals an application
+    handles; call it first thing in every thread the outbox starts."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+
+
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:
     def wake() -> None:
         # try/except rather than contextlib.suppress: this runs in emit (once per batch).
@@ -368,6 +388,7 @@ class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
         return future
 
     def _run(self) -> None:
+        block_async_signals()
         while True:
             with self._guard:
                 self._idle += 1

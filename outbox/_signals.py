@@ -16,6 +16,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,9 +40,12 @@ class _Registration:
     requested: bool = False
     #: The close has ended: the next delivery is handed on.
     done: bool = False
+    #: The handler handed the signal on.
+    handed_on: bool = False
 
     def handle(self, signum: int, frame: Any) -> None:
         if self.done:
+            self.handed_on = True
             _hand_on(self.previous, signum, frame)
         elif not self.requested:
             self.requested = True
@@ -107,6 +111,9 @@ class _Closer:
         return True
 
     def _run(self) -> None:
+        from ._sidecar import block_async_signals
+
+        block_async_signals()
         while True:
             registration = self._requests.get()
             try:
@@ -114,7 +121,16 @@ class _Closer:
             except BaseException as exc:  # the signal must be handed on whatever happens
                 logger.error("closing the outboxes on signal %d failed: %r", registration.signum, exc)
             registration.done = True
-            os.kill(os.getpid(), registration.signum)
+            # To the main thread itself: it runs Python's handlers, and a signal sent to it
+            # interrupts whatever system call it is blocked in.  Again until handled: one
+            # that lands just before the main thread enters a blocking call (after its last
+            # check for signals) would wait for that call to end.
+            main = threading.main_thread().ident or 0
+            for _ in range(50):
+                signal.pthread_kill(main, registration.signum)
+                time.sleep(0.1)
+                if registration.handed_on:
+                    break
 
 
 def _close_for(registration: _Registration) -> None:

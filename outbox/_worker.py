@@ -249,6 +249,8 @@ class Worker:
         linger_until = _INF
         while True:
             with buf.lock:
+                if buf.side:
+                    buf.fold_side_locked()  # emitted from a signal handler
                 queue = buf.queue
                 if queue:
                     urgent = self.closing or buf.flush_target >= buf.head_seq

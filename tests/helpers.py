@@ -123,3 +123,20 @@ class TimedEmitter:
         started = time.monotonic()
         assert self.outbox.emit(run_event(n=n))
         self.worst = max(self.worst, time.monotonic() - started)
+
+
+def run_script(code: str, timeout: float = 60.0, **popen: Any) -> tuple[Any, float]:
+    """Run ``code`` in a fresh interpreter; returns (CompletedProcess, seconds it took)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
+    return result, time.monotonic() - started
