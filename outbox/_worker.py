@@ -40,6 +40,8 @@ _NO_TIME_LEFT = 0.1
 # During close, the last paced attempt starts at least this long before the deadline, so
 # that a backend that came back gets the events in time.
 _LAST_ATTEMPT_LEAD = 0.25
+# During close, no retry waits longer than this (the server's Retry-After included).
+_CLOSE_BACKOFF_CAP = 1.0
 # During close, attempts pulled forward by the deadline stay at least this far apart.
 _MIN_CLOSE_GAP = 0.1
 # Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
@@ -346,7 +348,9 @@ class Worker:
             now = time.monotonic()
             delay = self._retry_at - now
             if self.closing:
-                latest = self._deadline - _LAST_ATTEMPT_LEAD - now
+                # Bounded by the time left, and by a second: a close has a fixed window, and a
+                # backend that comes back within it must not wait out a long backoff.
+                latest = min(self._deadline - _LAST_ATTEMPT_LEAD - now, _CLOSE_BACKOFF_CAP)
                 if delay > latest:
                     delay = max(latest, _MIN_CLOSE_GAP)
                     self._retry_at = now + delay

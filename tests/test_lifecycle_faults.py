@@ -105,25 +105,25 @@ def test_close_against_connection_resets_paces_and_uses_its_deadline():
 
 @pytest.mark.parametrize("mode", ["batch", "single"])
 def test_close_delivers_to_a_backend_that_comes_back_before_the_deadline(mode):
-    port = free_port()  # nothing listens: connections are refused
-    outbox = make(HttpTransport(f"http://127.0.0.1:{port}", mode=mode), linger=0)
-    for i in range(200):
-        outbox.emit(run_event(n=i))
-    assert wait_until(lambda: outbox.stats().retried > 0, 5)
-    sink = Sink(port=port)
+    with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="refuse") as proxy:
+        outbox = make(HttpTransport(proxy.url, mode=mode), linger=0)
+        for i in range(200):
+            outbox.emit(run_event(n=i))
+        assert wait_until(lambda: outbox.stats().retried > 0, 5)
+        outage: list[int] = []
 
-    def come_back():
-        time.sleep(2.0)
-        sink.start()
+        def come_back():
+            time.sleep(2.0)
+            outage.append(proxy.connections)
+            proxy.mode = "pass"
 
-    threading.Thread(target=come_back, daemon=True).start()
-    try:
+        threading.Thread(target=come_back, daemon=True).start()
         report = outbox.close(6)
-        assert report.complete, report
-        assert report.delivered == 200
-        assert sorted(e["n"] for e in sink.events) == list(range(200))
-    finally:
-        sink.stop()
+        events = sink.events
+    assert report.complete, report
+    assert report.delivered == 200
+    assert sorted(e["n"] for e in events) == list(range(200))
+    assert outage[0] <= 30, f"{outage[0]} connection attempts during a 2 s outage: a retry storm"
 
 
 def test_demo_against_a_refused_backend_uses_its_deadline_counts_everything_and_does_not_storm():
@@ -443,15 +443,20 @@ def test_fork_over_http_the_child_gets_its_own_client_and_the_parent_notices_not
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0
+        # The parent goes on over its own connections, which the child must not have touched.
+        sink.behaviour.delay = 0.0
+        assert outbox.flush(5)
+        for i in range(20, 40):
+            outbox.emit(run_event(n=i, job="parent"))
         started = time.monotonic()
         report = outbox.close(5)
         took = time.monotonic() - started
         events = sink.events
-    assert report.delivered == 20
-    assert took < 2.0  # the in-flight request was not cut off and resent after a timeout
+    assert report.delivered == 40
+    assert took < 1.0  # no request cut off and resent after a timeout
     parent = [e["n"] for e in events if e["job"]["name"] == "parent"]
     child = [e["n"] for e in events if e["job"]["name"] == "child"]
-    assert parent == list(range(20))  # exactly once: no duplicates
+    assert parent == list(range(40))  # exactly once: no duplicates
     assert child == list(range(10))
 
 

@@ -207,6 +207,7 @@ class HttpTransport:
         self._verify = _ssl_context(verify, client_cert, client_key)
         self._client: httpx.AsyncClient | None = None
         self._single_for_good = mode == "single"
+        self._unreachable = False  # the last single-mode request found the backend unreachable
         self._log = RateLimitedLog(30.0)
 
     @classmethod
@@ -286,7 +287,10 @@ class HttpTransport:
         try:
             return await asyncio.wait_for(self._client_now().post(url, content=body), budget)
         except TimeoutError:
-            return Outcome.retry("timeout", f"POST {redact_url(url)} took longer than {budget:.3g} s")
+            # Cut off by the caller's deadline rather than by our own timeout: that says
+            # nothing about the backend, so it must not stop the other requests.
+            reason = "timeout" if budget >= self.timeout else "deadline"
+            return Outcome.retry(reason, f"POST {redact_url(url)} took longer than {budget:.3g} s")
         except httpx.TimeoutException as exc:
             return Outcome.retry("timeout", f"POST {redact_url(url)} timed out ({type(exc).__name__})")
         except httpx.HTTPError as exc:
@@ -370,13 +374,17 @@ class HttpTransport:
         for index, event in enumerate(batch):
             lane: object = event.run_id if event.run_id is not None else index
             lanes.setdefault(lane, []).append(index)
-        gate = asyncio.Semaphore(self.max_concurrent_requests)
+        # After the backend was unreachable, one request probes it before the others follow:
+        # a backend that is down costs one connection attempt per retry, not one per lane.
+        probing = self._unreachable
+        gate = asyncio.Semaphore(1 if probing else self.max_concurrent_requests)
         stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
         # One call sends for at most _SINGLE_SLICE seconds and defers the rest, so that a close()
         # that begins meanwhile soon gets a call whose deadline is its own.
         slice_end = time.monotonic() + _SINGLE_SLICE
 
         async def run_lane(indexes: list[int]) -> None:
+            nonlocal probing
             for position, index in enumerate(indexes):
                 if stop:
                     outcome: Outcome = stop[0]
@@ -390,10 +398,17 @@ class HttpTransport:
                             for later in indexes[position:]:
                                 outcomes[later] = Outcome.deferred()
                             return
-                        outcome = await self._send_one(batch[index], deadline)
+                        # The backend may have been found unreachable while we queued.
+                        outcome = stop[0] if stop else await self._send_one(batch[index], deadline)
                     if outcome.kind is OutcomeKind.RETRY and outcome.reason in _STOP_REASONS:
                         # Every other request would fail the same way: keep the rest for later.
                         stop.append(outcome)
+                        self._unreachable = True
+                    elif probing and outcome.kind is not OutcomeKind.DEFERRED:
+                        probing = False  # it answers: open the gate to the others
+                        self._unreachable = False
+                        for _ in range(self.max_concurrent_requests - 1):
+                            gate.release()
                 outcomes[index] = outcome
                 if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.DEFERRED):
                     # Later events of this run must not overtake this one.
