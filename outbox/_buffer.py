@@ -161,6 +161,27 @@ class Buffer:
             self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes
         )
 
+    def shed_locked(self, nbytes: int) -> int:
+        """Drop queued events until ``nbytes`` are freed (or the queue is empty), by the
+        policy: the oldest under ``drop_oldest``, else the newest.  Returns the bytes freed."""
+        queue, sizes = self.queue, self.sizes
+        freed = 0
+        n = 0
+        oldest = self.policy is Policy.DROP_OLDEST
+        while queue and freed < nbytes:
+            if oldest:
+                queue.popleft()
+                freed += sizes.popleft()
+                self.head_seq += 1
+            else:
+                queue.pop()
+                freed += sizes.pop()
+            n += 1
+        if n:
+            self.queued_bytes -= freed
+            self.count_locked(Reason.DROPPED_FULL, n)
+        return freed
+
     def has_room_locked(self, nbytes: int) -> bool:
         return len(self.queue) + self.in_flight < self.max_events and (
             self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes

@@ -195,14 +195,15 @@ class Worker:
                 await self._wait_backoff()
                 batch = self._pending
             elif self._ready:
-                batch, self._ready = self._ready, []
+                batch, self._ready = self._cut(self._ready)
             else:
                 taken = await self._next_batch()
                 if taken is None:
                     return
-                batch = self._serialize(taken)
-                if not batch:
+                ready = self._serialize(taken)
+                if not ready:
                     continue
+                batch, self._ready = self._cut(ready)
             if self._deadline - time.monotonic() <= _NO_TIME_LEFT:
                 # Too close to the close deadline for a request to finish: wait for it (it
                 # cancels this task) rather than spin on attempts that cannot succeed.
@@ -282,6 +283,20 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wakeup.wait(), timeout)
 
+    def _cut(self, items: list[_InFlight]) -> tuple[list[_InFlight], list[_InFlight]]:
+        """The first batch of ``items`` within ``max_batch_bytes`` and ``max_batch_events``
+        (exact sizes: objects were taken by their estimate), and the rest."""
+        s = self.settings
+        size = 0
+        end = 0
+        for end, item in enumerate(items):
+            size += item[2]
+            if end and (size > s.max_batch_bytes or end >= s.max_batch_events):
+                break
+        else:
+            return items, []
+        return items[:end], items[end:]
+
     def _serialize(self, batch: list[tuple[int, Any, int]]) -> list[_InFlight]:
         """Serialize a batch in one go.  Deliberately no yields to the loop in between:
         a thread that releases and retakes the GIL often starves the application's
@@ -323,6 +338,16 @@ class Worker:
             if objects:
                 # A running estimate, so the byte bound tracks what events really weigh.
                 buf.estimate = max(64, (buf.estimate * 7 + sizes // objects) // 8)
+            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
+            if over > 0:
+                # The estimate was short: back within max_bytes by the policy, from the queue;
+                # then, if need be, from the newest of this batch (not yet sent).
+                over -= buf.shed_locked(over)
+                while over > 0 and ready:
+                    dropped = ready.pop()
+                    over -= dropped[2]
+                    lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + 1
+                    lost_bytes += dropped[2]
             if lost:
                 for reason, n in lost.items():
                     buf.count_locked(reason, n)

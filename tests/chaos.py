@@ -1,0 +1,399 @@
+"""A seeded, randomized stateful test of the outbox: real threads, a real HTTP backend behind a
+fault-injecting proxy, forks and SIGTERM, with the invariants of ARCHITECTURE.md checked after
+every step.
+
+    python tests/chaos.py --seed 7 --seconds 600      # a longer soak
+    python tests/chaos.py --seed 7 --steps 40         # replay the first 40 steps of seed 7
+
+The seed fixes every choice (which step, its arguments, the outbox's settings); the timing of
+threads and sockets does not repeat exactly, so a replay runs the same steps, not the same
+interleaving.  A failure prints the seed and the steps taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from outbox import Outbox
+from outbox.faultproxy import FaultProxy
+from outbox.sink import Sink, SinkBehaviour
+from outbox.transports import HttpTransport
+
+from helpers import run_event
+
+GRACE = 0.5  # what close() may take beyond its deadline
+SLACK = 0.25  # scheduling noise on a shared, busy machine
+KiB = 1024
+
+BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled")
+
+SIGTERM_CHILD = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+from outbox import Outbox
+from outbox.transports import HttpTransport
+url, mode, shutdown = sys.argv[1], sys.argv[2], float(sys.argv[3])
+outbox = Outbox(HttpTransport(url, mode=mode, timeout=1.0), shutdown_timeout=shutdown, linger=0.01,
+                max_events=500, backoff_base=0.05, backoff_cap=0.5)
+outbox.close_on_signal()
+print("ready", flush=True)
+n = 0
+while True:
+    outbox.emit({"eventType": "START", "eventTime": "2026-12-02T10:00:00+00:00", "producer": "p",
+                 "schemaURL": "s", "run": {"runId": "22222222-2222-2222-2222-222222222222"},
+                 "job": {"namespace": "chaos", "name": "sigterm"}, "n": n})
+    n += 1
+    if n % 100 == 0:
+        time.sleep(0.001)
+"""
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvariantError(message)
+
+
+class Chaos:
+    def __init__(self, seed: int, *, seconds: float, max_steps: int | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.seconds = seconds
+        self.max_steps = max_steps
+        self.steps: list[str] = []
+        self.errors: list[str] = []  # exceptions that escaped to a caller (on any thread)
+        self.sink = Sink().start()
+        self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
+        self.backend = "healthy"
+        self.generation = 0
+        self.closes = 0
+        self.forks = 0
+        self.sigterms = 0
+        self._new_outbox()
+
+    # -- the system under test ------------------------------------------------------------
+
+    def _new_outbox(self) -> None:
+        rng = self.rng
+        self.generation += 1
+        self.job = f"chaos-{self.seed}-{self.generation}"
+        max_bytes = rng.choice([64 * KiB, 256 * KiB, 4096 * KiB])
+        self.settings: dict[str, Any] = {
+            "max_events": rng.choice([50, 300, 2000]),
+            "max_bytes": max_bytes,
+            "policy": rng.choice(["drop_oldest", "drop_newest", "block"]),
+            "block_timeout": 0.01,
+            "linger": rng.choice([0.0, 0.01, 0.1]),
+            "shutdown_timeout": rng.choice([0.5, 1.0, 2.0]),
+            "backoff_base": rng.choice([0.01, 0.05, 0.2]),
+            "backoff_cap": rng.choice([0.2, 1.0, 5.0]),
+            "send_timeout": rng.choice([1.0, 3.0]),
+            "close_at_exit": False,
+        }
+        self.mode = rng.choice(["batch", "single", "auto"])
+        self.outbox = Outbox(HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0), **self.settings)
+        self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
+        self.next_n: dict[str, int] = defaultdict(int)
+        self.accepted: dict[str, list[int]] = defaultdict(list)  # run id -> n accepted, in order
+        self.run_locks = {run: threading.Lock() for run in self.runs}
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        started = time.monotonic()
+        step = 0
+        while time.monotonic() - started < self.seconds and (self.max_steps is None or step < self.max_steps):
+            step += 1
+            name, action = self._choose()
+            self.steps.append(name)
+            action()
+            self.check_invariants()
+        self.steps.append("close (end)")
+        self._close([self.rng.choice([1.0, 2.0])], final=True)
+
+    def _choose(self) -> tuple[str, Any]:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.40:
+            threads, count = rng.randint(1, 4), rng.choice([1, 10, 100, 400])
+            big = rng.random() < 0.15
+            return f"emit threads={threads} count={count} big={big}", lambda: self._emit(threads, count, big)
+        if roll < 0.62:
+            backend = rng.choice(BACKENDS)
+            retry_after = rng.choice(["0", "1", "2"])
+            return f"backend {backend} retry_after={retry_after}", lambda: self._set_backend(
+                backend, retry_after
+            )
+        if roll < 0.75:
+            timeout = rng.choice([0.0, 0.2, 1.0])
+            return f"flush {timeout}", lambda: self._flush(timeout)
+        if roll < 0.88:
+            deadlines = [rng.choice([0.0, 0.3, 1.0, 2.5]) for _ in range(rng.choice([1, 1, 2]))]
+            return f"close {deadlines}", lambda: self._close(deadlines)
+        if roll < 0.96:
+            return "fork", self._fork
+        shutdown = rng.choice([0.5, 1.0])
+        at = rng.choice([0.1, 0.4])
+        return f"sigterm shutdown={shutdown} at={at}", lambda: self._sigterm(shutdown, at)
+
+    def _emit(self, threads: int, count: int, big: bool) -> None:
+        rng = self.rng
+        assignments = [self.runs[i::threads] for i in range(threads)]
+        plans = [[rng.choice(runs) for _ in range(count)] for runs in assignments if runs]
+        padding = "x" * (20 * KiB) if big else ""
+        block = self.settings["block_timeout"]
+
+        def emitter(plan: list[str]) -> None:
+            try:
+                for run in plan:
+                    with self.run_locks[run]:  # one emitter per run at a time: its order is defined
+                        n = self.next_n[run]
+                        self.next_n[run] = n + 1
+                        event = run_event(run_id=run, n=n, job=self.job)
+                        if padding:
+                            event["run"]["facets"] = {
+                                "pad": {"_producer": "p", "_schemaURL": "s", "x": padding}
+                            }
+                        began = time.monotonic()
+                        if self.outbox.emit(event):
+                            self.accepted[run].append(n)
+                        took = time.monotonic() - began
+                        if took > block + GRACE + SLACK:
+                            self.errors.append(f"emit took {took:.3f} s (block_timeout {block})")
+            except BaseException:
+                self.errors.append(traceback.format_exc())
+
+        workers = [threading.Thread(target=emitter, args=(plan,)) for plan in plans]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+            check(not worker.is_alive(), "an emitting thread is stuck")
+
+    def _set_backend(self, backend: str, retry_after: str) -> None:
+        self.backend = backend
+        behaviour = SinkBehaviour()
+        mode = "pass"
+        if backend == "refused":
+            mode = "refuse"
+        elif backend == "blackhole":
+            mode = "blackhole"
+        elif backend == "reset":
+            mode = "reset"
+        elif backend == "http_503":
+            behaviour.fail_status = 503
+        elif backend == "http_429":
+            behaviour.fail_status = 429
+            behaviour.retry_after = retry_after
+        elif backend == "stalled":
+            behaviour.delay = 1.5
+        self.sink.behaviour = behaviour
+        self.proxy.mode = mode  # type: ignore[assignment]
+
+    def _flush(self, timeout: float) -> None:
+        began = time.monotonic()
+        try:
+            self.outbox.flush(timeout)
+        except BaseException:
+            self.errors.append(traceback.format_exc())
+        took = time.monotonic() - began
+        check(took <= timeout + GRACE + SLACK, f"flush({timeout}) took {took:.3f} s")
+
+    def _close(self, deadlines: list[float], final: bool = False) -> None:
+        self.closes += 1
+        results: list[tuple[float, float, Any]] = []
+
+        def closer(deadline: float) -> None:
+            began = time.monotonic()
+            try:
+                report = self.outbox.close(deadline)
+            except BaseException:
+                self.errors.append(traceback.format_exc())
+                return
+            results.append((deadline, time.monotonic() - began, report))
+
+        threads = [threading.Thread(target=closer, args=(d,)) for d in deadlines[1:]]
+        for thread in threads:
+            thread.start()
+        closer(deadlines[0])
+        for thread in threads:
+            thread.join(10)
+            check(not thread.is_alive(), "a closing thread is stuck")
+        earliest = min(deadlines)
+        reports = {id(report) for _, _, report in results}
+        check(len(reports) == 1, f"overlapping closes returned different reports: {results}")
+        for deadline, took, report in results:
+            check(took <= deadline + GRACE + SLACK, f"close({deadline}) took {took:.3f} s")
+            check(report.pending == 0, f"a final report has pending events: {report}")
+            if report.timed_out and deadline == earliest:
+                # Events remained: it must have kept trying until the (earliest) deadline.
+                check(took >= earliest - SLACK, f"close({deadline}) gave up after {took:.3f} s: {report}")
+        report = results[0][2]
+        check(report.emitted == report.delivered + report.lost, f"close report not exact: {report}")
+        self._check_generation(report)
+        if not final:
+            self._new_outbox()
+
+    def _check_generation(self, report: Any) -> None:
+        """What the backend holds of this generation agrees with what the outbox reported."""
+        time.sleep(0.05)  # a response the proxy relayed may still be on its way to the sink's list
+        arrived: dict[str, list[int]] = defaultdict(list)
+        for event in self.sink.events:
+            if event["job"]["name"] == self.job:
+                arrived[event["run"]["runId"]].append(event["n"])
+        distinct = sum(len(set(ns)) for ns in arrived.values())
+        check(distinct >= report.delivered, f"{report.delivered} reported delivered, {distinct} arrived")
+        for run, ns in arrived.items():
+            accepted = set(self.accepted[run])
+            phantom = set(ns) - accepted
+            check(not phantom, f"run {run}: events {sorted(phantom)[:5]} arrived but were never accepted")
+            firsts = list(dict.fromkeys(ns))  # first arrival of each event, duplicates dropped
+            check(firsts == sorted(firsts), f"run {run}: arrived out of order: {firsts[:40]}")
+
+    def _fork(self) -> None:
+        self.forks += 1
+        job = f"{self.job}-child"
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                stats = self.outbox.stats()
+                fresh = stats.emitted == 0 and stats.queued_events == 0 and stats.in_flight == 0
+                for n in range(5):
+                    self.outbox.emit(run_event(n=n, job=job))
+                report = self.outbox.close(1.0)
+                exact = report.emitted == report.delivered + report.lost
+                code = 0 if (fresh and exact and report.emitted in (0, 5)) else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"forked child: status {status}")
+                return
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise InvariantError("a forked child did not finish in 10 s")
+
+    def _sigterm(self, shutdown: float, at: float) -> None:
+        self.sigterms += 1
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SIGTERM_CHILD, self.proxy.url, self.mode, str(shutdown)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            check(proc.stdout.readline().strip() == "ready", "the SIGTERM child did not start")
+            time.sleep(at)
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            if self.rng.random() < 0.5:
+                time.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)  # a second one, while it closes
+            _, err = proc.communicate(timeout=shutdown + 10)
+            took = time.monotonic() - signalled
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise InvariantError("the SIGTERM child did not end") from None
+        check(proc.returncode == -signal.SIGTERM, f"SIGTERM child exited {proc.returncode}: {err[-1500:]}")
+        check(took <= shutdown + 1.0 + SLACK, f"SIGTERM child ended {took:.2f} s after the signal")
+        lines = [line for line in err.splitlines() if "closed on signal" in line]
+        if lines:  # logged when something was lost; check that the report adds up
+            text = lines[0]
+            emitted = int(text.split("emitted=")[1].split(",")[0])
+            delivered = int(text.split("delivered=")[1].split(",")[0])
+            undelivered = ast.literal_eval(text.split("undelivered=")[1].split(", duration")[0])
+            undelivered.pop("after_close", None)
+            check(emitted == delivered + sum(undelivered.values()), f"SIGTERM report not exact: {text}")
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        check(not self.errors, "an exception escaped to a caller:\n" + "\n".join(self.errors[:3]))
+        outbox = self.outbox
+        stats = outbox.stats()
+        check(
+            stats.offered == stats.delivered + stats.lost + stats.queued_events + stats.in_flight,
+            f"accounting is not exact: {stats}",
+        )
+        buf = outbox._buffer
+        with buf.lock:
+            held = len(buf.queue) + buf.in_flight
+            held_bytes = buf.queued_bytes + buf.in_flight_bytes
+        check(
+            held <= self.settings["max_events"],
+            f"{held} events held, max_events {self.settings['max_events']}",
+        )
+        check(
+            held_bytes <= self.settings["max_bytes"],
+            f"{held_bytes} bytes held, max {self.settings['max_bytes']}",
+        )
+        sidecar = outbox._sidecar
+        if sidecar.report is None and sidecar.thread is not None:
+            check(sidecar.thread.is_alive(), f"the sidecar thread died: {stats.last_error}")
+        check(sidecar.stopped is None, f"the worker stopped: {sidecar.stopped}")
+
+    def close(self) -> None:
+        self.proxy.stop()
+        self.sink.stop()
+
+    def summary(self) -> str:
+        return (
+            f"seed {self.seed}: {len(self.steps)} steps, {self.generation} outboxes, {self.closes} closes, "
+            f"{self.forks} forks, {self.sigterms} SIGTERMs"
+        )
+
+
+def run_chaos(seed: int, seconds: float, max_steps: int | None = None) -> Chaos:
+    chaos = Chaos(seed, seconds=seconds, max_steps=max_steps)
+    try:
+        chaos.run()
+        chaos.check_invariants()
+    except BaseException as exc:
+        steps = "\n".join(f"  {i + 1:4d}. {step}" for i, step in enumerate(chaos.steps))
+        raise AssertionError(
+            f"chaos seed {seed} failed at step {len(chaos.steps)}: {exc}\n"
+            f"replay: python tests/chaos.py --seed {seed} --steps {len(chaos.steps)}\nsteps:\n{steps}"
+        ) from exc
+    finally:
+        chaos.close()
+    return chaos
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=60.0, help="run for this long (default 60)")
+    parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
+    args = parser.parse_args()
+    print(run_chaos(args.seed, args.seconds, args.steps).summary())
+
+
+if __name__ == "__main__":
+    main()
