@@ -214,11 +214,15 @@ class Sidecar:
 
     def wait(self, deadline: float) -> None:
         """Block until the worker has ended, or ``deadline`` plus the close grace."""
-        budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
+        end = max(deadline, time.monotonic()) + CLOSE_GRACE
         try:
-            self.finished.result(budget)
+            self.finished.result(end - time.monotonic())
         except concurrent.futures.TimeoutError:
             logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
+            return
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, min(0.05, end - time.monotonic())))  # it is on its last lines
 
     async def wait_async(self, deadline: float) -> None:
         budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE

@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,9 @@ class Chaos:
     def _fork(self) -> None:
         self.forks += 1
         job = f"{self.job}-child"
-        pid = os.fork()
+        with warnings.catch_warnings():  # Python 3.12+ warns of forking a threaded process
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:
             code = 3
             try:

@@ -94,12 +94,12 @@ def test_double_close_returns_the_same_report():
     assert outbox.close(1) is first
 
 
-def test_close_without_any_emit_starts_nothing():
-    outbox = make(ScriptedTransport())
+def test_close_without_any_emit_leaves_no_thread_behind():
+    outbox = make(ScriptedTransport(), name="idle-probe")
     report = outbox.close(1)
     assert report.emitted == 0
     assert report.complete
-    assert not any(t.name == "outbox-sidecar" for t in threading.enumerate() if t.is_alive())
+    assert not any(t.name == "idle-probe-sidecar" for t in threading.enumerate() if t.is_alive())
 
 
 def test_sync_context_manager_closes():
