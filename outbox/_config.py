@@ -17,6 +17,7 @@ The outbox's own knobs come from ``OUTBOX_*`` variables (see :data:`OUTBOX_VARIA
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -124,11 +125,15 @@ OUTBOX_VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "OUTBOX_SEND_TIMEOUT": ("send_timeout", _parse_float),
     "OUTBOX_BACKOFF_BASE": ("backoff_base", _parse_float),
     "OUTBOX_BACKOFF_CAP": ("backoff_cap", _parse_float),
+    "OUTBOX_MAX_RETRY_AFTER": ("max_retry_after", _parse_float),
     "OUTBOX_CIRCUIT_THRESHOLD": ("circuit_threshold", _parse_int),
     "OUTBOX_LOG_INTERVAL": ("log_interval", _parse_float),
     "OUTBOX_CLOSE_AT_EXIT": ("close_at_exit", parse_bool),
     "OUTBOX_NAME": ("name", _parse_str),
 }
+
+
+_warned_unknown: set[str] = set()
 
 
 def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -141,9 +146,16 @@ def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[st
         if not var.startswith("OUTBOX_"):
             continue
         if var not in known:
-            raise ConfigError(
-                f"{var} is not an outbox setting; the OUTBOX_* variables are {', '.join(sorted(known))}"
-            )
+            # OUTBOX_ is a generic prefix (transactional-outbox libraries use it too): not ours
+            # to refuse.  Say so once, in case it is a typo of one of ours.
+            if var not in _warned_unknown:
+                _warned_unknown.add(var)
+                close = difflib.get_close_matches(var, sorted(known), n=1)
+                hint = (
+                    f"did you mean {close[0]}?" if close else f"the settings are {', '.join(sorted(known))}"
+                )
+                logger.warning("%s is not a lineage-outbox setting (ignored); %s", var, hint)
+            continue
         keyword, parse = OUTBOX_VARIABLES[var]
         settings[keyword] = parse(var, environ[var])
         origins[keyword] = var

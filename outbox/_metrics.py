@@ -80,6 +80,14 @@ def _instruments() -> metrics.Histogram:
     return _histogram
 
 
+def forget_after_fork() -> None:
+    """In a forked child: the parent's buffers are not the child's to report, and the lock may
+    have been held by one of the parent's threads at the fork."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _registry.clear()
+
+
 class Metrics:
     """One outbox's link to the process-wide instruments."""
 

@@ -18,6 +18,7 @@ from ._buffer import Buffer, Policy, Reason
 from ._errors import ConfigError
 from ._log import logger
 from ._metrics import Metrics
+from ._metrics import forget_after_fork as metrics_after_fork
 from ._run import LineageJob, Run, RunRecord
 from ._sidecar import Sidecar, State, forget_after_fork
 from ._stats import CloseReport, Stats
@@ -77,6 +78,7 @@ _INHERITED: list[Any] = []
 
 
 def _after_fork_in_child() -> None:
+    metrics_after_fork()
     _INHERITED.extend(forget_after_fork())
     for outbox in list(_ALL):
         outbox._after_fork_in_child()
@@ -137,6 +139,8 @@ class Outbox:
             abandons that attempt and retries.
         backoff_base: First retry delay bound, in seconds (full jitter, doubling).
         backoff_cap: The largest retry delay, in seconds, unless the server asks for more.
+        max_retry_after: The longest wait a server may ask for with ``Retry-After``, in
+            seconds; a longer (or infinite) one is capped, and the cap logged.
         circuit_threshold: Failed attempts in a row that open the circuit.
         log_interval: Seconds between two warnings of the same kind.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
@@ -161,6 +165,7 @@ class Outbox:
         send_timeout: float = 30.0,
         backoff_base: float = 0.1,
         backoff_cap: float = 30.0,
+        max_retry_after: float = 300.0,
         circuit_threshold: int = 5,
         log_interval: float = 30.0,
         close_at_exit: bool = True,
@@ -190,6 +195,7 @@ class Outbox:
         _check_number("send_timeout", send_timeout, minimum=0, above=True)
         _check_number("backoff_base", backoff_base, minimum=0)
         _check_number("backoff_cap", backoff_cap, minimum=0)
+        _check_number("max_retry_after", max_retry_after, minimum=0)
         _check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
         _check_number("log_interval", log_interval, minimum=0)
         if max_batch_events > max_events:
@@ -215,6 +221,7 @@ class Outbox:
             backoff_cap=float(backoff_cap),
             circuit_threshold=circuit_threshold,
             log_interval=float(log_interval),
+            max_retry_after=float(max_retry_after),
         )
         self._limits = _Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()

@@ -78,6 +78,7 @@ class WorkerSettings:
     backoff_cap: float
     circuit_threshold: int
     log_interval: float
+    max_retry_after: float = 300.0
 
 
 # An event in flight: (sequence number, serialized event, bytes accounted for it).
@@ -531,6 +532,14 @@ class Worker:
                         self.last_error,
                     )
                 self.circuit = CircuitState.OPEN
+        if retry_after is not None and retry_after > s.max_retry_after:
+            self.log.warning(
+                "retry-after-capped",
+                "the backend asked to wait %.6g s (Retry-After); waiting max_retry_after (%g s) instead",
+                retry_after,
+                s.max_retry_after,
+            )
+            retry_after = s.max_retry_after
         delay = backoff_delay(attempt, s.backoff_base, s.backoff_cap, retry_after)
         self._retry_at = time.monotonic() + delay
         self.log.warning(

@@ -168,6 +168,8 @@ class SinkBehaviour:
     fail_rate: float = 1.0
     #: ``Retry-After`` value sent with ``fail_status``.
     retry_after: str | None = None
+    #: ``Location`` sent with ``fail_status`` (a redirect, say).
+    location: str | None = None
     #: Answer 404 on the batch route (like a proxy in front of Marquez).
     single_only: bool = False
     #: Require ``Authorization: Bearer <api_key>`` (401 without, 403 wrong).
@@ -271,7 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(status, {"code": status, "message": "missing or wrong bearer token"})
                 return
         if behaviour.fail_status is not None and random.random() < behaviour.fail_rate:
-            headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after else None
+            headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after else {}
+            if behaviour.location:
+                headers["Location"] = behaviour.location
             sink._record(path, behaviour.fail_status)
             self._reply(
                 behaviour.fail_status, {"code": behaviour.fail_status, "message": "injected"}, headers

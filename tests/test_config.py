@@ -70,10 +70,6 @@ def test_keyword_arguments_override_variables():
             "OUTBOX_CLOSE_AT_EXIT='maybe' is not a boolean; use true or false",
         ),
         (
-            {"OUTBOX_MAX_EVENT": "10"},
-            "OUTBOX_MAX_EVENT is not an outbox setting; the OUTBOX_\\* variables are",
-        ),
-        (
             {"OPENLINEAGE__TRANSPORT__TYPE": "carrier_pigeon"},
             "OPENLINEAGE__TRANSPORT__TYPE='carrier_pigeon' is not a transport lineage-outbox supports",
         ),
@@ -226,3 +222,15 @@ def test_resolution_follows_openlineage_python_for_url_and_async_http():
         }
     )
     assert parsed.config == {"type": "kafka", "config": {"acks": "all"}, "flush": False}
+
+
+def test_an_unknown_outbox_variable_is_warned_about_once_and_ignored(caplog):
+    environ = {"OUTBOX_MAX_EVENT": "10", "OUTBOX_PEERS_CACHE": "/tmp/x", "OUTBOX_LINGER": "0.5"}
+    with caplog.at_level("WARNING", logger="outbox"):
+        outbox = Outbox.from_env(environ, close_at_exit=False)
+        Outbox.from_env(environ, close_at_exit=False).close(0)
+    outbox.close(0)
+    warnings = [r.getMessage() for r in caplog.records if "not a lineage-outbox setting" in r.getMessage()]
+    assert any("OUTBOX_MAX_EVENT " in w and "did you mean OUTBOX_MAX_EVENTS?" in w for w in warnings)
+    assert any("OUTBOX_PEERS_CACHE" in w for w in warnings)
+    assert len(warnings) == 2  # once each, however many outboxes

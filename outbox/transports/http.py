@@ -17,7 +17,8 @@ What each answer means for the events (the worker retries RETRY with backoff):
                             per-event body is bisected to find the bad events
 413                         a batch is split; a single event still too large: ``too_large``
 408, 429, 5xx, network      RETRY, honouring ``Retry-After`` (seconds or an HTTP date)
-401, 403, 404, 405          on the single endpoint: RETRY, and an error naming the URL, since
+401, 403, 404, 405, 407,    on the single endpoint: RETRY, and an error naming the URL (and
+301, 302, 303, 307, 308     a redirect's Location), since
                             it is a misconfiguration, not a reason to drop lineage
 ==========================  ==================================================================
 """
@@ -25,6 +26,7 @@ What each answer means for the events (the worker retries RETRY with backoff):
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import email.utils
 import gzip
@@ -35,7 +37,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -52,7 +54,9 @@ BatchFormat = Literal["array", "openmetadata"]
 _MODES = ("single", "batch", "auto")
 _FORMATS = ("array", "openmetadata")
 _BATCH_UNSUPPORTED = frozenset({404, 405, 501})
-_MISCONFIGURED = frozenset({401, 403, 404, 405})
+# Answers that say the configuration is wrong, not the events: keep them, back off, say so.
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MISCONFIGURED = frozenset({401, 403, 404, 405, 407}) | _REDIRECTS
 _USER_AGENT = "lineage-outbox/0.1.0"
 _SEND_BUFFER = 4 * 1024 * 1024
 _DEADLINE_MARGIN = 0.05
@@ -90,10 +94,22 @@ def redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def _secret_text(name: str, value: str | None) -> str | None:
+    """A credential as it will be sent: surrounding whitespace stripped (mounted secrets often
+    end in a newline), control characters refused (the value itself is never quoted)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ConfigError(
+            f"{name} contains a control character (a line break inside the value?); "
+            "fix the secret it is read from (the value is not shown)"
+        )
+    return value or None
 
 
 class HttpTransport:
@@ -158,6 +174,27 @@ class HttpTransport:
                 f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 "
                 "(OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
             )
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            raise ConfigError(
+                f"url={redact_url(url.strip())!r} has a port that is not a number from 0 to 65535; "
+                "use e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+            ) from None
+        api_key = _secret_text("api_key (OPENLINEAGE_API_KEY or auth.apiKey)", api_key)
+        # Credentials in the URL become a Basic authorization header, and httpx gets the URL
+        # without them (its own log prints the URL of every request).
+        basic: str | None = None
+        if parts.username is not None or parts.password is not None:
+            user = _secret_text("the url's user name", unquote(parts.username or ""))
+            password = _secret_text("the url's password", unquote(parts.password or ""))
+            basic = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
+            self._secrets = [s for s in (password, basic) if s]
+            url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        else:
+            self._secrets = []
+        if api_key:
+            self._secrets.append(api_key)
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is not a mode; use one of {', '.join(_MODES)}")
         if batch_format not in _FORMATS:
@@ -199,6 +236,8 @@ class HttpTransport:
         self._api_key = api_key
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        elif basic:
+            self._headers["Authorization"] = f"Basic {basic}"
         self._timeouts = httpx.Timeout(
             self.timeout,
             connect=float(connect_timeout or timeout),
@@ -296,12 +335,32 @@ class HttpTransport:
         except httpx.HTTPError as exc:
             # ConnectError, ReadError, RemoteProtocolError, ...: the backend is unreachable.
             # The message names the URL, never the headers (so never the API key).
-            return Outcome.retry("network", f"POST {redact_url(url)} failed: {type(exc).__name__}: {exc}")
+            detail = self._redact(f"POST {redact_url(url)} failed: {type(exc).__name__}: {exc}")
+            return Outcome.retry("network", detail)
+
+    def _redact(self, text: str) -> str:
+        """``text`` with every credential this transport sends replaced by ``***`` (a backend
+        may echo the header it refused)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _redacted(self, outcomes: list[Outcome]) -> list[Outcome]:
+        if not self._secrets:
+            return outcomes
+        return [
+            Outcome(o.kind, o.reason, self._redact(o.detail), o.retry_after) if o.detail else o
+            for o in outcomes
+        ]
+
+    def _snippet(self, response: httpx.Response) -> str:
+        return self._redact(_snippet(response))
 
     def _status_outcome(self, response: httpx.Response, url: str) -> Outcome:
         """What a non-2xx answer means for one event (or a whole batch)."""
         status = response.status_code
-        detail = f"POST {redact_url(url)} answered {status} {response.reason_phrase}: {_snippet(response)}"
+        answer = self._snippet(response)
+        detail = f"POST {redact_url(url)} answered {status} {response.reason_phrase}: {answer}"
         if status in (408, 429) or status >= 500 or status in self._retry_statuses:
             return Outcome.retry(
                 f"http_{status}", detail, parse_retry_after(response.headers.get("Retry-After"))
@@ -309,11 +368,15 @@ class HttpTransport:
         if status == 413:
             return Outcome.rejected("too_large", detail)
         if status in _MISCONFIGURED:
-            hint = (
-                "check the API key (OPENLINEAGE_API_KEY or auth)"
-                if status in (401, 403)
-                else ("check the URL and endpoint (OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT)")
-            )
+            if status in (401, 403):
+                hint = "check the API key (OPENLINEAGE_API_KEY or auth)"
+            elif status == 407:
+                hint = "the proxy wants credentials: check HTTPS_PROXY/HTTP_PROXY"
+            elif status in _REDIRECTS:
+                location = response.headers.get("Location", "(none)")[:200]
+                hint = f"it redirects to {redact_url(location)}: set OPENLINEAGE_URL to where it points"
+            else:
+                hint = "check the URL and endpoint (OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT)"
             self._log.error(f"misconfigured-{status}", "%s; %s. Events stay buffered.", detail, hint)
             return Outcome.retry(f"http_{status}", f"{detail} ({hint})")
         return Outcome.rejected("rejected_by_backend", detail)
@@ -334,7 +397,7 @@ class HttpTransport:
             return [answer] * len(batch)
         status = answer.status_code
         if 200 <= status < 300:
-            return _read_batch_answer(answer, len(batch))
+            return self._redacted(_read_batch_answer(answer, len(batch)))
         if status in _BATCH_UNSUPPORTED and self.mode == "auto":
             self._single_for_good = True
             logger.warning(
@@ -354,7 +417,7 @@ class HttpTransport:
             second = await self._send_batch(batch[middle:], deadline, top=False)
             return first + second
         if status in (400, 422):
-            return _read_batch_answer(answer, len(batch))
+            return self._redacted(_read_batch_answer(answer, len(batch)))
         outcome = self._status_outcome(answer, self.batch_url)
         if status in _BATCH_UNSUPPORTED and self.mode == "batch":
             self._log.error(

@@ -1,0 +1,156 @@
+"""What the outbox does with backend answers it cannot simply take at their word (real HTTP
+servers on loopback)."""
+
+import logging
+import time
+
+import pytest
+
+from outbox import ConfigError, Outbox
+from outbox.sink import Sink, SinkBehaviour
+from outbox.transports import HttpTransport
+
+from helpers import run_event, wait_until
+
+
+@pytest.mark.parametrize("asked", ["86400", "inf", "1e400"])
+def test_a_retry_after_beyond_max_retry_after_is_capped_and_logged(asked, caplog):
+    with Sink(behaviour=SinkBehaviour(fail_status=429, retry_after=asked)) as sink:
+        outbox = Outbox(
+            HttpTransport(sink.url, mode="batch"), linger=0, max_retry_after=0.3, close_at_exit=False
+        )
+        with caplog.at_level(logging.WARNING, logger="outbox"):
+            outbox.emit(run_event(n=0))
+            assert wait_until(lambda: outbox.stats().retried >= 1, 5)
+            sink.behaviour = SinkBehaviour()  # healthy again
+            started = time.monotonic()
+            assert outbox.flush(5)
+            assert time.monotonic() - started < 2.0  # not a day, not for ever
+        assert [e["n"] for e in sink.events] == [0]
+        assert any("waiting max_retry_after (0.3 s) instead" in r.getMessage() for r in caplog.records)
+        outbox.close(1)
+
+
+def test_max_retry_after_is_validated_and_read_from_the_environment():
+    with pytest.raises(ConfigError, match="max_retry_after=-1"):
+        Outbox(HttpTransport("http://127.0.0.1:9"), max_retry_after=-1)
+    outbox = Outbox.from_env({"OUTBOX_MAX_RETRY_AFTER": "12.5"}, close_at_exit=False)
+    assert outbox._settings.max_retry_after == 12.5
+    outbox.close(0)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308, 407])
+@pytest.mark.parametrize("mode", ["single", "batch"])
+def test_redirects_and_proxy_authentication_keep_the_events_and_name_the_fix(status, mode, caplog):
+    behaviour = SinkBehaviour(fail_status=status, location="https://lineage.example.com/api/v1/lineage")
+    with Sink(behaviour=behaviour) as sink:
+        outbox = Outbox(HttpTransport(sink.url, mode=mode), linger=0, backoff_base=0.01, close_at_exit=False)
+        with caplog.at_level(logging.ERROR, logger="outbox"):
+            for i in range(3):
+                outbox.emit(run_event(n=i))
+            assert wait_until(lambda: outbox.stats().retried >= 3, 5)
+            stats = outbox.stats()
+            assert stats.lost == 0  # kept, not rejected
+            sink.behaviour = SinkBehaviour()
+            assert outbox.flush(5)
+        assert sorted(e["n"] for e in sink.events) == [0, 1, 2]
+        errors = " ".join(r.getMessage() for r in caplog.records)
+        assert f"answered {status}" in errors
+        if status == 407:
+            assert "HTTPS_PROXY" in errors
+        else:
+            assert "redirects to https://lineage.example.com/api/v1/lineage" in errors
+        outbox.close(1)
+
+
+# -- secrets ------------------------------------------------------------------------------
+
+
+class EchoingBackend:
+    """Answers 400 quoting the request's Authorization header back (some do)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = f'{{"error": "bad request with Authorization: {self.headers.get("Authorization")}"}}'
+                self.send_response(400)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_api_key_ending_in_a_newline_is_stripped_and_works():
+    with Sink(behaviour=SinkBehaviour(api_key="s3cret-key")) as sink:
+        outbox = Outbox(HttpTransport(sink.url, api_key="s3cret-key\n"), linger=0, close_at_exit=False)
+        outbox.emit(run_event())
+        assert outbox.close(5).delivered == 1
+        assert sink.last_headers["Authorization"] == "Bearer s3cret-key"
+
+
+@pytest.mark.parametrize("key", ["abc\ndef", "abc\x00def", "abc\rdef"])
+def test_an_api_key_with_a_control_character_is_a_config_error_that_does_not_show_it(key):
+    with pytest.raises(ConfigError, match="control character") as caught:
+        HttpTransport("http://127.0.0.1:9", api_key=key)
+    assert "abc" not in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["single", "batch"])
+def test_a_credential_echoed_by_the_backend_is_redacted_everywhere(mode, caplog):
+    backend = EchoingBackend()
+    try:
+        url = backend.url.replace("http://", "http://alice:pa%24%24word@")
+        for transport in (
+            HttpTransport(backend.url, api_key="s3cret-key", mode=mode),
+            HttpTransport(url, mode=mode),
+        ):
+            outbox = Outbox(transport, linger=0, close_at_exit=False)
+            with caplog.at_level(logging.DEBUG):
+                outbox.emit(run_event())
+                report = outbox.close(5)
+            assert report.undelivered == {"rejected_by_backend": 1}
+            seen = (outbox.stats().last_error or "") + repr(outbox) + caplog.text
+            assert "Authorization" in (outbox.stats().last_error or "")  # the echo itself is kept
+            for secret in ("s3cret-key", "pa$$word", "pa%24%24word", "YWxpY2U6cGEkJHdvcmQ="):
+                assert secret not in seen
+            caplog.clear()
+    finally:
+        backend.close()
+
+
+def test_user_info_in_the_url_becomes_basic_auth_and_never_reaches_httpx_logs(caplog):
+    with Sink() as sink:
+        url = sink.url.replace("http://", "http://alice:pa%24%24word@")
+        transport = HttpTransport(url)
+        assert "pa$$word" not in repr(transport)
+        assert "pa%24%24word" not in repr(transport)
+        outbox = Outbox(transport, linger=0, close_at_exit=False)
+        with caplog.at_level(logging.INFO, logger="httpx"):
+            outbox.emit(run_event())
+            assert outbox.close(5).delivered == 1
+        assert sink.last_headers["Authorization"] == "Basic YWxpY2U6cGEkJHdvcmQ="  # alice:pa$$word
+        assert "POST" in caplog.text  # httpx did log the request...
+        assert "word" not in caplog.text  # ...without the password
+
+
+@pytest.mark.parametrize(
+    "url", ["http://marquez:http/", "http://marquez:99999", "http://user:pw@marquez:x5000"]
+)
+def test_a_url_with_a_bad_port_is_a_config_error_at_construction(url):
+    with pytest.raises(ConfigError, match="port that is not a number") as caught:
+        HttpTransport(url)
+    assert "pw" not in str(caught.value)
