@@ -6,12 +6,14 @@ object (after parsing) as ``openlineage.client.serde.Serde.to_json``:
 * attrs instances become objects with every field, then ``None`` values are
   removed from objects; ``None`` items and empty objects are removed from lists;
 * enums become their ``value``; ``date``/``datetime`` their ``isoformat()``;
-  ``UUID`` its string; tuples and sets become lists;
-* anything else that JSON cannot hold becomes ``"<<non-serializable: Name>>"``.
+  ``UUID`` its string; tuples and sets become lists.
 
-One deliberate difference: a non-finite float (NaN, ±Infinity) is written as
-``null``.  ``json.dumps`` writes the bare tokens ``NaN``/``Infinity``, which are
-not JSON and which every backend we ship to rejects.
+Two deliberate differences.  A value JSON cannot hold raises :class:`Unserializable`
+(the outbox drops the event as ``invalid_event``), where Serde writes the string
+``"<<non-serializable: Name>>"`` in its place: lineage that says something else than what
+was emitted.  And a non-finite float (NaN, ±Infinity) is written as ``null``:
+``json.dumps`` writes the bare tokens ``NaN``/``Infinity``, which are not JSON and which
+every backend we ship to rejects.
 
 It is faster because it walks each attrs class's fields through a cached
 ``operator.attrgetter`` in one pass (Serde makes two: ``attr.asdict`` and then
@@ -133,19 +135,27 @@ def _plain_other(obj: Any) -> Any:
     return obj  # str/int subclasses are encoded natively; the rest by _placeholder
 
 
-def _placeholder(obj: Any) -> Any:
+class Unserializable(ValueError):
+    """An event holds a value JSON cannot hold."""
+
+
+def _default(obj: Any) -> Any:
     if isinstance(obj, float):
         return float(obj)
-    return f"<<non-serializable: {type(obj).__qualname__}>>"
+    # Serde writes "<<non-serializable: Name>>" in its place: lineage that silently says
+    # something else than what was emitted.  The outbox drops the event as invalid_event.
+    raise Unserializable(f"the event holds a {type(obj).__qualname__}, which JSON cannot hold")
 
 
 def dumps(plain: Any) -> bytes:
     """Encode plain data; falls back to the stdlib for what orjson refuses
     (non-string keys, integers beyond 64 bits) so the output still matches Serde."""
     try:
-        return orjson.dumps(plain, default=_placeholder, option=_ORJSON_OPTIONS)
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(plain, sort_keys=True, default=_placeholder).encode()
+        return orjson.dumps(plain, default=_default, option=_ORJSON_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        if isinstance(exc.__cause__, Unserializable):
+            raise exc.__cause__ from None
+        return json.dumps(plain, sort_keys=True, default=_default).encode()
 
 
 class SerializedEvent(NamedTuple):

@@ -311,6 +311,15 @@ class Worker:
         objects = 0
         limit = self.settings.max_batch_bytes
         for seq, event, estimate in batch:
+            if estimate > limit and isinstance(event, (str, bytes, bytearray)):
+                # Its exact size is known (at least its length in characters): too large for
+                # any batch, so never spend the time (and the GIL) parsing it.
+                lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
+                lost_bytes += estimate
+                self.log.warning(
+                    "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", estimate, limit
+                )
+                continue
             try:
                 ser = serialize(event)
             except Exception as exc:

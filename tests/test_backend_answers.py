@@ -154,3 +154,33 @@ def test_a_url_with_a_bad_port_is_a_config_error_at_construction(url):
     with pytest.raises(ConfigError, match="port that is not a number") as caught:
         HttpTransport(url)
     assert "pw" not in str(caught.value)
+
+
+# -- what the sidecar refuses to send ------------------------------------------------------
+
+
+def test_an_event_holding_a_value_json_cannot_hold_is_dropped_as_invalid_not_sent_as_a_placeholder():
+    from outbox.transports import MemoryTransport
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, close_at_exit=False)
+    bad = run_event(n=1)
+    bad["run"]["facets"] = {"custom": {"_producer": "p", "_schemaURL": "s", "value": object()}}
+    for event in (run_event(n=0), bad, run_event(n=2)):
+        assert outbox.emit(event)
+    report = outbox.close(5)
+    assert report.undelivered == {"invalid_event": 1}
+    assert [e["n"] for e in transport.events] == [0, 2]
+    assert "non-serializable" not in str(transport.events)
+
+
+def test_a_pre_serialized_event_too_large_for_a_batch_is_dropped_before_it_is_parsed():
+    from outbox.transports import MemoryTransport
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, max_batch_bytes=1024 * 1024, close_at_exit=False)
+    # Not even JSON: had it been parsed first, it would count as invalid_event.
+    assert outbox.emit("{" + "x" * (2 * 1024 * 1024))
+    assert outbox.emit(b"[" * (3 * 1024 * 1024))
+    report = outbox.close(5)
+    assert report.undelivered == {"too_large": 2}

@@ -196,7 +196,11 @@ def test_additional_properties_and_legacy_classes_match_serde():
     same_as_serde(legacy_event)
 
 
-def test_non_serializable_values_become_the_same_placeholder():
+def test_a_value_json_cannot_hold_raises_where_serde_writes_a_placeholder():
+    from openlineage.client.serde import Serde
+
+    from outbox._serde import Unserializable
+
     class Opaque:
         pass
 
@@ -207,7 +211,9 @@ def test_non_serializable_values_become_the_same_placeholder():
         run=Run(runId=str(uuid.uuid4()), facets={"custom": facet}),
         job=Job(namespace="n", name="j"),
     )
-    same_as_serde(event)
+    assert "<<non-serializable: " in Serde.to_json(event)  # what we refuse to send
+    with pytest.raises(Unserializable, match=r"holds a .*Opaque, which JSON cannot hold"):
+        serialize(event)
 
 
 def test_big_integers_fall_back_to_the_stdlib_encoder():
