@@ -10,7 +10,7 @@ from outbox import ConfigError, Outbox
 from outbox.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event, wait_until
+from helpers import run_event, run_script, wait_until
 
 
 @pytest.mark.parametrize("asked", ["86400", "inf", "1e400"])
@@ -184,3 +184,54 @@ def test_a_pre_serialized_event_too_large_for_a_batch_is_dropped_before_it_is_pa
     assert outbox.emit(b"[" * (3 * 1024 * 1024))
     report = outbox.close(5)
     assert report.undelivered == {"too_large": 2}
+
+
+# -- answers are read within a bound -------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_huge_answer_is_read_only_up_to_the_bound(status):
+    code = f"""
+    import resource, socket, threading
+    from outbox import Outbox
+    from outbox.transports import HttpTransport
+
+    size = 400 * 1024 * 1024  # what the backend answers
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve():
+        conn, _ = server.accept()
+        data = b""
+        while b"\\r\\n\\r\\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\\r\\n\\r\\n")
+        lines = [l for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")]
+        length = int(lines[0].split(b":")[1])
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 {status} X\\r\\nContent-Length: %d\\r\\n\\r\\n" % size)
+        chunk = b"[" * (1024 * 1024)
+        try:
+            for _ in range(size // len(chunk)):
+                conn.sendall(chunk)
+        except OSError:
+            pass  # the client stopped reading and closed: what we want
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = "http://127.0.0.1:%d" % server.getsockname()[1]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outbox = Outbox(HttpTransport(url, mode="batch", timeout=30), linger=0, close_at_exit=False)
+    outbox.emit({{"eventType": "START", "run": {{"runId": "r"}}, "job": {{"namespace": "n", "name": "j"}}}})
+    report = outbox.close(1.5)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(grown, report.delivered, report.undelivered)
+    """
+    result, _ = run_script(code, timeout=120)
+    assert result.returncode == 0, result.stderr
+    grown, delivered = result.stdout.split()[:2]
+    assert float(grown) < 64, f"the process grew by {grown} MiB reading a 400 MiB answer"
+    if status == 200:
+        assert delivered == "1"  # a 2xx whose body is cut is still a 2xx

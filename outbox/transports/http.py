@@ -47,7 +47,7 @@ from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 
-__all__ = ["HttpTransport", "parse_retry_after", "redact_url"]
+__all__ = ["MAX_ANSWER_BYTES", "HttpTransport", "parse_retry_after", "redact_url"]
 
 Mode = Literal["single", "batch", "auto"]
 BatchFormat = Literal["array", "openmetadata"]
@@ -61,6 +61,8 @@ _USER_AGENT = "lineage-outbox/0.1.0"
 _SEND_BUFFER = 4 * 1024 * 1024
 _DEADLINE_MARGIN = 0.05
 _SINGLE_SLICE = 1.0
+#: The most of an answer's body the transport reads (the rest is never read).
+MAX_ANSWER_BYTES = 1024 * 1024
 # RETRY reasons that mean every request would fail alike (unreachable, misconfigured).
 _STOP_REASONS = frozenset({"network", "timeout"} | {f"http_{status}" for status in _MISCONFIGURED})
 
@@ -324,7 +326,7 @@ class HttpTransport:
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=5)
         try:
-            return await asyncio.wait_for(self._client_now().post(url, content=body), budget)
+            return await asyncio.wait_for(self._bounded_post(url, body), budget)
         except TimeoutError:
             # Cut off by the caller's deadline rather than by our own timeout: that says
             # nothing about the backend, so it must not stop the other requests.
@@ -355,6 +357,26 @@ class HttpTransport:
 
     def _snippet(self, response: httpx.Response) -> str:
         return self._redact(_snippet(response))
+
+    async def _bounded_post(self, url: str, body: bytes) -> httpx.Response:
+        """POST, reading at most ``MAX_ANSWER_BYTES`` of the answer (plenty for a batch's
+        ``partial_success`` body and an error's text; a backend, or something in front of
+        it, can answer gigabytes).  A longer answer is cut there, its connection closed."""
+        async with self._client_now().stream("POST", url, content=body) as response:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= MAX_ANSWER_BYTES:
+                    break
+            content = b"".join(chunks)[:MAX_ANSWER_BYTES]
+        # The body is decoded and maybe cut: the framing headers no longer describe it.
+        framing = ("content-encoding", "content-length", "transfer-encoding")
+        headers = [(k, v) for k, v in response.headers.items() if k.lower() not in framing]
+        return httpx.Response(
+            response.status_code, headers=headers, content=content, request=response.request
+        )
 
     def _status_outcome(self, response: httpx.Response, url: str) -> Outcome:
         """What a non-2xx answer means for one event (or a whole batch)."""
