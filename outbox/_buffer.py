@@ -42,6 +42,9 @@ class Reason:
     DROPPED_SHUTDOWN = "dropped_shutdown"
     #: The backend refused the event for good (HTTP 400/422, ...).
     REJECTED_BY_BACKEND = "rejected_by_backend"
+    #: The backend kept answering 5xx to this event alone (``poison_attempts`` times) while it
+    #: took other events: it cannot map it (Marquez answers 500 to an eventTime without a time).
+    POISON = "poison"
     #: Larger than the transport or the batch limit can ever carry.
     TOO_LARGE = "too_large"
     #: Could not be serialized, or pre-serialized text that is not a JSON object.

@@ -141,6 +141,10 @@ class Outbox:
         backoff_cap: The largest retry delay, in seconds, unless the server asks for more.
         max_retry_after: The longest wait a server may ask for with ``Retry-After``, in
             seconds; a longer (or infinite) one is capped, and the cap logged.
+        poison_attempts: How many 5xx answers about an event alone (sent alone, or refused
+            while the backend took the rest of its request) make it ``poison``, dropped so
+            that it cannot hold back the others, provided the backend took other events
+            since it first failed (a backend that is down is never mistaken for poison).
         circuit_threshold: Failed attempts in a row that open the circuit.
         log_interval: Seconds between two warnings of the same kind.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
@@ -166,6 +170,7 @@ class Outbox:
         backoff_base: float = 0.1,
         backoff_cap: float = 30.0,
         max_retry_after: float = 300.0,
+        poison_attempts: int = 5,
         circuit_threshold: int = 5,
         log_interval: float = 30.0,
         close_at_exit: bool = True,
@@ -196,6 +201,7 @@ class Outbox:
         _check_number("backoff_base", backoff_base, minimum=0)
         _check_number("backoff_cap", backoff_cap, minimum=0)
         _check_number("max_retry_after", max_retry_after, minimum=0)
+        _check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
         _check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
         _check_number("log_interval", log_interval, minimum=0)
         if max_batch_events > max_events:
@@ -222,6 +228,7 @@ class Outbox:
             circuit_threshold=circuit_threshold,
             log_interval=float(log_interval),
             max_retry_after=float(max_retry_after),
+            poison_attempts=poison_attempts,
         )
         self._limits = _Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
@@ -291,7 +298,14 @@ class Outbox:
                 accepted = ", ".join(p.value for p in Policy)
                 raise ConfigError(f"{value!r} is not a policy; use one of {accepted}") from None
             return
-        integers = {"max_events", "max_bytes", "max_batch_events", "max_batch_bytes", "circuit_threshold"}
+        integers = {
+            "max_events",
+            "max_bytes",
+            "max_batch_events",
+            "max_batch_bytes",
+            "circuit_threshold",
+            "poison_attempts",
+        }
         if keyword in integers:
             _check_number(keyword, value, minimum=1, integer=True)
         elif keyword == "send_timeout":

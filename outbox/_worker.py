@@ -59,6 +59,21 @@ def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | No
     return delay
 
 
+# 5xx answers that may be about an event rather than the backend: Marquez, OpenMetadata and
+# DataHub answer 500 to an event they cannot map.  502, 503 and 504 say the backend (or the way
+# to it) is down, never that an event is bad.
+_POISON_SUSPECT = frozenset(f"http_{code}" for code in range(500, 600) if code not in (502, 503, 504))
+
+
+def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
+    """Two lists of held events as one, in sequence order."""
+    if not first:
+        return second
+    if not second:
+        return first
+    return sorted(first + second, key=lambda item: item[0])
+
+
 class CircuitState(enum.Enum):
     #: Sending normally.
     CLOSED = "closed"
@@ -79,6 +94,7 @@ class WorkerSettings:
     circuit_threshold: int
     log_interval: float
     max_retry_after: float = 300.0
+    poison_attempts: int = 5
 
 
 # An event in flight: (sequence number, serialized event, bytes accounted for it).
@@ -105,6 +121,12 @@ class Worker:
         self._pending: list[_InFlight] = []
         self._ready: list[_InFlight] = []
         self._retry_at = 0.0
+        # Poison isolation: events a backend keeps refusing with a 5xx while it takes others.
+        self._split_to: int | None = None  # the next retry batch holds at most this many events
+        self._blame: dict[int, int] = {}  # seq -> 5xx answers that were about this event alone
+        self._first_failure: dict[int, float] = {}  # seq -> when it first got a 5xx
+        self._last_delivery = 0.0  # when the backend last took an event
+        self._others_turn = True  # alternate: the other runs' events, then the blamed head
         self._last_chance = False  # one immediate retry when close begins
         self._deadline = _INF
         self._drain_task: asyncio.Task[None] | None = None
@@ -194,7 +216,7 @@ class Worker:
         while True:
             if self._pending:
                 await self._wait_backoff()
-                batch = self._pending
+                batch = self._retry_batch()
             elif self._ready:
                 batch, self._ready = self._cut(self._ready)
             else:
@@ -208,7 +230,7 @@ class Worker:
             if self._deadline - time.monotonic() <= _NO_TIME_LEFT:
                 # Too close to the close deadline for a request to finish: wait for it (it
                 # cancels this task) rather than spin on attempts that cannot succeed.
-                self._pending = batch
+                self._pending = _merged(batch, self._pending)
                 await asyncio.sleep(self._deadline - time.monotonic() + 1.0)
                 continue
             self._sending = batch
@@ -283,6 +305,34 @@ class Worker:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    def _retry_batch(self) -> list[_InFlight]:
+        """The next batch from the retry list (removed from it).  After a batch got a 5xx as a
+        whole, a half of it (bisecting towards the event the backend cannot take); while the
+        oldest event is blamed for 5xx answers, every other attempt sends the other runs'
+        events instead, so they do not wait behind it (and show the backend takes others)."""
+        pending = self._pending
+        head = pending[0]
+        if head[0] in self._blame:
+            self._others_turn = not self._others_turn
+            if not self._others_turn:  # it was their turn
+                run = head[1].run_id
+                others = [item for item in pending[1:] if run is None or item[1].run_id != run]
+                if others:
+                    batch, _ = self._cut(others)
+                    if self._split_to is not None:
+                        batch = batch[: self._split_to]
+                    sent = {item[0] for item in batch}
+                    self._pending = [item for item in pending if item[0] not in sent]
+                    return batch
+            # The blamed event alone: its answer is about it, nothing else.
+            self._pending = pending[1:]
+            return [head]
+        batch, rest = self._cut(pending)
+        if self._split_to is not None and len(batch) > self._split_to:
+            batch, rest = batch[: self._split_to], batch[self._split_to :] + rest
+        self._pending = rest
+        return batch
 
     def _cut(self, items: list[_InFlight]) -> tuple[list[_InFlight], list[_InFlight]]:
         """The first batch of ``items`` within ``max_batch_bytes`` and ``max_batch_events``
@@ -476,11 +526,48 @@ class Worker:
         lost: dict[str, int] = {}
         retry_after: float | None = None
         error: Outcome | None = None
+        now = time.monotonic()
+        any_delivered = any(o.kind is OutcomeKind.DELIVERED for o in outcomes)
+        if any_delivered:
+            self._last_delivery = now
+        suspects = 0  # RETRY outcomes that may be about the event rather than the backend
+        runs_seen: set[str | None] = set()
         for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
             kind = outcome.kind
+            run = item[1].run_id
+            first_of_run = run is None or run not in runs_seen
+            runs_seen.add(run)
             if kind is OutcomeKind.DELIVERED:
                 delivered += 1
                 settled_bytes += item[2]
+            elif kind is OutcomeKind.RETRY and outcome.reason in _POISON_SUSPECT:
+                suspects += 1
+                seq = item[0]
+                first = self._first_failure.setdefault(seq, now)
+                # Counted against the event only when the answer was about it alone: it was
+                # sent alone, or the backend took others of the same request.
+                if len(items) == 1 or (any_delivered and first_of_run):
+                    self._blame[seq] = self._blame.get(seq, 0) + 1
+                if self._blame.get(seq, 0) >= s.poison_attempts and self._last_delivery >= first:
+                    # It keeps failing while the backend takes other events: settle it.
+                    lost[Reason.POISON] = lost.get(Reason.POISON, 0) + 1
+                    settled_bytes += item[2]
+                    self._forget(seq)
+                    self.log.error(
+                        "poison",
+                        "an event of run %s failed %d times alone while the backend took others; "
+                        "dropped as poison: %s",
+                        run,
+                        self._blame.get(seq, s.poison_attempts),
+                        outcome.detail or outcome.reason,
+                    )
+                    error = outcome
+                    continue
+                retry.append(item)
+                retries += 1
+                error = outcome
+                if outcome.retry_after is not None:
+                    retry_after = max(retry_after or 0.0, outcome.retry_after)
             elif kind is OutcomeKind.RETRY:
                 retry.append(item)
                 retries += 1
@@ -504,8 +591,22 @@ class Worker:
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
             self._sending = []
-            self._pending = retry
+            self._pending = _merged(retry, self._pending)
             self._settle_locked(len(items) - len(retry), settled_bytes, retry)
+        if self._first_failure:
+            kept = {item[0] for item in retry}
+            for item in items:
+                if item[0] not in kept:
+                    self._forget(item[0])
+        # Bisect a request the backend refused as a whole with a 5xx; once requests go through,
+        # double their size again (halving is quick: log2(max_batch_events) requests at most).
+        halved = len(items) > 1 and suspects == len(items)
+        if halved:
+            self._split_to = max(1, len(items) // 2)
+        elif not suspects and self._split_to is not None:
+            self._split_to *= 2
+            if self._split_to >= s.max_batch_events:
+                self._split_to = None
         self.metrics.batch_sent(elapsed, delivered, retries, sum(lost.values()))
         if error is not None:
             self.last_error = error.detail or error.reason
@@ -524,10 +625,12 @@ class Worker:
             stalled = retry and not delivered and not lost
             self._retry_at = time.monotonic() + min(s.backoff_base, 0.05) if stalled else 0.0
             return
-        if delivered or lost:
-            # Progress: the backend answers, a few events must go again.
-            self.failures = 0
-            self.circuit = CircuitState.CLOSED
+        if delivered or lost or halved:
+            # Progress: the backend answers, a few events must go again (or a refused request
+            # is being bisected to find the event it cannot take).
+            if delivered or lost:
+                self.failures = 0
+                self.circuit = CircuitState.CLOSED
             attempt = 1
         else:
             self.failures += 1
@@ -558,6 +661,10 @@ class Worker:
             delay,
             self.last_error,
         )
+
+    def _forget(self, seq: int) -> None:
+        self._blame.pop(seq, None)
+        self._first_failure.pop(seq, None)
 
     def _log_drops(self) -> None:
         with self.buffer.lock:

@@ -183,6 +183,9 @@ class SinkBehaviour:
     batch_errors: Literal["spec", "whole"] = "spec"
     #: The next this-many events received in batches fail as *retriable* (``partial_success``).
     flaky_events: int = 0
+    #: Answer 500 (with Marquez's ``{"code": 400, ...}`` body) to any request whose body holds
+    #: this text, as a backend does to an event it cannot map.
+    poison: str | None = None
 
 
 class _Server(ThreadingHTTPServer):
@@ -280,6 +283,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(
                 behaviour.fail_status, {"code": behaviour.fail_status, "message": "injected"}, headers
             )
+            return
+        if behaviour.poison is not None and behaviour.poison.encode() in raw:
+            sink._record(path, 500)
+            self._reply(500, {"code": 400, "message": "Unable to process JSON"})
             return
         single, batch = sink.routes()
         if path == single:

@@ -42,6 +42,7 @@ GRACE = 0.5  # what close() may take beyond its deadline
 SLACK = 0.25  # scheduling noise on a shared, busy machine
 KiB = 1024
 
+POISON = "POISON-7f3a"  # the backend answers 500 to any request carrying it
 BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled")
 
 SIGTERM_CHILD = """
@@ -82,7 +83,7 @@ class Chaos:
         self.max_steps = max_steps
         self.steps: list[str] = []
         self.errors: list[str] = []  # exceptions that escaped to a caller (on any thread)
-        self.sink = Sink().start()
+        self.sink = Sink(behaviour=SinkBehaviour(poison=POISON)).start()
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
         self.backend = "healthy"
         self.generation = 0
@@ -115,6 +116,7 @@ class Chaos:
         self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
         self.next_n: dict[str, int] = defaultdict(int)
         self.accepted: dict[str, list[int]] = defaultdict(list)  # run id -> n accepted, in order
+        self.poisoned = 0  # poison events accepted
         self.run_locks = {run: threading.Lock() for run in self.runs}
 
     # -- steps ------------------------------------------------------------------------------
@@ -137,7 +139,9 @@ class Chaos:
         if roll < 0.40:
             threads, count = rng.randint(1, 4), rng.choice([1, 10, 100, 400])
             big = rng.random() < 0.15
-            return f"emit threads={threads} count={count} big={big}", lambda: self._emit(threads, count, big)
+            poison = rng.random() < 0.2
+            name = f"emit threads={threads} count={count} big={big} poison={poison}"
+            return name, lambda: self._emit(threads, count, big, poison)
         if roll < 0.62:
             backend = rng.choice(BACKENDS)
             retry_after = rng.choice(["0", "1", "2"])
@@ -156,34 +160,39 @@ class Chaos:
         at = rng.choice([0.1, 0.4])
         return f"sigterm shutdown={shutdown} at={at}", lambda: self._sigterm(shutdown, at)
 
-    def _emit(self, threads: int, count: int, big: bool) -> None:
+    def _emit(self, threads: int, count: int, big: bool, poison: bool) -> None:
         rng = self.rng
         assignments = [self.runs[i::threads] for i in range(threads)]
         plans = [[rng.choice(runs) for _ in range(count)] for runs in assignments if runs]
+        # A few events the backend cannot map (it answers 500 to any request carrying one).
+        poisoned = {(p, rng.randrange(count)) for p in range(len(plans))} if poison else set()
         padding = "x" * (20 * KiB) if big else ""
         block = self.settings["block_timeout"]
 
-        def emitter(plan: list[str]) -> None:
+        def emitter(index: int, plan: list[str]) -> None:
             try:
-                for run in plan:
+                for position, run in enumerate(plan):
                     with self.run_locks[run]:  # one emitter per run at a time: its order is defined
                         n = self.next_n[run]
                         self.next_n[run] = n + 1
                         event = run_event(run_id=run, n=n, job=self.job)
+                        facets = event["run"]["facets"]
                         if padding:
-                            event["run"]["facets"] = {
-                                "pad": {"_producer": "p", "_schemaURL": "s", "x": padding}
-                            }
+                            facets["pad"] = {"_producer": "p", "_schemaURL": "s", "x": padding}
+                        if (index, position) in poisoned:
+                            facets["bad"] = {"_producer": "p", "_schemaURL": "s", "x": POISON}
                         began = time.monotonic()
                         if self.outbox.emit(event):
                             self.accepted[run].append(n)
+                            if (index, position) in poisoned:
+                                self.poisoned += 1
                         took = time.monotonic() - began
                         if took > block + GRACE + SLACK:
                             self.errors.append(f"emit took {took:.3f} s (block_timeout {block})")
             except BaseException:
                 self.errors.append(traceback.format_exc())
 
-        workers = [threading.Thread(target=emitter, args=(plan,)) for plan in plans]
+        workers = [threading.Thread(target=emitter, args=(i, plan)) for i, plan in enumerate(plans)]
         for worker in workers:
             worker.start()
         for worker in workers:
@@ -192,7 +201,7 @@ class Chaos:
 
     def _set_backend(self, backend: str, retry_after: str) -> None:
         self.backend = backend
-        behaviour = SinkBehaviour()
+        behaviour = SinkBehaviour(poison=POISON)
         mode = "pass"
         if backend == "refused":
             mode = "refuse"
@@ -259,9 +268,12 @@ class Chaos:
         time.sleep(0.05)  # a response the proxy relayed may still be on its way to the sink's list
         arrived: dict[str, list[int]] = defaultdict(list)
         for event in self.sink.events:
+            check("bad" not in event["run"].get("facets", {}), "the backend took a poison event")
             if event["job"]["name"] == self.job:
                 arrived[event["run"]["runId"]].append(event["n"])
         distinct = sum(len(set(ns)) for ns in arrived.values())
+        poison = report.undelivered.get("poison", 0)
+        check(poison <= self.poisoned, f"{poison} events dropped as poison, {self.poisoned} were")
         check(distinct >= report.delivered, f"{report.delivered} reported delivered, {distinct} arrived")
         for run, ns in arrived.items():
             accepted = set(self.accepted[run])
