@@ -329,7 +329,10 @@ class _Handler(BaseHTTPRequestHandler):
             sink._record(batch, 400)
             self._reply(400, {"code": 400, "message": "Unable to process JSON"})
             return
-        events = body.get("events") if openmetadata and isinstance(body, dict) else body
+        # OpenMetadata's route takes {"events": [...]} only (400 for an array), the spec an array.
+        events = body
+        if openmetadata:
+            events = body.get("events") if isinstance(body, dict) else None
         if not isinstance(events, list) or (openmetadata and not events):
             expected = (
                 'an object {"events": [...]} with at least one event' if openmetadata else "a JSON array"

@@ -235,3 +235,82 @@ def test_a_huge_answer_is_read_only_up_to_the_bound(status):
     assert float(grown) < 64, f"the process grew by {grown} MiB reading a 400 MiB answer"
     if status == 200:
         assert delivered == "1"  # a 2xx whose body is cut is still a 2xx
+
+
+# -- batch shape, batch size and order through splits -----------------------------------
+
+
+@pytest.mark.parametrize("mode", ["batch", "auto"])
+def test_a_wrong_batch_format_keeps_the_events_and_names_the_setting(mode, caplog):
+    om = {
+        "endpoint": "api/v1/openlineage/lineage",
+        "batch_endpoint": "api/v1/openlineage/lineage/batch",
+        "batch_format": "array",  # wrong: OpenMetadata's batch route takes {"events": [...]}
+    }
+    with Sink(behaviour=SinkBehaviour(flavor="openmetadata")) as sink:
+        outbox = Outbox(HttpTransport(sink.url, mode=mode, **om), linger=0.05, close_at_exit=False)
+        with caplog.at_level(logging.WARNING, logger="outbox"):
+            for i in range(6):
+                outbox.emit(run_event(n=i))
+            if mode == "auto":
+                assert outbox.flush(10)  # it found out, and went on one event per request
+                assert sorted(e["n"] for e in sink.events) == list(range(6))
+            else:
+                assert wait_until(lambda: outbox.stats().retried >= 5, 10)
+                stats = outbox.stats()
+                assert "rejected_by_backend" not in stats.dropped  # kept, not dropped one by one
+                assert "batch_format" in (stats.last_error or "")
+        assert "check batch_format (now 'array'" in caplog.text
+        outbox.close(0.5)
+
+
+def test_a_batch_of_events_that_are_all_bad_is_still_rejected():
+    with Sink() as sink:
+        outbox = Outbox(HttpTransport(sink.url, mode="batch"), linger=0.05, close_at_exit=False)
+        for i in range(4):
+            bad = run_event(n=i)
+            bad["run"]["runId"] = "not-a-uuid"
+            outbox.emit(bad)
+        report = outbox.close(5)
+    assert report.undelivered == {"rejected_by_backend": 4}
+
+
+def test_every_request_stays_within_max_batch_bytes_for_dict_events():
+    limit = 1024 * 1024
+    with Sink(behaviour=SinkBehaviour(max_body=limit)) as sink:  # 413 to anything larger
+        outbox = Outbox(
+            HttpTransport(sink.url, mode="batch"), max_batch_bytes=limit, linger=0.5, close_at_exit=False
+        )
+        for i in range(300):
+            event = run_event(n=i)
+            event["run"]["facets"] = {"big": {"_producer": "p", "_schemaURL": "s", "x": "x" * 100_000}}
+            outbox.emit(event)
+        report = outbox.close(20)
+        statuses = {status for _, status, _ in sink.requests}
+    assert report.delivered == 300
+    assert statuses == {200}  # no request was larger than max_batch_bytes
+    assert len(sink.requests) >= 300 * 100_000 // limit
+
+
+def test_order_per_run_holds_through_413_splits_under_a_flaky_backend():
+    run = "33333333-3333-3333-3333-333333333333"
+    with Sink(behaviour=SinkBehaviour(max_body=40_000, fail_status=503, fail_rate=0.3)) as sink:
+        outbox = Outbox(
+            HttpTransport(sink.url, mode="batch"),
+            max_batch_bytes=200_000,
+            linger=0.05,
+            backoff_base=0.01,
+            backoff_cap=0.05,
+            close_at_exit=False,
+        )
+        for i in range(400):
+            event = run_event(run_id=run, n=i)
+            event["run"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "x": "y" * 2000}}
+            outbox.emit(event)
+        assert outbox.flush(60), outbox.stats()
+        sink.behaviour = SinkBehaviour()
+        outbox.close(5)
+        arrived = [e["n"] for e in sink.events]
+    assert any(status == 413 for _, status, _ in sink.requests)  # it did split
+    firsts = list(dict.fromkeys(arrived))
+    assert firsts == sorted(firsts) == list(range(400))

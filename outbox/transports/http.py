@@ -436,8 +436,16 @@ class HttpTransport:
             # Bisect: each half again; good events are resent O(log n) times at most.
             middle = len(batch) // 2
             first = await self._send_batch(batch[:middle], deadline, top=False)
-            second = await self._send_batch(batch[middle:], deadline, top=False)
-            return first + second
+            if any(o.kind in (OutcomeKind.RETRY, OutcomeKind.DEFERRED) for o in first):
+                # Events of the first half go again: a later event of their runs must not
+                # arrive before them, so the second half waits (sent again, right after).
+                second = [Outcome.deferred()] * (len(batch) - middle)
+            else:
+                second = await self._send_batch(batch[middle:], deadline, top=False)
+            outcomes = first + second
+            if top and status != 413 and all(o.kind is OutcomeKind.REJECTED for o in outcomes):
+                return await self._batch_refused_whole(batch, outcomes, status, deadline)
+            return outcomes
         if status in (400, 422):
             return self._redacted(_read_batch_answer(answer, len(batch)))
         outcome = self._status_outcome(answer, self.batch_url)
@@ -449,6 +457,30 @@ class HttpTransport:
                 status,
             )
         return [outcome] * len(batch)
+
+    async def _batch_refused_whole(
+        self, batch: Sequence[SerializedEvent], outcomes: list[Outcome], status: int, deadline: float
+    ) -> list[Outcome]:
+        """Every event of a batch was refused, alone too.  Either they are all bad, or the
+        batch's shape is wrong for this endpoint (an array on OpenMetadata's {"events": [...]}
+        route, or the reverse).  The single endpoint tells which: if it takes one of them, the
+        events are fine and the configuration is not."""
+        probe = await self._send_one(batch[0], deadline)
+        if probe.kind is OutcomeKind.REJECTED:
+            return outcomes  # the events themselves are bad
+        if probe.kind is not OutcomeKind.DELIVERED:
+            return [probe] * len(batch)  # no answer from the single endpoint: keep them all
+        detail = (
+            f"POST {redact_url(self.batch_url)} answered {status} to every event of a batch, "
+            f"while {redact_url(self.single_url)} takes them: check batch_format (now "
+            f"{self.batch_format!r}; OpenMetadata takes 'openmetadata') and batch_endpoint"
+        )
+        if self.mode == "auto":
+            self._single_for_good = True
+            logger.warning("%s; sending one event per request from now on", detail)
+            return [DELIVERED, *await self._send_single(batch[1:], deadline)]
+        self._log.error("batch-format", "%s (or use mode auto). Events stay buffered.", detail)
+        return [DELIVERED] + [Outcome.retry("batch_format", detail)] * (len(batch) - 1)
 
     # -- single mode -------------------------------------------------------------------------
 
