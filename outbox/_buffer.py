@@ -115,8 +115,10 @@ class Buffer:
         # The worker asks to be woken when the queue reaches these sizes.
         self.wake_at_events: float = 1
         self.wake_at_bytes: float = _INF
-        # Running estimate of a serialized object event's size, refined by the worker.
+        # Running estimate of a serialized object event's size, refined by the worker; measured
+        # once it has serialized an object event.
         self.estimate = 1024
+        self.measured = False
         # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
@@ -222,6 +224,25 @@ class Buffer:
         self.in_flight += len(batch)
         self.in_flight_bytes += size
         return batch
+
+    def untake_locked(self, entries: list[Entry]) -> bool:
+        """Put events taken last (the newest of the last take, in order) back at the head of
+        the queue, as if they had not been taken.  Returns False, changing nothing, if the
+        policy has evicted newer events from the head meanwhile (then these older ones would
+        have gone first: the caller drops them)."""
+        if self.head_seq != entries[-1][0] + 1:
+            return False
+        queue, sizes = self.queue, self.sizes
+        size = 0
+        for _, event, nbytes in reversed(entries):
+            queue.appendleft(event)
+            sizes.appendleft(nbytes)
+            size += nbytes
+        self.head_seq = entries[0][0]
+        self.queued_bytes += size
+        self.in_flight -= len(entries)
+        self.in_flight_bytes -= size
+        return True
 
     @property
     def next_seq(self) -> int:

@@ -32,7 +32,8 @@ _INF = float("inf")
 
 # Classes emit() has already accepted, for an O(1) check on the hot path.
 _EVENT_CLASSES: set[type] = {dict, RunRecord}
-_TEXT_CLASSES = frozenset({str, bytes, bytearray})
+# Classes sized by their length (str, bytes and their subclasses, once seen).
+_TEXT_CLASSES: set[type] = {str, bytes, bytearray}
 _event_bases: tuple[type, ...] | None = None
 
 
@@ -52,7 +53,10 @@ def _openlineage_event_bases() -> tuple[type, ...]:
 def _admit(event: Any) -> None:
     """The slow path of emit's type check: accept and remember the class, or raise."""
     cls = event.__class__
-    if isinstance(event, (dict, str, bytes, bytearray, _openlineage_event_bases())):
+    if isinstance(event, (str, bytes, bytearray)):
+        _TEXT_CLASSES.add(cls)  # sized by its length, as str and bytes are
+        return
+    if isinstance(event, (dict, _openlineage_event_bases())):
         _EVENT_CLASSES.add(cls)
         return
     raise TypeError(
@@ -359,10 +363,11 @@ class Outbox:
         buf = self._buffer
         if cls in _TEXT_CLASSES:
             nbytes = len(event)
-        else:
-            if cls not in _EVENT_CLASSES:
-                _admit(event)
+        elif cls in _EVENT_CLASSES:
             nbytes = buf.estimate
+        else:
+            _admit(event)
+            nbytes = len(event) if cls in _TEXT_CLASSES else buf.estimate
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()
@@ -426,10 +431,11 @@ class Outbox:
         buf = self._buffer
         if cls in _TEXT_CLASSES:
             nbytes = len(event)
-        else:
-            if cls not in _EVENT_CLASSES:
-                _admit(event)
+        elif cls in _EVENT_CLASSES:
             nbytes = buf.estimate
+        else:
+            _admit(event)
+            nbytes = len(event) if cls in _TEXT_CLASSES else buf.estimate
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()

@@ -16,6 +16,7 @@ import enum
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,10 @@ _LAST_ATTEMPT_LEAD = 0.25
 _CLOSE_BACKOFF_CAP = 1.0
 # During close, attempts pulled forward by the deadline stay at least this far apart.
 _MIN_CLOSE_GAP = 0.1
+# Serializing a backlog ahead (objects in the queue, sized by an estimate until then): events
+# per step, and how often the worker looks for such work while it waits.
+_AHEAD_CHUNK = 64
+_AHEAD_POLL = 0.05
 # Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
 _MAX_EXPONENT = 62
 
@@ -63,6 +68,14 @@ def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | No
 # DataHub answer 500 to an event they cannot map.  502, 503 and 504 say the backend (or the way
 # to it) is down, never that an event is bad.
 _POISON_SUSPECT = frozenset(f"http_{code}" for code in range(500, 600) if code not in (502, 503, 504))
+
+
+def _estimate(current: int, observed: int) -> int:
+    """The size ``emit`` assumes for an object event: up at once to what objects are seen to
+    weigh (an estimate that is short lets large events overrun ``max_bytes``), down slowly."""
+    if observed >= current:
+        return observed
+    return max(64, (current * 7 + observed) // 8)
 
 
 def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
@@ -127,6 +140,7 @@ class Worker:
         self._first_failure: dict[int, float] = {}  # seq -> when it first got a 5xx
         self._last_delivery = 0.0  # when the backend last took an event
         self._others_turn = True  # alternate: the other runs' events, then the blamed head
+        self._ahead_seq = 0  # serializing ahead: the next queued event to look at
         self._last_chance = False  # one immediate retry when close begins
         self._deadline = _INF
         self._drain_task: asyncio.Task[None] | None = None
@@ -241,6 +255,12 @@ class Worker:
                 await asyncio.wait({sending}, timeout=_PREFETCH_AFTER)
                 if not sending.done():
                     self._prefetch()
+                while not sending.done():
+                    # A slow backend: meanwhile, give the queued objects their exact sizes.
+                    if self._serialize_ahead():
+                        await asyncio.sleep(0)
+                    else:
+                        await asyncio.wait({sending}, timeout=_AHEAD_POLL)
                 await sending
             finally:
                 if not sending.done():
@@ -274,6 +294,10 @@ class Worker:
         buf, s = self.buffer, self.settings
         linger_until = _INF
         while True:
+            if not buf.measured and buf.queue:
+                # Until an object event has been serialized, emit sizes objects by a guess:
+                # serialize the first ones in place at once, so the guess becomes a measure.
+                self._serialize_ahead(force=True)
             with buf.lock:
                 if buf.side:
                     buf.fold_side_locked()  # emitted from a signal handler
@@ -305,6 +329,83 @@ class Worker:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    def _serialize_ahead(self, force: bool = False) -> bool:
+        """Serialize a few queued objects in place, while more than a batch waits: an object is
+        sized by a running estimate when emitted, so a backlog of large dicts could hold far
+        more than ``max_bytes``.  With their exact sizes known, the byte bound is enforced by
+        the policy.  Returns True if it did some work (there may be more)."""
+        buf = self.buffer
+        picked: list[tuple[int, Any]] = []
+        with buf.lock:
+            queue = buf.queue
+            if len(queue) <= self.settings.max_batch_events and not force:
+                return False
+            head = buf.head_seq
+            index = min(max(self._ahead_seq, head), head + len(queue)) - head
+            while index < len(queue) and len(picked) < _AHEAD_CHUNK:
+                event = queue[index]
+                if event.__class__ is not SerializedEvent and not isinstance(event, (str, bytes, bytearray)):
+                    picked.append((head + index, event))
+                index += 1
+            self._ahead_seq = head + index
+        if not picked:
+            return False
+        done: list[tuple[int, Any, SerializedEvent]] = []
+        for seq, event in picked:
+            try:
+                done.append((seq, event, serialize(event)))
+            except Exception:  # left as it is: the send path counts it as invalid_event
+                continue
+        with buf.lock:
+            exact = 0
+            count = 0
+            queue, sizes = buf.queue, buf.sizes
+            for seq, event, ser in done:
+                index = seq - buf.head_seq
+                if 0 <= index < len(queue) and queue[index] is event:
+                    size = len(ser.body)
+                    queue[index] = ser
+                    buf.queued_bytes += size - sizes[index]
+                    sizes[index] = size
+                    exact += size
+                    count += 1
+            if count:
+                self._set_estimate_locked(exact // count)
+            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
+            if over > 0:
+                buf.shed_locked(over)
+                self._ahead_seq = min(self._ahead_seq, buf.next_seq)
+        return True
+
+    def _set_estimate_locked(self, observed: int) -> None:
+        """Learn what object events weigh.  When that is far more than was assumed, the
+        objects already queued are re-counted at the new estimate (and the byte bound
+        enforced by the policy) at once, rather than as they are serialized one by one."""
+        buf = self.buffer
+        before = buf.estimate
+        buf.estimate = _estimate(before, observed)
+        buf.measured = True
+        if buf.estimate <= 2 * before:
+            return
+        estimate = buf.estimate
+        sizes = list(buf.sizes)
+        added = 0
+        for index, event in enumerate(buf.queue):
+            if (
+                sizes[index] < estimate
+                and event.__class__ is not SerializedEvent
+                and not isinstance(event, (str, bytes, bytearray))
+            ):
+                added += estimate - sizes[index]
+                sizes[index] = estimate
+        if added:
+            buf.sizes = deque(sizes)
+            buf.queued_bytes += added
+            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
+            if over > 0:
+                buf.shed_locked(over)
+                self._ahead_seq = min(self._ahead_seq, buf.next_seq)
 
     def _retry_batch(self) -> list[_InFlight]:
         """The next batch from the retry list (removed from it).  After a batch got a 5xx as a
@@ -360,7 +461,14 @@ class Worker:
         sizes = 0
         objects = 0
         limit = self.settings.max_batch_bytes
-        for seq, event, estimate in batch:
+        total = 0
+        untaken: list[tuple[int, Any, int]] = []
+        for position, (seq, event, estimate) in enumerate(batch):
+            if total > limit:
+                # Taken by estimate, found larger: the rest goes back to the queue unserialized
+                # (serializing it now would hold it twice in memory).
+                untaken = batch[position:]
+                break
             if estimate > limit and isinstance(event, (str, bytes, bytearray)):
                 # Its exact size is known (at least its length in characters): too large for
                 # any batch, so never spend the time (and the GIL) parsing it.
@@ -371,14 +479,14 @@ class Worker:
                 )
                 continue
             try:
-                ser = serialize(event)
+                ser = event if event.__class__ is SerializedEvent else serialize(event)
             except Exception as exc:
                 lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
                 lost_bytes += estimate
                 self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
                 continue
             size = len(ser.body)
-            if not isinstance(event, (str, bytes, bytearray, memoryview)):
+            if event.__class__ is not SerializedEvent and not isinstance(event, (str, bytes, bytearray)):
                 sizes += size
                 objects += 1
             if size > limit:
@@ -389,15 +497,18 @@ class Worker:
                 )
                 continue
             adjust += size - estimate
+            total += size
             ready.append((seq, ser, size))
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
                 return []
+            if untaken and not buf.untake_locked(untaken):
+                lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + len(untaken)
+                lost_bytes += sum(entry[2] for entry in untaken)
             buf.in_flight_bytes += adjust
             if objects:
-                # A running estimate, so the byte bound tracks what events really weigh.
-                buf.estimate = max(64, (buf.estimate * 7 + sizes // objects) // 8)
+                self._set_estimate_locked(sizes // objects)
             over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
             if over > 0:
                 # The estimate was short: back within max_bytes by the policy, from the queue;
@@ -444,10 +555,14 @@ class Worker:
             if self.closing:
                 await asyncio.sleep(delay)
                 return
-            self.wakeup.clear()
-            # Wake early only when close begins (it grants one immediate last attempt).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._until_closing(), delay)
+            if self._serialize_ahead():
+                # A backend that is down: meanwhile, give the queued objects their exact sizes.
+                await asyncio.sleep(0)
+            else:
+                self.wakeup.clear()
+                # Wake early only when close begins (it grants one immediate last attempt).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._until_closing(), min(delay, _AHEAD_POLL))
             if self.closing and self._last_chance:
                 self._last_chance = False
                 return

@@ -1,0 +1,79 @@
+"""Floods an outbox whose backend is down with 100 KB events of one kind; prints how much the
+process grew (peak RSS) and what the outbox holds.  Used by tests/test_memory.py:
+
+    python tests/scripts/flood.py dict 20000
+"""
+
+import resource
+import socket
+import sys
+import time
+import uuid
+
+import orjson
+
+from outbox import Outbox
+from outbox.transports import HttpTransport
+
+kind, count = sys.argv[1], int(sys.argv[2])
+
+
+class Text(str):
+    pass
+
+
+class Blob(bytes):
+    pass
+
+
+def rss() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+with socket.socket() as probe:  # a port nothing listens on: the backend is down
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+outbox = Outbox(HttpTransport(f"http://127.0.0.1:{port}"), max_bytes=64 * 1024 * 1024, close_at_exit=False)
+if kind == "object":
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+before = rss()
+started = time.monotonic()
+pad = "x" * 100_000
+for i in range(count):
+    body = pad[:-8] + f"{i:08d}"  # distinct 100 KB each
+    run = {"runId": str(uuid.uuid4()), "facets": {"p": {"_producer": "p", "_schemaURL": "s", "x": body}}}
+    event = {
+        "eventType": "START",
+        "eventTime": "2026-12-02T10:00:00+00:00",
+        "producer": "p",
+        "schemaURL": "s",
+        "run": run,
+        "job": {"namespace": "n", "name": "j"},
+    }
+    if kind == "dict":
+        outbox.emit(event)
+    elif kind in ("str", "strsub"):
+        text = orjson.dumps(event).decode()
+        outbox.emit(text if kind == "str" else Text(text))
+    elif kind in ("bytes", "bytessub"):
+        raw = orjson.dumps(event)
+        outbox.emit(raw if kind == "bytes" else Blob(raw))
+    elif kind == "object":
+        outbox.emit(
+            RunEvent(
+                eventType=RunState.START,
+                eventTime="2026-12-02T10:00:00+00:00",
+                run=Run(runId=str(uuid.uuid4())),
+                job=Job(namespace="n", name=body),
+            )
+        )
+grown = rss() - before
+st = outbox.stats()
+took = time.monotonic() - started
+held = st.queued_events + st.in_flight
+print(grown, held, st.dropped)
+print(
+    f"{kind}: grew {grown:.0f} MiB in {took:.1f} s; holds {held} events; dropped {st.dropped}",
+    file=sys.stderr,
+)
+outbox.close(0)
