@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ._buffer import Buffer, Policy, Reason
+from ._deadletter import DeadLetter
 from ._errors import ConfigError
 from ._log import logger
 from ._metrics import Metrics
@@ -151,6 +152,9 @@ class Outbox:
             since it first failed (a backend that is down is never mistaken for poison).
         circuit_threshold: Failed attempts in a row that open the circuit.
         log_interval: Seconds between two warnings of the same kind.
+        dead_letter: A JSON-lines file to which every event settled as ``rejected_by_backend``,
+            ``poison``, ``too_large`` or ``invalid_event`` is appended, with its reason, the
+            backend's answer and the time (``outbox replay FILE`` sends it again).  Off by default.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
         name: Names the sidecar thread, log lines and the ``outbox.name`` metric attribute.
 
@@ -177,6 +181,7 @@ class Outbox:
         poison_attempts: int = 5,
         circuit_threshold: int = 5,
         log_interval: float = 30.0,
+        dead_letter: str | os.PathLike[str] | None = None,
         close_at_exit: bool = True,
         name: str = "outbox",
     ) -> None:
@@ -218,6 +223,19 @@ class Outbox:
                 f"max_batch_bytes={max_batch_bytes} exceeds max_bytes={max_bytes}; "
                 "a batch must fit in the buffer: lower max_batch_bytes or raise max_bytes"
             )
+        self._dead_letter: DeadLetter | None = None
+        if dead_letter is not None:
+            if not isinstance(dead_letter, (str, os.PathLike)) or not os.fspath(dead_letter):
+                raise ConfigError(
+                    f"dead_letter={dead_letter!r} is not a path; pass the path of a JSON-lines file"
+                )
+            folder = os.path.dirname(os.path.abspath(os.fspath(dead_letter)))
+            if not os.path.isdir(folder):
+                raise ConfigError(
+                    f"dead_letter={os.fspath(dead_letter)!r}: the folder {folder!r} does not exist; "
+                    "create it or choose another path (OUTBOX_DEAD_LETTER)"
+                )
+            self._dead_letter = DeadLetter(dead_letter, float(log_interval))
         self._transport = transport
         self._name = name
         self._shutdown_timeout = float(shutdown_timeout)
@@ -314,7 +332,7 @@ class Outbox:
             _check_number(keyword, value, minimum=1, integer=True)
         elif keyword == "send_timeout":
             _check_number(keyword, value, minimum=0, above=True)
-        elif keyword not in ("name", "close_at_exit"):
+        elif keyword not in ("name", "close_at_exit", "dead_letter"):
             _check_number(keyword, value, minimum=0)
 
     def _init_runtime(self) -> None:
@@ -337,6 +355,7 @@ class Outbox:
             name=self._name,
             shutdown_timeout=self._shutdown_timeout,
             close_at_exit=self._close_at_exit,
+            dead_letter=self._dead_letter,
         )
         # Dropped without close(): drain in the background (the exit hook waits for it).
         self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)

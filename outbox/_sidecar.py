@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._buffer import Buffer, Reason
+from ._deadletter import DeadLetter
 from ._log import logger
 from ._stats import CloseReport
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
@@ -63,8 +64,10 @@ class Sidecar:
         name: str,
         shutdown_timeout: float,
         close_at_exit: bool,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.buffer = buffer
+        self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
         self.metrics = metrics
@@ -98,7 +101,7 @@ class Sidecar:
             # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
             # run on daemon threads, so an unresolvable host cannot hold the process at exit.
             loop.set_default_executor(_DaemonExecutor(f"{self.name}-resolver"))
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics)
+            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
             thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
             thread.name = f"{self.name}-sidecar"
             self.loop, self.worker, self.thread = loop, worker, thread
@@ -113,7 +116,7 @@ class Sidecar:
             if self.state is not State.NEW:
                 return
             loop = asyncio.get_running_loop()
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics)
+            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
             self.loop, self.worker = loop, worker
             self.loop_thread = threading.get_ident()
             self.wake = _waker(loop, worker)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._buffer import Buffer, Reason
+from ._deadletter import DeadLetter
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
 from .transports._base import Outcome, OutcomeKind, Transport
@@ -115,8 +116,16 @@ _InFlight = tuple[int, SerializedEvent, int]
 
 
 class Worker:
-    def __init__(self, buffer: Buffer, transport: Transport, settings: WorkerSettings, metrics: Any) -> None:
+    def __init__(
+        self,
+        buffer: Buffer,
+        transport: Transport,
+        settings: WorkerSettings,
+        metrics: Any,
+        dead_letter: DeadLetter | None = None,
+    ) -> None:
         self.buffer = buffer
+        self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
         self.metrics = metrics
@@ -419,6 +428,25 @@ class Worker:
             if not self._others_turn:  # it was their turn
                 run = head[1].run_id
                 others = [item for item in pending[1:] if run is None or item[1].run_id != run]
+                # Runs with no blamed event first: they show whether the backend takes others.
+                # (A run is taken whole or not at all, so its order holds.)
+                blamed = {item[1].run_id for item in pending if item[0] in self._blame}
+                fresh = [
+                    item for item in others if item[1].run_id not in blamed and item[0] not in self._blame
+                ]
+                if fresh:
+                    others = fresh
+                else:
+                    # Every other run waiting to be retried is blamed too: newer events from
+                    # the queue, then (what the backend does with them is the evidence).
+                    go = self._take_unblocked()
+                    if go:
+                        batch, rest = self._cut(go)
+                        if self._split_to is not None and len(batch) > self._split_to:
+                            batch, rest = batch[: self._split_to], batch[self._split_to :] + rest
+                        self._pending = _merged(rest, self._pending)
+                        return batch
+                    pending = self._pending  # it may have grown (events of blocked runs)
                 if others:
                     batch, _ = self._cut(others)
                     if self._split_to is not None:
@@ -427,13 +455,29 @@ class Worker:
                     self._pending = [item for item in pending if item[0] not in sent]
                     return batch
             # The blamed event alone: its answer is about it, nothing else.
-            self._pending = pending[1:]
+            self._pending = [item for item in pending if item is not head]
             return [head]
         batch, rest = self._cut(pending)
         if self._split_to is not None and len(batch) > self._split_to:
             batch, rest = batch[: self._split_to], batch[self._split_to :] + rest
         self._pending = rest
         return batch
+
+    def _take_unblocked(self) -> list[_InFlight]:
+        """Events from the queue that may go while the retry list waits on a blamed event:
+        those of runs with nothing in the retry list.  The others join the retry list (a run's
+        later events never overtake its earlier ones)."""
+        buf, s = self.buffer, self.settings
+        with buf.lock:
+            taken = buf.take_locked(s.max_batch_events, s.max_batch_bytes) if buf.queue else []
+        if not taken:
+            return []
+        fresh = self._serialize(taken)
+        blocked = {item[1].run_id for item in self._pending}
+        go = [item for item in fresh if item[1].run_id is None or item[1].run_id not in blocked]
+        wait = [item for item in fresh if item[1].run_id is not None and item[1].run_id in blocked]
+        self._pending = _merged(wait, self._pending)
+        return go
 
     def _cut(self, items: list[_InFlight]) -> tuple[list[_InFlight], list[_InFlight]]:
         """The first batch of ``items`` within ``max_batch_bytes`` and ``max_batch_events``
@@ -463,6 +507,7 @@ class Worker:
         limit = self.settings.max_batch_bytes
         total = 0
         untaken: list[tuple[int, Any, int]] = []
+        dead: list[tuple[str, str, bytes | None, Any]] = []
         for position, (seq, event, estimate) in enumerate(batch):
             if total > limit:
                 # Taken by estimate, found larger: the rest goes back to the queue unserialized
@@ -477,6 +522,7 @@ class Worker:
                 self.log.warning(
                     "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", estimate, limit
                 )
+                dead.append((Reason.TOO_LARGE, f"larger than max_batch_bytes ({limit})", None, event))
                 continue
             try:
                 ser = event if event.__class__ is SerializedEvent else serialize(event)
@@ -484,6 +530,7 @@ class Worker:
                 lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
                 lost_bytes += estimate
                 self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
+                dead.append((Reason.INVALID_EVENT, str(exc), None, event))
                 continue
             size = len(ser.body)
             if event.__class__ is not SerializedEvent and not isinstance(event, (str, bytes, bytearray)):
@@ -495,6 +542,7 @@ class Worker:
                 self.log.warning(
                     "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", size, limit
                 )
+                dead.append((Reason.TOO_LARGE, f"larger than max_batch_bytes ({limit})", ser.body, event))
                 continue
             adjust += size - estimate
             total += size
@@ -523,6 +571,8 @@ class Worker:
                 for reason, n in lost.items():
                     buf.count_locked(reason, n)
                 self._settle_locked(sum(lost.values()), lost_bytes, ready)
+        if dead and self.dead_letter is not None:
+            self.dead_letter.write(dead)
         return ready
 
     def _settle_locked(self, n_events: int, n_bytes: int, also_held: list[_InFlight]) -> None:
@@ -646,6 +696,7 @@ class Worker:
         if any_delivered:
             self._last_delivery = now
         suspects = 0  # RETRY outcomes that may be about the event rather than the backend
+        dead: list[tuple[str, str, bytes | None, Any]] = []
         runs_seen: set[str | None] = set()
         for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
             kind = outcome.kind
@@ -677,6 +728,7 @@ class Worker:
                         outcome.detail or outcome.reason,
                     )
                     error = outcome
+                    dead.append((Reason.POISON, outcome.detail or outcome.reason, item[1].body, None))
                     continue
                 retry.append(item)
                 retries += 1
@@ -696,6 +748,7 @@ class Worker:
                 lost[reason] = lost.get(reason, 0) + 1
                 settled_bytes += item[2]
                 error = error or outcome
+                dead.append((reason, outcome.detail, item[1].body, None))
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
@@ -716,12 +769,21 @@ class Worker:
         # Bisect a request the backend refused as a whole with a 5xx; once requests go through,
         # double their size again (halving is quick: log2(max_batch_events) requests at most).
         halved = len(items) > 1 and suspects == len(items)
+        # One event alone refused with a 5xx by a backend that took others since it first
+        # failed: a poison suspect being counted out, not a backend in trouble.
+        isolating = (
+            len(items) == 1
+            and suspects == 1
+            and self._last_delivery >= self._first_failure.get(items[0][0], _INF)
+        )
         if halved:
             self._split_to = max(1, len(items) // 2)
         elif not suspects and self._split_to is not None:
             self._split_to *= 2
             if self._split_to >= s.max_batch_events:
                 self._split_to = None
+        if dead and self.dead_letter is not None:
+            self.dead_letter.write(dead)
         self.metrics.batch_sent(elapsed, delivered, retries, sum(lost.values()))
         if error is not None:
             self.last_error = error.detail or error.reason
@@ -740,7 +802,7 @@ class Worker:
             stalled = retry and not delivered and not lost
             self._retry_at = time.monotonic() + min(s.backoff_base, 0.05) if stalled else 0.0
             return
-        if delivered or lost or halved:
+        if delivered or lost or halved or isolating:
             # Progress: the backend answers, a few events must go again (or a refused request
             # is being bisected to find the event it cannot take).
             if delivered or lost:
