@@ -43,7 +43,7 @@ SLACK = 0.25  # scheduling noise on a shared, busy machine
 KiB = 1024
 
 POISON = "POISON-7f3a"  # the backend answers 500 to any request carrying it
-BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled")
+BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled", "small_bodies")
 
 SIGTERM_CHILD = """
 import logging, sys, time
@@ -216,6 +216,8 @@ class Chaos:
             behaviour.retry_after = retry_after
         elif backend == "stalled":
             behaviour.delay = 1.5
+        elif backend == "small_bodies":
+            behaviour.max_body = 60 * KiB  # 413 to larger requests: batches are split
         self.sink.behaviour = behaviour
         self.proxy.mode = mode  # type: ignore[assignment]
 
