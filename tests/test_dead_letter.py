@@ -50,25 +50,23 @@ def test_every_event_settled_for_good_leaves_a_trace_in_the_dead_letter_file(tmp
 
 def test_outbox_replay_sends_a_dead_letter_file_again(tmp_path):
     path = tmp_path / "dead.jsonl"
-    with Sink(behaviour=SinkBehaviour(poison="POISON")) as sink:
+    with Sink() as sink:
+        # Too large for this outbox's batches: dead-lettered with their whole JSON.
         outbox = Outbox(
-            HttpTransport(sink.url, mode="batch"),
-            dead_letter=path,
-            linger=0,
-            poison_attempts=2,
-            backoff_cap=0.2,
-            close_at_exit=False,
+            HttpTransport(sink.url, mode="batch"), dead_letter=path, max_batch_bytes=2000, close_at_exit=False
         )
         for n in range(3):
-            outbox.emit(run_event(n=n, job="POISON"))
+            event = run_event(n=n)
+            event["run"]["facets"] = {"x": {"_producer": "p", "_schemaURL": "s", "v": "x" * 3000}}
+            outbox.emit(event)
         outbox.emit(run_event(n=9))
-        report = outbox.close(30)
-    assert report.undelivered == {"poison": 3}, report
+        report = outbox.close(10)
+    assert report.undelivered == {"too_large": 3}, report
     assert len(path.read_text().splitlines()) == 3
     # Plain events in the same file are replayed too.
     with path.open("a") as file:
         file.write(json.dumps(run_event(n=7)) + "\n\n")
-    with Sink() as fixed:  # the backend was fixed
+    with Sink() as fixed:  # replayed by an outbox with the default max_batch_bytes (1 MiB)
         env = {**os.environ, "OPENLINEAGE_URL": fixed.url}
         env.pop("OUTBOX_DEAD_LETTER", None)
         result = subprocess.run(
