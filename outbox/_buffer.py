@@ -119,10 +119,25 @@ class Buffer:
         # once it has serialized an object event.
         self.estimate = 1024
         self.measured = False
+        # With more than this many events queued (the sidecar is behind), emit measures one
+        # object event in SAMPLE_EVERY itself, so a change in what events weigh is seen at once.
+        self.sample_above = 1000
         # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
         self.side: deque[tuple[Any, Any]] = deque()
+
+    def learn_locked(self, observed: int) -> int:
+        """Take one observed size (of an object event, serialized) into the estimate: up at
+        once (an estimate that is short lets large events overrun ``max_bytes``), down slowly.
+        Returns the estimate before."""
+        before = self.estimate
+        if not self.measured or observed >= before:
+            self.estimate = max(64, observed)
+        else:
+            self.estimate = max(64, (before * 7 + observed) // 8)
+        self.measured = True
+        return before
 
     # -- emitters' side ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from ._log import logger
 from ._metrics import Metrics
 from ._metrics import forget_after_fork as metrics_after_fork
 from ._run import LineageJob, Run, RunRecord
+from ._serde import serialize
 from ._sidecar import Sidecar, State, forget_after_fork
 from ._stats import CloseReport, Stats
 from ._worker import WorkerSettings
@@ -64,6 +65,33 @@ def _admit(event: Any) -> None:
         f"emit() takes an OpenLineage event (an openlineage-python RunEvent, DatasetEvent or JobEvent, "
         f"a dict, or JSON as str/bytes), not {cls.__module__}.{cls.__qualname__}"
     )
+
+
+# While the sidecar is behind, emit measures one object event in this many (a power of two).
+_SAMPLE_EVERY = 128
+
+
+def _measure(buf: Buffer, event: Any) -> tuple[Any, int]:
+    """Serialize an object event in ``emit``: the first one, and a sample while the sidecar
+    is behind.
+
+    Objects are counted by a running estimate that the sidecar learns by serializing them.
+    Before it has measured one, the estimate is a guess, and a burst emitted while the
+    sidecar's thread is still starting (its HTTP client loads certificates: tens of
+    milliseconds) was held at that guess: 100 KB dicts grew the process by up to 358 MiB with
+    ``max_bytes`` 64 MiB.  Later, when events grow (small ones, then large), a sidecar that
+    is behind learns it late: 272 MiB.  Serializing the first event here, and one in
+    ``_SAMPLE_EVERY`` while more than a batch waits, bounds what is held at a short estimate;
+    the serialized event is queued as such (no work is done twice).  An event that cannot
+    be serialized is left for the worker to count."""
+    try:
+        ser = serialize(event)
+    except Exception:
+        return event, buf.estimate
+    size = len(ser.body)
+    with buf.lock:
+        buf.learn_locked(size)
+    return ser, size
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +372,7 @@ class Outbox:
             policy=limits.policy,
             block_timeout=limits.block_timeout,
         )
+        self._buffer.sample_above = self._settings.max_batch_events
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
         self._metrics = Metrics(self._name, self._buffer)
@@ -387,6 +416,10 @@ class Outbox:
         else:
             _admit(event)
             nbytes = len(event) if cls in _TEXT_CLASSES else buf.estimate
+        if cls not in _TEXT_CLASSES and (
+            not buf.measured or (not buf.emitted & (_SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above)
+        ):
+            event, nbytes = _measure(buf, event)
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()
@@ -455,6 +488,10 @@ class Outbox:
         else:
             _admit(event)
             nbytes = len(event) if cls in _TEXT_CLASSES else buf.estimate
+        if cls not in _TEXT_CLASSES and (
+            not buf.measured or (not buf.emitted & (_SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above)
+        ):
+            event, nbytes = _measure(buf, event)
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()

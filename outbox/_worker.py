@@ -71,14 +71,6 @@ def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | No
 _POISON_SUSPECT = frozenset(f"http_{code}" for code in range(500, 600) if code not in (502, 503, 504))
 
 
-def _estimate(current: int, observed: int) -> int:
-    """The size ``emit`` assumes for an object event: up at once to what objects are seen to
-    weigh (an estimate that is short lets large events overrun ``max_bytes``), down slowly."""
-    if observed >= current:
-        return observed
-    return max(64, (current * 7 + observed) // 8)
-
-
 def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
     """Two lists of held events as one, in sequence order."""
     if not first:
@@ -392,9 +384,7 @@ class Worker:
         objects already queued are re-counted at the new estimate (and the byte bound
         enforced by the policy) at once, rather than as they are serialized one by one."""
         buf = self.buffer
-        before = buf.estimate
-        buf.estimate = _estimate(before, observed)
-        buf.measured = True
+        before = buf.learn_locked(observed)
         if buf.estimate <= 2 * before:
             return
         estimate = buf.estimate
