@@ -2,13 +2,18 @@
 it) must not stop the others, in batch and in single mode; a backend that is down is never
 mistaken for poison (real HTTP server on loopback)."""
 
+import asyncio
+import os
+import random
+import threading
 import time
 import uuid
 from collections import defaultdict
 
+import orjson
 import pytest
 
-from outbox import Outbox
+from outbox import Outbox, Outcome
 from outbox.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
@@ -86,3 +91,98 @@ def test_poison_attempts_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_POISON_ATTEMPTS": "3"}, close_at_exit=False)
     assert outbox._settings.poison_attempts == 3
     outbox.close(0)
+
+
+class RequestPoisonBackend:
+    """A backend in process that answers 500 to any request carrying an event of job POISON
+    (as Marquez does to the whole request) and takes every other request."""
+
+    def __init__(self) -> None:
+        self.delivered: list[dict] = []
+
+    async def send(self, batch, deadline):
+        await asyncio.sleep(0)
+        events = [orjson.loads(e.body) for e in batch]
+        if any(e["job"]["name"] == "POISON" for e in events):
+            return [Outcome.retry("http_500", "cannot map the event")] * len(batch)
+        self.delivered.extend(events)
+        return [Outcome.delivered()] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def traffic(outbox: Outbox, stop: threading.Event) -> None:
+    """Other runs keep coming, as in a function's normal life: the evidence that the backend
+    takes events while it refuses the poison."""
+    while not stop.wait(0.02):
+        outbox.emit(run_event(job="traffic"))
+
+
+SEEDS = int(os.environ.get("POISON_SEEDS", "30"))
+FIRST_SEED = int(os.environ.get("POISON_SEED", "20261202"))
+
+
+@pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + SEEDS))
+def test_poison_isolation_for_random_runs_batches_and_timings(seed):
+    """Seeded and replayable (POISON_SEED=N POISON_SEEDS=1): random runs, poison positions
+    (first, middle or last of a run, several in one run), batch sizes, lingers and pauses
+    in emitting.  Every poison event is settled as poison, every other event delivered in
+    its run's order, quickly."""
+    rng = random.Random(seed)
+    runs, per_run = rng.randint(1, 60), rng.randint(1, 5)
+    total = runs * per_run
+    poison = set(rng.sample(range(total), rng.randint(1, min(4, total))))
+    backend = RequestPoisonBackend()
+    outbox = Outbox(
+        backend,
+        max_batch_events=rng.choice([1, 2, 3, 4, 8, 16, 64, 1000]),
+        linger=rng.choice([0, 0.001, 0.01]),
+        backoff_base=0.005,
+        backoff_cap=0.05,
+        close_at_exit=False,
+    )
+    ids = [str(uuid.UUID(int=r + 1)) for r in range(runs)]
+    started = time.monotonic()
+    for k in range(total):
+        event = run_event(run_id=ids[k % runs], n=k // runs, job="POISON" if k in poison else "job")
+        assert outbox.emit(event)
+        if rng.random() < 0.05:
+            time.sleep(rng.random() * 0.01)
+    stop = threading.Event()
+    other_runs = threading.Thread(target=traffic, args=(outbox, stop))
+    other_runs.start()
+    try:
+        flushed = outbox.flush(20)
+    finally:
+        stop.set()
+        other_runs.join()
+    took = time.monotonic() - started
+    stats = outbox.stats()
+    outbox.close(1)
+    assert flushed, (seed, stats)
+    assert stats.dropped == {"poison": len(poison)}, (seed, stats)
+    ours = [e for e in backend.delivered if e["job"]["name"] == "job"]
+    assert len(ours) == total - len(poison), seed
+    assert in_order_per_run(ours), seed
+    assert took < 10, f"seed {seed}: isolating {len(poison)} poison events took {took:.1f} s"
+
+
+def test_an_event_refused_while_nothing_else_is_sent_is_kept_until_others_go_through():
+    """With nothing else to send there is no telling a poison event from a backend that went
+    down: it is kept (and retried, paced).  Once another run's event goes through, it is
+    settled as poison and the later events of its run follow."""
+    backend = RequestPoisonBackend()
+    outbox = Outbox(backend, linger=0, backoff_base=0.005, backoff_cap=0.05, close_at_exit=False)
+    run_id = str(uuid.uuid4())
+    outbox.emit(run_event(run_id=run_id, n=0, job="POISON"))
+    outbox.emit(run_event(run_id=run_id, n=1, state="COMPLETE"))
+    assert not outbox.flush(1)
+    assert outbox.stats().lost == 0  # not mistaken for poison: no evidence
+    assert backend.delivered == []  # the COMPLETE waits behind its START
+    outbox.emit(run_event(job="other"))
+    assert outbox.flush(10), outbox.stats()
+    assert outbox.stats().dropped == {"poison": 1}
+    delivered = [(e["job"]["name"], e["n"]) for e in backend.delivered if e["run"]["runId"] == run_id]
+    assert delivered == [("job", 1)]
+    outbox.close(1)
