@@ -25,7 +25,7 @@ from typing import Any
 from .._config import ResolvedTransport, tls_context
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs
-from ._base import DELIVERED, Outcome, SerializedEvent
+from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
 
@@ -179,31 +179,67 @@ class KafkaTransport:
             else:
                 partition = partitions[self._partition_of(key, len(partitions))]
             lanes.setdefault(partition, []).append((index, key))
-        sent: list[tuple[asyncio.Future[Any], list[int]]] = []
-        for partition, members in lanes.items():
-            builder, indexes = producer.create_batch(), list[int]()
-            for index, key in members:
-                if builder.append(key=key, value=batch[index].body, timestamp=None) is None:
-                    sent.append(
-                        (await producer.send_batch(builder, self.topic, partition=partition), indexes)
-                    )
-                    builder, indexes = producer.create_batch(), list[int]()
-                    builder.append(key=key, value=batch[index].body, timestamp=None)
-                indexes.append(index)
-            if indexes:
-                sent.append((await producer.send_batch(builder, self.topic, partition=partition), indexes))
-        if sent:
-            remaining = max(0.0, deadline - time.monotonic())
-            done, _ = await asyncio.wait([future for future, _ in sent], timeout=remaining)
-            for future, indexes in sent:
-                if future not in done:
-                    outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
-                else:
-                    failure = future.exception()
-                    outcome = DELIVERED if failure is None else self._outcome(failure)
-                for index in indexes:
-                    outcomes[index] = outcome
+        await asyncio.gather(
+            *(
+                self._send_partition(producer, partition, members, batch, outcomes, deadline)
+                for partition, members in lanes.items()
+            )
+        )
         return [o if o is not None else DELIVERED for o in outcomes]
+
+    async def _send_partition(
+        self,
+        producer: Any,
+        partition: int,
+        members: list[tuple[int, bytes | None]],
+        batch: Sequence[SerializedEvent],
+        outcomes: list[Outcome | None],
+        deadline: float,
+    ) -> None:
+        """One partition's records, one producer batch at a time: the next is handed to the
+        producer only once the broker has acknowledged the previous one.  A run's records
+        share a partition, and a producer that is not idempotent gives up on a batch that
+        expired while the broker was away and then sends the next one: handed over together,
+        a run's later records were written while its earlier ones came back for a retry.
+        When a batch is not acknowledged, the partition's later records are not sent
+        (DEFERRED: they follow it when it is retried)."""
+        from aiokafka.errors import KafkaError
+
+        position = 0
+        while position < len(members):
+            builder, indexes = producer.create_batch(), list[int]()
+            while position < len(members):
+                index, key = members[position]
+                if builder.append(key=key, value=batch[index].body, timestamp=None) is None:
+                    break  # full: the rest go in the next producer batch
+                indexes.append(index)
+                position += 1
+            if not indexes:  # not even alone (size checked above: should not happen)
+                index = members[position][0]
+                outcomes[index] = Outcome.rejected("too_large", "the record does not fit a producer batch")
+                position += 1
+                continue
+            outcome: Outcome = DELIVERED
+            try:
+                future = await asyncio.wait_for(
+                    producer.send_batch(builder, self.topic, partition=partition),
+                    max(0.0, deadline - time.monotonic()),
+                )
+                done, _ = await asyncio.wait({future}, timeout=max(0.0, deadline - time.monotonic()))
+                if not done:
+                    outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
+                elif future.exception() is not None:
+                    outcome = self._outcome(future.exception())
+            except TimeoutError:
+                outcome = Outcome.retry("timeout", f"no room in the producer for {self.topic!r} in time")
+            except KafkaError as exc:
+                outcome = self._outcome(exc)
+            for index in indexes:
+                outcomes[index] = outcome
+            if outcome.kind is OutcomeKind.RETRY:
+                for index, _ in members[position:]:
+                    outcomes[index] = Outcome.deferred()
+                return
 
     def _partition_of(self, key: bytes, count: int) -> int:
         """The partition index Kafka's default partitioner picks for a key (murmur2, positive,

@@ -156,6 +156,13 @@ class ApacheKafka:
         process, self._process = self._process, None
         stop_process(process, grace=60.0)
 
+    def kill(self) -> None:
+        """A crash (SIGKILL): no clean shutdown; the logs stay for the next start."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(30)
+
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
