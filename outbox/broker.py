@@ -80,8 +80,10 @@ class EmbeddedBroker:
     """Tansu on ``127.0.0.1:port`` (a free port by default); ``stop()``/``start()`` again keeps
     the port, so clients see a broker go away and come back (empty: it is memory-only)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, advertised_port: int = 0) -> None:
         self.port = port or _free_port()
+        # Clients are told to connect here (a fault proxy in front of the broker, say).
+        self.advertised_port = advertised_port or self.port
         self._process: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(tempfile.mkdtemp(prefix="outbox-tansu-"), "tansu.log")
 
@@ -91,7 +93,8 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> Self:
         url = f"tcp://127.0.0.1:{self.port}"
-        command = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
+        command = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised]
         self._process = start_server(command, self.port, self.log_path, timeout, "the embedded broker")
         return self
 

@@ -9,6 +9,8 @@ Modes (change ``proxy.mode`` at any time; new connections follow it):
   ``reset_after`` bytes of the answer (a crash mid-response).
 * ``refuse``: accept and reset at once.
 
+``cut()`` resets the connections already open, so long-lived ones meet the new mode too.
+
 A port with nothing listening (:func:`free_port`) plays a backend that is down.
 
 Example::
@@ -96,6 +98,17 @@ class FaultProxy:
         ready.wait(5)
         return self
 
+    def cut(self) -> None:
+        """Reset every open connection now (clients that keep connections open, such as Kafka
+        producers, then reconnect and meet the current mode)."""
+
+        async def cut_all() -> None:
+            for task in list(self._conns):
+                task.cancel()
+            await asyncio.gather(*self._conns, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cut_all(), self._loop).result(5)
+
     def stop(self) -> None:
         if self._thread is None:
             return
@@ -128,8 +141,8 @@ class FaultProxy:
         self.connections += 1
         try:
             await self._serve(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # cancelled: cut() or stop(); the connection is aborted below
         finally:
             self._conns.discard(task)
             if not writer.transport.is_closing():
