@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--flavor",
         choices=["spec", "marquez", "openmetadata"],
         default="spec",
-        help="spec (default), marquez (201, no batch route) or openmetadata (its routes and bodies)",
+        help="spec (default), marquez (answers as Marquez 0.51.1 does), openmetadata (its routes, bodies)",
     )
     sink.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
     sink.add_argument("--fail-status", type=int, help="answer this HTTP status instead of accepting")

@@ -14,7 +14,9 @@ Endpoints (``flavor="spec"``, the default):
 * ``GET /api/v1/events``: every event received, oldest first (``?limit=N``: the last N).
 * ``DELETE /api/v1/events``: forget them.  ``GET /healthz``: ``ok``.
 
-``flavor="marquez"``: 201 on success and no batch route (404), as Marquez.
+``flavor="marquez"``: as Marquez 0.51.1 answers (:func:`marquez_answer`): 201 with no body, no
+batch route (404), 415 without a JSON content type, 422 ``{"errors": [...]}`` for a missing
+field, 500 with a ``{"code": 400, ...}`` body for JSON it cannot map.
 ``flavor="openmetadata"``: the routes under ``/api/v1/openlineage/lineage``, a batch body
 ``{"events": [...]}`` and a response with ``failedEvents``.
 
@@ -28,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import random
 import re
@@ -45,7 +48,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-__all__ = ["Sink", "SinkBehaviour", "validate_event"]
+__all__ = ["Sink", "SinkBehaviour", "marquez_answer", "validate_event"]
 
 Flavor = Literal["spec", "marquez", "openmetadata"]
 EVENT_TYPES = frozenset({"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"})
@@ -152,6 +155,138 @@ def _dataset_errors(where: str, dataset: Any) -> list[str]:
     return [
         f"{where}.{key} must not be null" for key in ("namespace", "name") if not _is_name(dataset.get(key))
     ]
+
+
+# -- Marquez 0.51.1, as its LineageResource answers ---------------------------------------------
+# (marquez.service.models.{LineageEvent,DatasetEvent,JobEvent}, EventTypeResolver and
+# JsonProcessingExceptionMapper; pinned against the real server by tests/e2e/test_marquez.py).
+
+
+class _Unmappable(Exception):
+    """What Jackson cannot map: Marquez answers 500 with a ``{"code": 400, ...}`` body."""
+
+
+def _marquez_kind(event: dict[str, Any]) -> str:
+    """EventTypeResolver: the schemaURL's last path segment picks the class, RunEvent by default."""
+    url = event.get("schemaURL")
+    if isinstance(url, str) and "/" in url:
+        tail = url[url.rindex("/") :]
+        if tail == "/DatasetEvent":
+            return "dataset"
+        if tail == "/JobEvent":
+            return "job"
+    return "run"
+
+
+def _marquez_time(where: str, value: Any) -> None:
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return  # null is a validation error; a number is epoch time to Jackson
+    if isinstance(value, str) and "T" in value:
+        with contextlib.suppress(ValueError):
+            datetime.fromisoformat(value)
+            return
+    raise _Unmappable(f"Cannot deserialize value of type `java.time.ZonedDateTime` from String {value!r}")
+
+
+def _marquez_object(where: str, value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Unmappable(f"Cannot deserialize {where} from {type(value).__name__}")
+    return value
+
+
+def _marquez_null(errors: list[str], where: str, obj: dict[str, Any], *keys: str) -> None:
+    errors.extend(f"{where}{key} must not be null" for key in keys if obj.get(key) is None)
+
+
+def _marquez_job(errors: list[str], where: str, value: Any, required: bool = True) -> None:
+    job = _marquez_object(where, value)
+    if job is None:
+        if required:
+            errors.append(f"{where} must not be null")
+        return
+    _marquez_null(errors, f"{where}.", job, "namespace", "name")
+
+
+def _marquez_datasets(errors: list[str], where: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise _Unmappable(f"Cannot deserialize {where} from {type(value).__name__}")
+    for index, item in enumerate(value):
+        dataset = _marquez_object(f"{where}[{index}]", item)
+        if dataset is not None:
+            _marquez_null(errors, f"{where}[{index}].", dataset, "namespace", "name")
+
+
+def _marquez_errors(event: dict[str, Any]) -> list[str]:
+    """Bean-validation messages Marquez gives (422); raises _Unmappable where it answers 500."""
+    errors: list[str] = []
+    kind = _marquez_kind(event)
+    _marquez_time("eventTime", event.get("eventTime"))
+    _marquez_null(errors, "", event, "eventTime", "producer")
+    if kind != "run":
+        _marquez_null(errors, "", event, "schemaURL")
+    if kind == "dataset":
+        dataset = _marquez_object("dataset", event.get("dataset"))
+        if dataset is not None:
+            _marquez_null(errors, "dataset.", dataset, "namespace", "name")
+        return errors
+    _marquez_job(errors, "job", event.get("job"))
+    _marquez_datasets(errors, "inputs", event.get("inputs"))
+    _marquez_datasets(errors, "outputs", event.get("outputs"))
+    if kind == "job":
+        return errors
+    run = _marquez_object("run", event.get("run"))
+    if run is None:
+        errors.append("run must not be null")
+        return errors
+    _marquez_null(errors, "run.", run, "runId")
+    facets = _marquez_object("run.facets", run.get("facets")) or {}
+    parent = _marquez_object("run.facets.parent", facets.get("parent"))
+    if parent is not None:
+        where = "run.facets.parent."
+        _marquez_null(errors, where, parent, "_producer", "_schemaURL", "run", "job")
+        link = _marquez_object(f"{where}run", parent.get("run"))
+        if link is not None:
+            _marquez_null(errors, f"{where}run.", link, "runId")
+        if parent.get("job") is not None:
+            _marquez_job(errors, f"{where}job", parent.get("job"))
+    nominal = _marquez_object("run.facets.nominalTime", facets.get("nominalTime"))
+    if nominal is not None:
+        _marquez_time("nominalStartTime", nominal.get("nominalStartTime"))
+        _marquez_time("nominalEndTime", nominal.get("nominalEndTime"))
+        where = "run.facets.nominalTime."
+        _marquez_null(errors, where, nominal, "_producer", "_schemaURL", "nominalStartTime")
+    return errors
+
+
+def marquez_answer(raw: bytes, content_type: str | None) -> tuple[int, Any, dict[str, Any] | None]:
+    """How Marquez 0.51.1 answers ``POST /api/v1/lineage`` with this body: (status, body,
+    the event when accepted).  201 with no body; 415 for a body that is not declared JSON;
+    422 ``{"errors": [...]}`` when a required field is null; 500 with ``{"code": 400, ...}``
+    for JSON it cannot parse or map (not an object, an ``eventTime`` with no time part)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        return 415, {"code": 415, "message": "HTTP 415 Unsupported Media Type"}, None
+    if not raw.strip():
+        return 422, {"errors": ["The request body must not be null"]}, None
+    try:
+        event = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return 500, {"code": 400, "message": f"Unexpected input: {exc}"}, None
+    if event is None:
+        return 422, {"errors": ["The request body must not be null"]}, None
+    try:
+        if not isinstance(event, dict):
+            raise _Unmappable(f"Cannot deserialize value of type `LineageEvent` from {type(event).__name__}")
+        errors = _marquez_errors(event)
+    except _Unmappable as exc:
+        return 500, {"code": 400, "message": str(exc)}, None
+    if errors:
+        return 422, {"errors": errors}, None
+    return 201, None, event
 
 
 @dataclass
@@ -289,7 +424,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(500, {"code": 400, "message": "Unable to process JSON"})
             return
         single, batch = sink.routes()
-        if path == single:
+        if path == single and behaviour.flavor == "marquez":
+            status, body, event = marquez_answer(raw, self.headers.get("Content-Type"))
+            if event is not None:
+                sink._accept([event])
+            sink._record(single, status)
+            self._reply(status, body)
+        elif path == single:
             self._single(raw)
         elif path == batch and not (behaviour.single_only or behaviour.flavor == "marquez"):
             self._batch(raw)
@@ -313,11 +454,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(422, {"code": 422, "errors": errors})
             return
         sink._accept([event])
-        sink._record(single, 201 if sink.behaviour.flavor == "marquez" else 200)
-        if sink.behaviour.flavor == "marquez":
-            self._reply(201, event)
-        else:
-            self._reply(200)
+        sink._record(single, 200)
+        self._reply(200)
 
     def _batch(self, raw: bytes) -> None:
         sink = self.server.sink

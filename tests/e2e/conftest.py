@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -5,7 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from e2e.peers import ApacheKafka
+from e2e.peers import MARQUEZ_SCRIPTS, ApacheKafka, Marquez
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +16,29 @@ def apache_kafka():
         yield broker
     finally:
         broker.remove()
+
+
+@pytest.fixture(scope="session")
+def marquez(request):
+    """One Marquez for the session. In CI (CI=true) one that cannot start fails the suite;
+    elsewhere, with neither the peer scripts nor MARQUEZ_URL, the Marquez tests are skipped."""
+    if not Marquez.available():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Marquez: set MARQUEZ_URL, or put the peer scripts at {MARQUEZ_SCRIPTS}")
+        pytest.skip("no Marquez: set MARQUEZ_URL to a running Marquez, or MARQUEZ_PEER_DIR to its scripts")
+    peer = Marquez()
+    try:
+        peer.start()
+    except Exception as exc:
+        peer.remove(keep_logs=True)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Marquez could not start: {exc}")
+        pytest.skip(f"Marquez could not start (set MARQUEZ_URL to use a running one): {exc}")
+    failed_before = request.session.testsfailed
+    try:
+        yield peer
+    finally:
+        keep = request.session.testsfailed > failed_before
+        peer.remove(keep_logs=keep)
+        if keep:
+            print(f"\nMarquez logs kept in {peer.dir}")

@@ -5,8 +5,10 @@ local Maven repository and in ``$OUTBOX_PEERS_CACHE``, default ``~/.cache/lineag
 KRaft mode, one process as broker and controller, storage formatted first, logs kept in a
 temporary folder that survives a restart.
 
-Marquez is not here: its artifacts (``io.github.marquezproject:marquez-api``) are not
-served by the package registries this project can reach (every version answered 404).
+Marquez 0.51.1: through the scripts of ``../shared/peers/marquez`` beside the checkout (or
+``$MARQUEZ_PEER_DIR``), which build it from its sources with Maven (cached) and run it with a
+throwaway PostgreSQL on free loopback ports; or any running Marquez named by ``MARQUEZ_URL``
+(which the suite then neither starts nor stops).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from outbox.broker import start_server, stop_process
 
@@ -166,3 +172,95 @@ class ApacheKafka:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+MARQUEZ_SCRIPTS = Path(
+    os.environ.get("MARQUEZ_PEER_DIR", Path(__file__).resolve().parents[3] / "shared" / "peers" / "marquez")
+)
+
+
+class Marquez:
+    """A Marquez for the suite: started by the peer scripts in a run directory of its own, or
+    the one ``MARQUEZ_URL`` names (``external``: never stopped or restarted by the suite)."""
+
+    def __init__(self) -> None:
+        self.external = os.environ.get("MARQUEZ_URL")
+        self.url = self.external or ""
+        self.dir = Path(tempfile.mkdtemp(prefix="outbox-marquez-"))
+        self.log_path = self.dir / "marquez.log"
+        self._ports: dict[str, str] = {}
+
+    @staticmethod
+    def available() -> bool:
+        return bool(os.environ.get("MARQUEZ_URL")) or (MARQUEZ_SCRIPTS / "start.sh").exists()
+
+    def _script(self, name: str, *args: str, timeout: float = 600) -> None:
+        env = {**os.environ, "MARQUEZ_RUN_DIR": str(self.dir), **self._ports}
+        result = subprocess.run(
+            ["bash", str(MARQUEZ_SCRIPTS / name), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{MARQUEZ_SCRIPTS / name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n"
+                f"{result.stderr[-3000:]}\n{self.log_tail()}"
+            )
+
+    def start(self) -> Marquez:
+        if self.external:
+            self.wait_ready(60)
+            return self
+        if not self._ports:
+            self._ports = {
+                "MARQUEZ_PORT": str(_free_port()),
+                "MARQUEZ_ADMIN_PORT": str(_free_port()),
+                "MARQUEZ_PG_PORT": str(_free_port()),
+            }
+            self._script("build.sh")
+        self._script("start.sh")
+        env = dict(line.split("=", 1) for line in (self.dir / "env").read_text().splitlines() if "=" in line)
+        self.url = env["MARQUEZ_URL"]
+        # The same ports on a restart (start.sh takes the next free one only if these are taken).
+        self._ports["MARQUEZ_PORT"] = self.url.rsplit(":", 1)[1]
+        self._ports["MARQUEZ_PG_PORT"] = env["MARQUEZ_PG_PORT"]
+        self.wait_ready(60)
+        return self
+
+    def stop(self) -> None:
+        """Marquez and its PostgreSQL stop; the database stays for the next start."""
+        if not self.external:
+            self._script("stop.sh", timeout=120)
+
+    def remove(self, keep_logs: bool) -> None:
+        if self.external:
+            return
+        self.stop()
+        if not keep_logs:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.url}/api/v1/namespaces", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Marquez at {self.url} did not answer in {timeout:.0f} s\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def get(self, path: str, **params: Any) -> Any:
+        answer = httpx.get(f"{self.url}{path}", params=params, timeout=30)
+        answer.raise_for_status()
+        return answer.json()
