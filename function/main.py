@@ -12,18 +12,49 @@ sidecar ships it (over HTTP or to an Event Broker topic, as the pipeline's
 
 import os
 
-from openlineage.client.facet_v2 import job_type_job
+from openlineage.client.facet_v2 import job_type_job, processing_engine_run
 
-from outbox import LineageJob, Outbox, s3_dataset
+from outbox import DatasetRef, LineageJob, Outbox, s3_dataset
+from outbox import __version__ as outbox_version
 
 PRODUCER = "https://example.com/lineage-demo"  # identifies the code that emits the events
+ENGINE = "VAST_DATAENGINE"  # the processing_engine facet's name (DataHub's "orchestrator")
 
 outbox = None
 job = None
+outputs = []  # LINEAGE_OUTPUTS: dataset URI templates, {bucket} and {object_key} filled per event
+
+
+def output_templates(spec):
+    """``LINEAGE_OUTPUTS``: comma-separated dataset URIs ``{namespace}/{name}`` (namespace
+    ``scheme://authority``, name the rest without its leading slash, as OpenLineage's naming
+    spec writes them), where ``{bucket}`` and ``{object_key}`` are filled in per event:
+    ``trino://vast-trino:8080/vast.lineage.{bucket}_orders`` names the table
+    ``vast.lineage.docs-src_orders`` in namespace ``trino://vast-trino:8080``."""
+    templates = [item.strip() for item in spec.split(",") if item.strip()]
+    for template in templates:
+        try:
+            dataset_of(template, "bucket", "object/key")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"LINEAGE_OUTPUTS: {template!r} is not a dataset URI such as "
+                f"trino://vast-trino:8080/vast.lineage.{{bucket}}_orders ({exc})"
+            ) from None
+    return templates
+
+
+def dataset_of(template, bucket, object_key):
+    uri = template.format(bucket=bucket, object_key=object_key)
+    scheme, separator, rest = uri.partition("://")
+    authority, _, name = rest.partition("/")
+    if not (scheme and separator and authority and name.lstrip("/")):
+        raise ValueError("expected scheme://authority/name; only {bucket} and {object_key} are filled in")
+    return DatasetRef(f"{scheme}://{authority}", name.lstrip("/"))
 
 
 def init(ctx):
-    global outbox, job
+    global outbox, job, outputs
+    outputs = output_templates(os.environ.get("LINEAGE_OUTPUTS", ""))
     outbox = Outbox.from_env()  # transport from OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__*
     outbox.close_on_signal()  # flush on SIGTERM, then hand the signal on to the runtime
     job = LineageJob(
@@ -35,13 +66,22 @@ def init(ctx):
             )
         },
         producer=PRODUCER,
+        # Every event names the platform that ran it (DataHub refuses events that do not).
+        run_facets={
+            "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
+                version=os.environ.get("LINEAGE_ENGINE_VERSION", "unknown"),
+                name=ENGINE,
+                openlineageAdapterVersion=outbox_version,
+            )
+        },
     )
     ctx.logger.info("lineage job %s/%s via %r", job.namespace, job.name, outbox)
 
 
 def handler(ctx, event):
     # START now; COMPLETE when the block ends, or FAIL with the error, which is re-raised.
-    with outbox.run(job, inputs=[s3_dataset(event.bucket, event.object_key)]) as run:
+    made = [dataset_of(template, event.bucket, event.object_key) for template in outputs]
+    with outbox.run(job, inputs=[s3_dataset(event.bucket, event.object_key)], outputs=made) as run:
         ctx.logger.info("processing %s, lineage run %s", event.object_key, run.run_id)
         if event.object_key.endswith(".bad"):
             raise ValueError(f"cannot process {event.object_key}")

@@ -62,6 +62,7 @@ def _sink(args: argparse.Namespace) -> int:
 
     behaviour = SinkBehaviour(
         flavor=args.flavor,
+        openmetadata_all_failed_status=args.openmetadata_all_failed_status,
         delay=args.delay,
         fail_status=args.fail_status,
         fail_rate=args.fail_rate,
@@ -156,9 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sink.add_argument("--store", metavar="FILE", help="also append accepted events to this JSON-lines file")
     sink.add_argument(
         "--flavor",
-        choices=["spec", "marquez", "openmetadata"],
+        choices=["spec", "marquez", "openmetadata", "datahub"],
         default="spec",
-        help="spec (default), marquez (answers as Marquez 0.51.1 does), openmetadata (its routes, bodies)",
+        help="spec (default), or answer as Marquez 0.51.1, OpenMetadata 2.0.7 or DataHub (released) do",
+    )
+    sink.add_argument(
+        "--openmetadata-all-failed-status",
+        type=int,
+        default=200,
+        help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
     )
     sink.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
     sink.add_argument("--fail-status", type=int, help="answer this HTTP status instead of accepting")

@@ -161,8 +161,8 @@ class Outbox:
             ``block_timeout``, then refuse).  Emitting from the sidecar's own thread
             never blocks: there, ``block`` refuses at once.
         block_timeout: Seconds ``emit`` may wait for room under ``"block"``.
-        max_batch_events: The most events in one batch (default 1000, the most DataHub
-            accepts; or ``max_events`` if smaller).
+        max_batch_events: The most events in one batch (default 1000, or ``max_events``
+            if smaller).
         max_batch_bytes: The most bytes in one batch (default 1 MiB, or ``max_bytes``
             if smaller); a single larger event is dropped as ``too_large``.
         linger: Seconds the worker waits for a batch to fill before sending it.

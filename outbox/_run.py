@@ -84,6 +84,23 @@ class LineageJob:
         name: the job name (``lineage-demo.lineagefn``).
         facets: openlineage-python job facets (``{"jobType": JobTypeJobFacet(...)}``).
         producer: the events' ``producer`` URI (default: openlineage-python's).
+        run_facets: run facets every event of every run carries, such as
+            ``{"processing_engine": ProcessingEngineRunFacet(...)}`` (DataHub refuses events
+            that name no processing engine unless their producer is OpenLineage's or Airflow's).
+
+    Example::
+
+        from openlineage.client.facet_v2 import processing_engine_run
+
+        job = LineageJob(
+            "vast-dataengine://my-tenant",
+            "lineage-demo.lineagefn",
+            run_facets={
+                "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
+                    version="5.3", name="VAST_DATAENGINE", openlineageAdapterVersion=outbox.__version__
+                )
+            },
+        )
     """
 
     def __init__(
@@ -93,6 +110,7 @@ class LineageJob:
         *,
         facets: Mapping[str, Any] | None = None,
         producer: str | None = None,
+        run_facets: Mapping[str, Any] | None = None,
     ) -> None:
         from openlineage.client import event_v2
 
@@ -106,6 +124,9 @@ class LineageJob:
         # The job part of every event, converted once (facets included).
         job = event_v2.Job(namespace=namespace, name=name, facets=dict(facets or {}))
         self.plain_job: dict[str, Any] = to_plain(job)
+        # The run facets every event carries, converted once.
+        run = event_v2.Run(runId=str(uuid.UUID(int=0)), facets=dict(run_facets or {}))
+        self.plain_run_facets: dict[str, Any] = to_plain(run).get("facets") or {}
         #: The most recent :class:`Run` started for this job (diagnostics: its ``overhead``).
         self.last_run: Run | None = None
 
@@ -130,7 +151,7 @@ class RunRecord(NamedTuple):
         """The full RunEvent as plain data, as ``Serde`` would write the equivalent event."""
         from ._serde import to_plain
 
-        facets: dict[str, Any] = {}
+        facets: dict[str, Any] = dict(self.job.plain_run_facets)
         if self.error is not None:
             from openlineage.client.facet_v2 import error_message_run
 

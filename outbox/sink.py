@@ -18,7 +18,11 @@ Endpoints (``flavor="spec"``, the default):
 batch route (404), 415 without a JSON content type, 422 ``{"errors": [...]}`` for a missing
 field, 500 with a ``{"code": 400, ...}`` body for JSON it cannot map.
 ``flavor="openmetadata"``: the routes under ``/api/v1/openlineage/lineage``, a batch body
-``{"events": [...]}`` and a response with ``failedEvents``.
+``{"events": [...]}`` and a response with ``failedEvents`` (200 even when every event failed,
+as released 2.0.7 answers; ``openmetadata_all_failed_status=400`` for newer servers).
+``flavor="datahub"``: released DataHub's one route, ``/openapi/openlineage/api/v1/lineage``
+(the batch route 404), and 500 "Unable to determine orchestrator" for an event with neither a
+``processing_engine`` run facet nor an OpenLineage or Airflow producer URL.
 
 Example::
 
@@ -50,7 +54,7 @@ import orjson
 
 __all__ = ["Sink", "SinkBehaviour", "marquez_answer", "validate_event"]
 
-Flavor = Literal["spec", "marquez", "openmetadata"]
+Flavor = Literal["spec", "marquez", "openmetadata", "datahub"]
 EVENT_TYPES = frozenset({"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"})
 
 
@@ -289,11 +293,50 @@ def marquez_answer(raw: bytes, content_type: str | None) -> tuple[int, Any, dict
     return 201, None, event
 
 
+# -- DataHub and OpenMetadata, released ------------------------------------------------------
+
+_DATAHUB_KNOWN_PRODUCERS = (
+    "https://github.com/OpenLineage/OpenLineage/",
+    "https://github.com/apache/airflow/",
+)
+
+
+def datahub_orchestrator(event: dict[str, Any]) -> str | None:
+    """The orchestrator DataHub's converter names for an event (``OpenLineageToDataHub``): the
+    ``processing_engine`` run facet's name, else one derived from an OpenLineage or Airflow
+    producer URL; None, where released DataHub answers 500 "Unable to determine
+    orchestrator"."""
+    run = event.get("run")
+    facets = run.get("facets") if isinstance(run, dict) else None
+    engine = facets.get("processing_engine") if isinstance(facets, dict) else None
+    if isinstance(engine, dict) and isinstance(engine.get("name"), str) and engine["name"]:
+        return str(engine["name"])
+    producer = event.get("producer")
+    if isinstance(producer, str) and producer.startswith(_DATAHUB_KNOWN_PRODUCERS):
+        return "airflow" if "apache/airflow" in producer else "openlineage"
+    return None
+
+
+def openmetadata_single_answer(event: dict[str, Any]) -> dict[str, Any]:
+    """OpenMetadata's answer to one event: it draws lineage only from a COMPLETE event with
+    inputs and outputs (one edge per input x output, when both resolve to its entities)."""
+    inputs, outputs = event.get("inputs") or [], event.get("outputs") or []
+    edges = len(inputs) * len(outputs) if event.get("eventType") == "COMPLETE" else 0
+    message = (
+        "Event processed"
+        if edges
+        else "Event skipped: lineage needs a COMPLETE event with inputs and outputs"
+    )
+    return {"status": "success", "message": message, "lineageEdgesCreated": edges}
+
+
 @dataclass
 class SinkBehaviour:
     """How the sink answers; change it at any time (tests flip it mid-run)."""
 
-    #: ``spec``, ``marquez`` (201, no batch route) or ``openmetadata`` (its routes and bodies).
+    #: ``spec``, ``marquez`` (as Marquez 0.51.1), ``openmetadata`` (as released OpenMetadata
+    #: 2.0.7: its routes and bodies) or ``datahub`` (as released DataHub: one route, and 500 to
+    #: an event that names no orchestrator).
     flavor: Flavor = "spec"
     #: Seconds to wait before answering each request.
     delay: float = 0.0
@@ -321,6 +364,9 @@ class SinkBehaviour:
     #: Answer 500 (with Marquez's ``{"code": 400, ...}`` body) to any request whose body holds
     #: this text, as a backend does to an event it cannot map.
     poison: str | None = None
+    #: ``openmetadata``: the status of a batch in which every event failed: 200 (released
+    #: 2.0.7, with ``"status": "failure"``) or 400 (newer servers).
+    openmetadata_all_failed_status: int = 200
 
 
 class _Server(ThreadingHTTPServer):
@@ -432,7 +478,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(status, body)
         elif path == single:
             self._single(raw)
-        elif path == batch and not (behaviour.single_only or behaviour.flavor == "marquez"):
+        elif path == batch and not (behaviour.single_only or behaviour.flavor in ("marquez", "datahub")):
             self._batch(raw)
         else:
             status = behaviour.batch_missing_status if path == batch else 404
@@ -453,9 +499,17 @@ class _Handler(BaseHTTPRequestHandler):
             sink._record(single, 422)
             self._reply(422, {"code": 422, "errors": errors})
             return
+        flavor = sink.behaviour.flavor
+        if flavor == "datahub" and not datahub_orchestrator(event):
+            sink._record(single, 500)
+            self._reply(500, {"error": "Unable to determine orchestrator"})
+            return
         sink._accept([event])
         sink._record(single, 200)
-        self._reply(200)
+        if flavor == "openmetadata":
+            self._reply(200, openmetadata_single_answer(event))
+        else:
+            self._reply(200)
 
     def _batch(self, raw: bytes) -> None:
         sink = self.server.sink
@@ -507,7 +561,8 @@ class _Handler(BaseHTTPRequestHandler):
         )
         answer: dict[str, Any] = {"status": status_word, "summary": summary}
         answer["failedEvents" if openmetadata else "failed_events"] = failed
-        status = 400 if openmetadata and events and not accepted else 200
+        all_failed = sink.behaviour.openmetadata_all_failed_status
+        status = all_failed if openmetadata and events and not accepted else 200
         sink._record(batch, status, len(events))
         self._reply(status, answer)
 
@@ -560,6 +615,8 @@ class Sink:
         """(single route, batch route) for the current flavor."""
         if self.behaviour.flavor == "openmetadata":
             return "/api/v1/openlineage/lineage", "/api/v1/openlineage/lineage/batch"
+        if self.behaviour.flavor == "datahub":
+            return "/openapi/openlineage/api/v1/lineage", "/openapi/openlineage/api/v1/lineage/batch"
         return "/api/v1/lineage", "/api/v1/lineage/batch"
 
     def start(self) -> Self:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import outbox
 from function.__main__ import expected, simulate
 from outbox.faultproxy import free_port
 from outbox.sink import Sink
@@ -75,6 +76,11 @@ def test_the_function_against_the_sink(clean_env):
         assert event["job"]["facets"]["jobType"]["jobType"] == "FUNCTION"
         assert event["inputs"][0]["namespace"] == "s3://docs-src"
         assert event["producer"] == "https://example.com/lineage-demo"
+        assert event["outputs"] == []  # no LINEAGE_OUTPUTS
+        engine = event["run"]["facets"]["processing_engine"]  # DataHub's "orchestrator"
+        assert engine["name"] == "VAST_DATAENGINE"
+        assert engine["version"] == "unknown"  # LINEAGE_ENGINE_VERSION not set
+        assert engine["openlineageAdapterVersion"] == outbox.__version__
     by_key = {call.key: call for call in calls}
     for event in events:
         call = by_key[event["inputs"][0]["name"]]
@@ -92,6 +98,55 @@ def test_the_function_against_the_sink(clean_env):
     schema = json.loads(SPEC.read_text())
     for event in events:
         jsonschema.validate(event, {**schema, "$ref": "#/$defs/RunEvent"})
+
+
+def test_lineage_outputs_name_the_datasets_each_run_writes(clean_env):
+    clean_env.setenv(
+        "LINEAGE_OUTPUTS",
+        "trino://vast-trino:8080/vast.lineage.{bucket}_orders, s3://out-{bucket}/{object_key}.parquet",
+    )
+    clean_env.setenv("LINEAGE_ENGINE_VERSION", "5.3")
+    with Sink() as sink:
+        clean_env.setenv("OPENLINEAGE_URL", sink.url)
+        module, _ = simulate(OBJECTS[:1], fresh_module())
+        module.outbox.close(5)
+        restore_sigterm()
+        events = sink.events
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for event in events:
+        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
+            ("trino://vast-trino:8080", "vast.lineage.docs-src_orders"),
+            ("s3://out-docs-src", "lineage-src/orders.csv.parquet"),
+        ]
+        assert event["run"]["facets"]["processing_engine"]["version"] == "5.3"
+
+
+def test_the_function_reaches_datahub_with_the_readme_settings(clean_env):
+    """Released DataHub: one route, and 500 to events that name no orchestrator; the function's
+    processing_engine facet names one."""
+    from outbox.sink import SinkBehaviour
+
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "http")
+        clean_env.setenv("OPENLINEAGE__TRANSPORT__URL", f"{sink.url}/openapi/openlineage/")
+        clean_env.setenv("OPENLINEAGE__TRANSPORT__MODE", "single")
+        module, _ = simulate(OBJECTS, fresh_module())
+        report = module.outbox.close(5)
+        restore_sigterm()
+        statuses = [status for _, status, _ in sink.requests]
+    assert report.delivered == 4, report
+    assert statuses == [200] * 4
+
+
+@pytest.mark.parametrize(
+    "spec", ["vast.lineage.orders", "trino://host:8080", "s3://b/{bucket", "s3://b/{region}/x", "://b/x"]
+)
+def test_a_bad_lineage_outputs_fails_init_naming_it(clean_env, spec):
+    clean_env.setenv("LINEAGE_OUTPUTS", spec)
+    clean_env.setenv("OPENLINEAGE_DISABLED", "true")
+    module = fresh_module()
+    with pytest.raises(ValueError, match=r"LINEAGE_OUTPUTS: .* is not a dataset URI such as trino://"):
+        module.init(type("Ctx", (), {"logger": None})())
 
 
 def test_a_down_backend_does_not_slow_the_handler(clean_env):

@@ -332,3 +332,42 @@ def test_key_matches_openlineage_python_kafka_transport():
     reference = KafkaTransport.__new__(KafkaTransport)  # only its key logic; no producer
     for event in events:
         assert serialize(event).key == reference._get_message_key(event)
+
+
+def test_run_helpers_with_run_facets_match_serde():
+    """A LineageJob's run facets (processing_engine, for DataHub) on every event: the JSON is
+    what openlineage-python writes for the equivalent RunEvent."""
+    from openlineage.client.facet_v2 import processing_engine_run
+
+    from outbox import LineageJob, s3_dataset
+    from outbox._run import RunRecord
+
+    engine = processing_engine_run.ProcessingEngineRunFacet(
+        version="5.3", name="VAST_DATAENGINE", openlineageAdapterVersion="0.1.0"
+    )
+    job_type = job_type_job.JobTypeJobFacet(
+        processingType="STREAMING", integration="VAST", jobType="FUNCTION"
+    )
+    job = LineageJob(
+        "ns",
+        "j",
+        facets={"jobType": job_type},
+        producer="https://example.com/p",
+        run_facets={"processing_engine": engine},
+    )
+    run_id = str(uuid.uuid4())
+    record = RunRecord(job, "COMPLETE", 1_764_669_600.0, run_id, (s3_dataset("b", "k"),), ())
+    reference = RunEvent(
+        eventType=RunState.COMPLETE,
+        eventTime=datetime.datetime.fromtimestamp(1_764_669_600.0, datetime.UTC).isoformat(),
+        run=Run(runId=run_id, facets={"processing_engine": engine}),
+        job=Job(namespace="ns", name="j", facets={"jobType": job_type}),
+        producer="https://example.com/p",
+        inputs=[InputDataset(namespace="s3://b", name="k")],
+        outputs=[],
+    )
+    assert orjson.loads(serialize(record).body) == json.loads(Serde.to_json(reference))
+    assert (
+        orjson.loads(serialize(record).body)["run"]["facets"]["processing_engine"]["name"]
+        == "VAST_DATAENGINE"
+    )

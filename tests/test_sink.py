@@ -127,3 +127,60 @@ def test_fast_and_full_validation_agree():
         assert _plainly_valid(event) is False or full == []
     assert validate_event(cases[0]) == ["job.name must not be null"]
     assert validate_event(cases[3]) == []  # uuid.UUID accepts the unhyphenated form; so do we
+
+
+# -- the released backends' answers ---------------------------------------------------------
+
+
+def test_the_datahub_flavour_has_one_route_and_needs_an_orchestrator():
+    from outbox.sink import SinkBehaviour
+
+    plain = run_event()  # producer https://example.com/tests, no processing_engine facet
+    engine = run_event()
+    engine["run"]["facets"]["processing_engine"] = {
+        "_producer": "p",
+        "_schemaURL": "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json",
+        "version": "5.3",
+        "name": "VAST_DATAENGINE",
+    }
+    openlineage = {
+        **run_event(),
+        "producer": "https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python",
+    }
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        single = f"{sink.url}/openapi/openlineage/api/v1/lineage"
+        assert httpx.post(f"{single}/batch", json=[engine]).status_code == 404
+        refused = httpx.post(single, json=plain)
+        assert refused.status_code == 500
+        assert refused.json() == {"error": "Unable to determine orchestrator"}
+        assert httpx.post(single, json=engine).status_code == 200
+        assert httpx.post(single, json=openlineage).status_code == 200
+        assert httpx.post(f"{sink.url}/api/v1/lineage", json=engine).status_code == 404
+        assert len(sink.events) == 2
+
+
+@pytest.mark.parametrize("all_failed_status", [200, 400])
+def test_the_openmetadata_flavour_answers_as_released_2_0_7_or_newer(all_failed_status):
+    from outbox.sink import SinkBehaviour
+
+    behaviour = SinkBehaviour(flavor="openmetadata", openmetadata_all_failed_status=all_failed_status)
+    complete = {**run_event(state="COMPLETE"), "inputs": [{"namespace": "s3://b", "name": "k"}]}
+    complete["outputs"] = [
+        {"namespace": "trino://h:8080", "name": "c.s.t"},
+        {"namespace": "n", "name": "s.t"},
+    ]
+    bad = run_event()
+    bad["job"]["name"] = ""
+    with Sink(behaviour=behaviour) as sink:
+        base = f"{sink.url}/api/v1/openlineage/lineage"
+        answer = httpx.post(base, json=complete)
+        assert answer.status_code == 200
+        assert answer.json()["lineageEdgesCreated"] == 2  # input x output
+        assert httpx.post(base, json=run_event()).json()["lineageEdgesCreated"] == 0  # START, no outputs
+        failed = httpx.post(f"{base}/batch", json={"events": [bad, bad]})
+        assert failed.status_code == all_failed_status
+        assert failed.json()["status"] == "failure"
+        assert [f["index"] for f in failed.json()["failedEvents"]] == [0, 1]
+        partial = httpx.post(f"{base}/batch", json={"events": [bad, complete]})
+        assert partial.status_code == 200
+        assert partial.json()["status"] == "partial_success"
