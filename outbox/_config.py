@@ -75,7 +75,13 @@ def parse_size(name: str, raw: str) -> int:
 
 
 def tls_context(
-    cafile: str | None, cert: str | None, key: str | None, *, described: str, verify: bool = True
+    cafile: str | None,
+    cert: str | None,
+    key: str | None,
+    *,
+    described: str,
+    verify: bool = True,
+    password: str | None = None,
 ) -> ssl.SSLContext:
     """A client TLS context (a CA bundle, a client certificate); ConfigError naming the
     settings (``described``) when a file cannot be loaded."""
@@ -85,7 +91,7 @@ def tls_context(
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         if cert:
-            context.load_cert_chain(cert, key)
+            context.load_cert_chain(cert, key, password)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"cannot load the TLS files ({described}): {exc}") from exc
     return context

@@ -19,12 +19,13 @@ import copy
 import json
 import ssl
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._config import ResolvedTransport, tls_context
 from .._errors import ConfigError
-from .._log import RateLimitedLog, limit_library_logs
+from .._log import RateLimitedLog, limit_library_logs, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
@@ -48,8 +49,41 @@ SUPPORTED_KEYS: dict[str, str] = {
     "ssl.certificate.location": "ssl_context",
     "ssl.key.location": "ssl_context",
     "enable.idempotence": "enable_idempotence",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+    "ssl.key.password": "ssl_context",
+    "partitioner": "(the outbox picks the partition)",
 }
-_INTEGERS = ("linger.ms", "batch.size", "message.max.bytes", "request.timeout.ms")
+#: librdkafka's other names for supported keys.
+ALIASES = {
+    "compression.codec": "compression.type",
+    "queue.buffering.max.ms": "linger.ms",
+    "request.required.acks": "acks",
+    "metadata.broker.list": "bootstrap.servers",
+}
+#: librdkafka's partitioners (``partitioner``): how a key picks a partition.  The default is
+#: librdkafka's, which openlineage-python's producer (confluent-kafka) uses; murmur2 is the
+#: Java client's.  ``_random`` variants differ only for records without a key.
+PARTITIONERS = (
+    "consistent_random",
+    "consistent",
+    "murmur2_random",
+    "murmur2",
+    "fnv1a_random",
+    "fnv1a",
+    "random",
+)
+_SSL_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password")
+_INTEGERS = (
+    "linger.ms",
+    "batch.size",
+    "message.max.bytes",
+    "request.timeout.ms",
+    "retry.backoff.ms",
+    "metadata.max.age.ms",
+    "connections.max.idle.ms",
+)
 # Bytes a record adds to its key and value in a batch (varints, attributes, headers count).
 _RECORD_OVERHEAD = 32
 _AIOKAFKA_LOGGERS = (
@@ -101,6 +135,13 @@ class KafkaTransport:
         self.message_key = message_key.encode() if message_key else None
         self.start_timeout = start_timeout
         self._settings = producer_settings(config)
+        self.partitioner = partitioner_of(config)
+        ignored = without_effect(config)
+        if ignored:
+            logger.warning(
+                "Kafka settings with no effect in lineage-outbox (aiokafka has no equivalent): %s",
+                ", ".join(_with_suggestion(key) for key in ignored),
+            )
         self._servers = self._settings["bootstrap_servers"]
         self._max_request_size = self._settings.get("max_request_size", 1024 * 1024)
         self._partitions_cache: dict[tuple[bytes, int], int] = {}
@@ -174,10 +215,10 @@ class KafkaTransport:
                     f"a {len(event.body)}-byte record exceeds message.max.bytes ({self._max_request_size})",
                 )
                 continue
-            if key is None:
-                partition = partitions[index % len(partitions)]
+            if key is None and self.partitioner.endswith("random"):
+                partition = partitions[index % len(partitions)]  # spread, as random does
             else:
-                partition = partitions[self._partition_of(key, len(partitions))]
+                partition = partitions[self._partition_of(key or b"", len(partitions))]
             lanes.setdefault(partition, []).append((index, key))
         await asyncio.gather(
             *(
@@ -242,16 +283,15 @@ class KafkaTransport:
                 return
 
     def _partition_of(self, key: bytes, count: int) -> int:
-        """The partition index Kafka's default partitioner picks for a key (murmur2, positive,
-        modulo).  aiokafka's murmur2 is pure Python (~14 µs); run keys repeat, so cache it."""
+        """The partition index the configured partitioner picks for a key, as librdkafka
+        does (``consistent``: CRC-32; ``fnv1a``: 32-bit FNV-1a; ``murmur2``: the Java
+        client's, positive).  Run keys repeat, so cache it."""
         cache = self._partitions_cache
         found = cache.get((key, count))
         if found is None:
-            from aiokafka.partitioner import murmur2
-
             if len(cache) >= 10_000:
                 cache.clear()
-            found = cache[(key, count)] = (int(murmur2(key)) & 0x7FFFFFFF) % count
+            found = cache[(key, count)] = partition_for(self.partitioner, key, count)
         return found
 
     async def aclose(self) -> None:
@@ -319,14 +359,49 @@ class KafkaTransport:
         return Outcome.retry(name, detail)
 
 
+def partition_for(partitioner: str, key: bytes, count: int) -> int:
+    """Where librdkafka's ``partitioner`` puts a record with ``key`` among ``count`` partitions."""
+    if partitioner.startswith("murmur2"):
+        from aiokafka.partitioner import murmur2
+
+        return (int(murmur2(key)) & 0x7FFFFFFF) % count
+    if partitioner.startswith("fnv1a"):
+        digest = 0x811C9DC5
+        for byte in key:
+            digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+        signed = digest - (1 << 32) if digest & 0x80000000 else digest
+        return abs(signed) % count  # librdkafka: abs() of the hash as a signed 32-bit integer
+    return zlib.crc32(key) % count  # consistent, consistent_random (and random, keyed)
+
+
+def without_effect(config: Mapping[str, Any]) -> list[str]:
+    """The librdkafka keys of ``config`` that aiokafka has no equivalent for (accepted, and
+    logged once by the transport: openlineage-python hands every key to librdkafka)."""
+    return sorted(key for key in config if key not in SUPPORTED_KEYS and key not in ALIASES)
+
+
+def _with_suggestion(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, [*SUPPORTED_KEYS, *ALIASES], n=1, cutoff=0.8)
+    return f"{key} (did you mean {close[0]}?)" if close else key
+
+
+def partitioner_of(config: Mapping[str, Any]) -> str:
+    name = str(config.get("partitioner", "consistent_random")).strip().lower()
+    if name not in PARTITIONERS:
+        raise ConfigError(f"partitioner={config.get('partitioner')!r}: use one of {', '.join(PARTITIONERS)}")
+    return name
+
+
 def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """aiokafka producer arguments from librdkafka-style keys, validated."""
-    unknown = sorted(set(config) - set(SUPPORTED_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"{unknown[0]!r} is not a supported Kafka producer setting; the supported ones are "
-            f"{', '.join(sorted(SUPPORTED_KEYS))}"
-        )
+    """aiokafka producer arguments from librdkafka-style keys, validated.  librdkafka's
+    aliases are read as the keys they stand for; keys with no aiokafka equivalent are left
+    out (see :func:`without_effect`); a value that cannot work is a ConfigError naming it."""
+    config = dict(config)
+    for alias, key in ALIASES.items():
+        if alias in config:
+            config.setdefault(key, config.pop(alias))
     servers = config.get("bootstrap.servers")
     if not isinstance(servers, str) or not servers.strip():
         raise ConfigError('bootstrap.servers is required, e.g. {"bootstrap.servers": "broker:9092"}')
@@ -381,7 +456,7 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         settings.get("sasl_plain_username") and settings.get("sasl_plain_password")
     ):
         raise ConfigError(f"security.protocol={protocol} needs sasl.username and sasl.password")
-    if protocol in ("SSL", "SASL_SSL") or any(k.startswith("ssl.") for k in config):
+    if protocol in ("SSL", "SASL_SSL") or any(k in config for k in _SSL_KEYS):
         settings["ssl_context"] = _ssl_context(config)
     if "enable.idempotence" in config:
         value = config["enable.idempotence"]
@@ -401,7 +476,14 @@ def _ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext:
     key = config.get("ssl.key.location")
     if key and not cert:
         raise ConfigError("ssl.key.location needs ssl.certificate.location")
-    return tls_context(ca, cert, key, described=f"ssl.ca.location={ca!r}, ssl.certificate.location={cert!r}")
+    password = config.get("ssl.key.password")
+    return tls_context(
+        ca,
+        cert,
+        key,
+        password=None if password is None else str(password),
+        described=f"ssl.ca.location={ca!r}, ssl.certificate.location={cert!r}",
+    )
 
 
 def _check_codec(codec: str) -> None:
