@@ -144,6 +144,13 @@ OUTBOX_VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
 _warned_unknown: set[str] = set()
 
 
+def warn_once(message: str) -> None:
+    """A configuration warning, logged once per process (from_env may run many times)."""
+    if message not in _warned_unknown:
+        _warned_unknown.add(message)
+        logger.warning("%s", message)
+
+
 def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``Outbox`` keywords set by ``OUTBOX_*`` variables, and for each keyword the
     variable it came from (so errors can name it)."""
@@ -187,36 +194,49 @@ class ResolvedTransport:
 
 
 def _find_yaml(environ: Mapping[str, str]) -> str | None:
+    """The first readable of ``$OPENLINEAGE_CONFIG``, ``./openlineage.yml`` and
+    ``~/.openlineage/openlineage.yml``.  A missing ``OPENLINEAGE_CONFIG`` file is logged
+    and the next candidate applies, as openlineage-python does (a lineage misconfiguration
+    must not fail a function's ``init``)."""
+    named = environ.get("OPENLINEAGE_CONFIG")
     candidates = (
-        environ.get("OPENLINEAGE_CONFIG"),
+        named,
         os.path.join(os.getcwd(), "openlineage.yml"),
         os.path.join(os.path.expanduser("~/.openlineage"), "openlineage.yml"),
     )
     for path in candidates:
         if path and os.path.isfile(path) and os.access(path, os.R_OK):
             return path
-    if environ.get("OPENLINEAGE_CONFIG"):
-        raise ConfigError(
-            f"OPENLINEAGE_CONFIG={environ['OPENLINEAGE_CONFIG']!r} is not a readable file; "
-            "point it at an openlineage.yml or unset it"
-        )
+        if path and path is named:
+            logger.error(
+                "OPENLINEAGE_CONFIG=%r is not a readable file; ignored (the next configuration "
+                "rule applies): point it at an openlineage.yml or unset it",
+                named,
+            )
     return None
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
+    """The file's mapping; a file that cannot be read or parsed, or holds something else, is
+    logged and counts as empty (openlineage-python's rule), so the next rule applies."""
     import yaml  # openlineage-python depends on PyYAML
 
     try:
         with open(path, encoding="utf-8") as f:
             content = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the OpenLineage config file {path}: {exc}") from exc
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        logger.error("cannot read the OpenLineage config file %s (ignored): %s", path, exc)
+        return {}
     if content is None:
+        logger.error("the OpenLineage config file %s is empty (ignored)", path)
         return {}
     if not isinstance(content, dict):
-        raise ConfigError(
-            f"the OpenLineage config file {path} must hold a mapping, not {type(content).__name__}"
+        logger.error(
+            "the OpenLineage config file %s must hold a mapping, not %s (ignored)",
+            path,
+            type(content).__name__,
         )
+        return {}
     return content
 
 

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -90,10 +91,6 @@ def test_keyword_arguments_override_variables():
             },
             "OPENLINEAGE__TRANSPORT__STORAGE_OPTIONS: the file transport does not support 'storage_options'",
         ),
-        (
-            {"OPENLINEAGE_CONFIG": "/nonexistent/openlineage.yml"},
-            "OPENLINEAGE_CONFIG='/nonexistent/openlineage.yml' is not a readable file",
-        ),
     ],
 )
 def test_invalid_values_name_the_variable(env, message):
@@ -154,11 +151,27 @@ def test_openlineage_yml_in_working_directory_is_found(tmp_path):
     outbox.close(0)
 
 
-def test_yaml_error_names_the_file(tmp_path):
-    config = tmp_path / "broken.yml"
-    config.write_text("transport: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"cannot read the OpenLineage config file .*broken\.yml"):
-        from_env({"OPENLINEAGE_CONFIG": str(config)})
+@pytest.mark.parametrize(
+    ("content", "logged"),
+    [
+        (None, "OPENLINEAGE_CONFIG=.*missing.yml' is not a readable file; ignored"),
+        ("transport: [unclosed\n", "cannot read the OpenLineage config file .*broken.yml"),
+        ("- a list\n", "must hold a mapping, not list"),
+        ("", "is empty"),
+    ],
+    ids=["missing", "bad-yaml", "not-a-mapping", "empty"],
+)
+def test_an_unusable_config_file_is_logged_and_the_next_rule_applies(tmp_path, caplog, content, logged):
+    """openlineage-python logs these and goes on (a lineage misconfiguration must not fail a
+    function's init): so does from_env, and OPENLINEAGE_URL then applies."""
+    path = tmp_path / ("missing.yml" if content is None else "broken.yml")
+    if content is not None:
+        path.write_text(content)
+    with caplog.at_level(logging.ERROR, logger="outbox"):
+        outbox = from_env({"OPENLINEAGE_CONFIG": str(path), "OPENLINEAGE_URL": "http://marquez:5000"})
+    assert re.search(logged, caplog.text), caplog.text
+    assert outbox._transport.single_url == "http://marquez:5000/api/v1/lineage"
+    outbox.close(0)
 
 
 def test_nothing_configured_falls_back_to_console_with_a_warning(caplog, capsys):

@@ -141,14 +141,6 @@ def test_yaml_config(tmp_path):
             {
                 "OPENLINEAGE__TRANSPORT__TYPE": "http",
                 "OPENLINEAGE__TRANSPORT__URL": "http://m",
-                "OPENLINEAGE__TRANSPORT__FOO": "1",
-            },
-            "OPENLINEAGE__TRANSPORT__FOO: 'foo' is not an HTTP transport setting; the settings are",
-        ),
-        (
-            {
-                "OPENLINEAGE__TRANSPORT__TYPE": "http",
-                "OPENLINEAGE__TRANSPORT__URL": "http://m",
                 "OPENLINEAGE__TRANSPORT__AUTH": '{"type": "jwt", "apiKey": "sekrit"}',
             },
             "OPENLINEAGE__TRANSPORT__AUTH: auth type 'jwt' is not supported by lineage-outbox; use api_key",
@@ -207,3 +199,23 @@ def test_the_api_key_never_appears_in_logs(caplog):
     assert "sekrit-key" not in caplog.text
     assert "sekrit-key" not in repr(outbox)
     assert "sekrit-key" not in (outbox.stats().last_error or "")
+
+
+def test_unknown_keys_are_warned_about_and_name_and_priority_dropped(caplog):
+    """openlineage-python ignores keys it does not know and drops name and priority: the
+    same configuration must not fail here (a warning names the key and the closest one)."""
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "http",
+        "OPENLINEAGE__TRANSPORT__URL": "http://m",
+        "OPENLINEAGE__TRANSPORT__NAME": "primary",
+        "OPENLINEAGE__TRANSPORT__PRIORITY": "1",
+        "OPENLINEAGE__TRANSPORT__ENDPIONT": "api/v2/lineage",
+    }
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        outbox = Outbox.from_env(env, close_at_exit=False)
+    warning = "OPENLINEAGE__TRANSPORT__ENDPIONT: 'endpiont' is not an HTTP transport setting (ignored)"
+    assert f"{warning}; did you mean endpoint?" in caplog.text
+    assert "'name'" not in caplog.text
+    assert "'priority'" not in caplog.text
+    assert outbox._transport.single_url == "http://m/api/v1/lineage"
+    outbox.close(0)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import difflib
 import email.utils
 import gzip
 import socket
@@ -42,7 +43,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 import httpx
 import orjson
 
-from .._config import ResolvedTransport, tls_context
+from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
@@ -637,12 +638,19 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
     """``HttpTransport`` keyword arguments from an openlineage-python style config."""
     config = dict(resolved.config or {})
     origin = resolved.origin
-    unknown = sorted(set(config) - _OPENLINEAGE_KEYS - _OUR_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{origin(unknown[0])}: {unknown[0]!r} is not an HTTP transport setting; the settings are "
-            f"{', '.join(sorted(_OPENLINEAGE_KEYS - {'type', 'sslcontext', 'ssl_context'} | _OUR_KEYS))}"
+    for key in ("name", "priority"):  # openlineage-python's factory drops them too
+        config.pop(key, None)
+    known = _OPENLINEAGE_KEYS - {"sslcontext", "ssl_context"} | _OUR_KEYS
+    for key in sorted(set(config) - _OPENLINEAGE_KEYS - _OUR_KEYS):
+        # openlineage-python ignores keys it does not know: a warning, not a failed init.
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else f"the settings are {', '.join(sorted(known - {'type'}))}"
         )
+        warn_once(f"{origin(key)}: {key!r} is not an HTTP transport setting (ignored); {hint}")
+        config.pop(key)
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import difflib
 import json
 import ssl
 import time
@@ -23,7 +24,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._config import ResolvedTransport, tls_context
+from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
@@ -158,12 +159,13 @@ class KafkaTransport:
         and ignored: the outbox never flushes per event, it ships batches in the sidecar)."""
         config = dict(resolved.config or {})
         allowed = {"type", "topic", "config", "messagekey", "messageKey", "message_key", "flush"}
-        unknown = sorted(set(config) - allowed)
-        if unknown:
-            raise ConfigError(
-                f"{resolved.origin(unknown[0])}: {unknown[0]!r} is not a Kafka transport setting; "
-                "the settings are topic, config, messageKey (or message_key) and flush"
-            )
+        for unknown in sorted(set(config) - allowed - {"name", "priority"}):
+            # openlineage-python ignores keys it does not know (and drops name and priority).
+            close = difflib.get_close_matches(unknown, sorted(allowed - {"type"}), n=1)
+            listed = "topic, config, messageKey, flush"
+            hint = f"did you mean {close[0]}?" if close else f"the settings are {listed}"
+            where = resolved.origin(unknown)
+            warn_once(f"{where}: {unknown!r} is not a Kafka transport setting (ignored); {hint}")
         producer_config = config.get("config", {})
         if isinstance(producer_config, str):
             try:
