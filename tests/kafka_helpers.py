@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -24,7 +25,13 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
     asyncio.run(_create(bootstrap, topic, partitions))
 
 
-async def _read(bootstrap: str, topic: str, count: int, timeout: float) -> list[dict[str, Any]]:
+async def _read(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    timeout: float,
+    until: Callable[[list[dict[str, Any]]], bool] | None,
+) -> list[dict[str, Any]]:
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -32,7 +39,7 @@ async def _read(bootstrap: str, topic: str, count: int, timeout: float) -> list[
     records: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     try:
-        while len(records) < count and time.monotonic() < deadline:
+        while (len(records) < count if until is None else not until(records)) and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=200)
             for tp, messages in batches.items():
                 for m in messages:
@@ -49,9 +56,16 @@ async def _read(bootstrap: str, topic: str, count: int, timeout: float) -> list[
     return records
 
 
-def read_topic(bootstrap: str, topic: str, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
-    """At least ``count`` records (or what arrived by ``timeout``)."""
-    return asyncio.run(_read(bootstrap, topic, count, timeout))
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    timeout: float = 20.0,
+    until: Callable[[list[dict[str, Any]]], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """At least ``count`` records, or until ``until(records)`` holds (duplicates count in
+    ``count``: pass ``until`` to wait for distinct ones), or what arrived by ``timeout``."""
+    return asyncio.run(_read(bootstrap, topic, count, timeout, until))
 
 
 async def _produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None) -> None:
