@@ -311,6 +311,17 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
                 if value and key not in transport:
                     transport[key] = value
                     origins[key] = var
+        if transport["type"] == "composite" and url:
+            # openlineage-python's OpenLineageClient() aliases OPENLINEAGE_URL as a member
+            # named default_http of a composite transport (unless one is configured).
+            members = transport.get("transports")
+            if members is None or (isinstance(members, dict) and "default_http" not in members):
+                default: dict[str, Any] = {"type": "http", "url": url}
+                if environ.get("OPENLINEAGE_API_KEY"):
+                    default["auth"] = _api_key_auth(environ)
+                if environ.get("OPENLINEAGE_ENDPOINT"):
+                    default["endpoint"] = environ["OPENLINEAGE_ENDPOINT"]
+                transport["transports"] = {**(members or {}), "default_http": default}
         return ResolvedTransport(transport, origins)
     if url:
         http: dict[str, Any] = {

@@ -715,10 +715,12 @@ class Outbox:
         else:
             with buf.lock:
                 snap = buf.snapshot_locked()
+        member_stats = getattr(self._transport, "member_stats", None)
         return Stats(
             **snap,
             last_error=sidecar.last_error(),
             circuit=worker.circuit.value if worker else "closed",
+            members=member_stats() if callable(member_stats) else {},
         )
 
     def __repr__(self) -> str:

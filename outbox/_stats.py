@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["CloseReport", "Stats"]
 
@@ -43,6 +43,9 @@ class Stats:
     last_error: str | None
     #: ``closed``, ``open`` or ``half_open``.
     circuit: str
+    #: A composite transport's members: per member, ``delivered``, ``retried`` and one count
+    #: per rejection reason (empty for other transports).
+    members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:

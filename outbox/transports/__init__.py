@@ -11,6 +11,7 @@ from typing import Any
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
+from .composite import CompositeTransport
 from .console import ConsoleTransport
 from .file import FileTransport
 from .http import HttpTransport
@@ -19,6 +20,7 @@ from .memory import MemoryTransport
 
 __all__ = [
     "DELIVERED",
+    "CompositeTransport",
     "ConsoleTransport",
     "FileTransport",
     "HttpTransport",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 _FILE_KEYS = {"type", "log_file_path", "append"}
-_SUPPORTED_TYPES = ("console", "file", "http", "async_http", "kafka")
+_SUPPORTED_TYPES = ("console", "file", "http", "async_http", "kafka", "composite")
 
 
 def transport_from_config(resolved: ResolvedTransport) -> Transport:
@@ -50,6 +52,8 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
         return HttpTransport.from_config(resolved)
     if kind == "kafka":
         return KafkaTransport.from_config(resolved)
+    if kind == "composite":
+        return _composite(resolved)
     if kind == "file":
         unknown = sorted(set(config) - _FILE_KEYS)
         if unknown:
@@ -71,4 +75,65 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
     raise ConfigError(
         f"{resolved.origin('type')}={kind!r} is not a transport lineage-outbox supports; "
         f"use one of {', '.join(_SUPPORTED_TYPES)} (or OPENLINEAGE_DISABLED=true to turn lineage off)"
+    )
+
+
+def _composite(resolved: ResolvedTransport) -> Transport:
+    """openlineage-python's ``composite``: ``transports`` as a mapping (names are its keys)
+    or a list (each may carry a ``name``), ``continue_on_failure``, ``continue_on_success``
+    and ``sort_transports`` (by each member's ``priority``, highest first)."""
+    config = resolved.config or {}
+    listed = config.get("transports")
+    where = resolved.origin("transports")
+    if isinstance(listed, dict):
+        entries = [(str(name), member) for name, member in listed.items() if member]
+    elif isinstance(listed, list):
+        entries = [
+            (
+                str(member.get("name") or f"{member.get('type')}-{i}")
+                if isinstance(member, dict)
+                else str(i),
+                member,
+            )
+            for i, member in enumerate(listed)
+        ]
+    else:
+        raise ConfigError(
+            f"{where}: a composite transport needs transports, a mapping of name to transport config "
+            '(such as {"marquez": {"type": "http", "url": "http://marquez:5000"}}) or a list of them'
+        )
+    if not entries:
+        raise ConfigError(f"{where}: a composite transport needs at least one member transport")
+    flags = {}
+    for key, default in (
+        ("continue_on_failure", True),
+        ("continue_on_success", True),
+        ("sort_transports", False),
+    ):
+        value = config.get(key, default)
+        if isinstance(value, str):
+            value = {"true": True, "false": False}.get(value.strip().lower(), value)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{resolved.origin(key)}={value!r} is not a boolean; use true or false")
+        flags[key] = value
+    members: list[tuple[int, str, Transport]] = []
+    for name, member in entries:
+        if not isinstance(member, dict) or not member.get("type"):
+            raise ConfigError(f"{where}: the member {name!r} needs a transport config with a type")
+        if member.get("type") == "composite":
+            raise ConfigError(f"{where}: the member {name!r} is itself composite; list its members instead")
+        origins = {key: f"{where}.{name}.{key}" for key in member}
+        priority = member.get("priority", 0)
+        body = {key: value for key, value in member.items() if key not in ("name", "priority")}
+        try:
+            rank = int(priority)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.{name}.priority={priority!r} is not a whole number") from None
+        members.append((rank, name, transport_from_config(ResolvedTransport(body, origins))))
+    if flags["sort_transports"]:
+        members.sort(key=lambda entry: -entry[0])
+    return CompositeTransport(
+        {name: transport for _, name, transport in members},
+        continue_on_failure=flags["continue_on_failure"],
+        continue_on_success=flags["continue_on_success"],
     )

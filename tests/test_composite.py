@@ -1,0 +1,206 @@
+"""The composite transport: several backends behind one outbox (real sinks on loopback)."""
+
+import os
+import uuid
+from collections import Counter
+
+import pytest
+
+from outbox import ConfigError, Outbox
+from outbox.faultproxy import free_port
+from outbox.sink import Sink, SinkBehaviour
+from outbox.transports import CompositeTransport, HttpTransport
+
+from helpers import run_event, wait_until
+
+FAST = {"backoff_base": 0.02, "backoff_cap": 0.2, "linger": 0.01, "close_at_exit": False}
+
+
+def keys(sink: Sink) -> Counter:
+    return Counter((e["run"]["runId"], e["n"]) for e in sink.events)
+
+
+def test_every_member_gets_every_event_once_and_a_member_that_was_down_catches_up():
+    with Sink() as up, Sink(behaviour=SinkBehaviour(fail_status=503)) as down:
+        transport = CompositeTransport(
+            {"up": HttpTransport(up.url, mode="batch"), "down": HttpTransport(down.url, mode="batch")}
+        )
+        outbox = Outbox(transport, **FAST)
+        run_id = str(uuid.uuid4())
+        for n in range(20):
+            outbox.emit(run_event(run_id=run_id, n=n))
+        assert wait_until(lambda: len(up.events) == 20, 10)
+        assert wait_until(lambda: outbox.stats().retried >= 20, 10)  # held for the member that is down
+        assert outbox.stats().delivered == 0  # delivered means: by every member
+        down.behaviour = SinkBehaviour()
+        report = outbox.close(10)
+        stats = outbox.stats()
+    assert report.delivered == 20
+    assert keys(up) == Counter({(run_id, n): 1 for n in range(20)})  # never sent twice
+    assert keys(down) == Counter({(run_id, n): 1 for n in range(20)})
+    assert [e["n"] for e in down.events] == list(range(20))  # in order
+    assert stats.members["up"] == {"delivered": 20}
+    assert stats.members["down"]["delivered"] == 20
+    assert stats.members["down"]["retried"] >= 20
+
+
+@pytest.mark.parametrize("continue_on_failure", [True, False])
+def test_an_event_one_member_rejects_and_another_takes(continue_on_failure):
+    """A run id that is not a UUID: the spec sink rejects it, Marquez takes it (as the real
+    one does).  With continue_on_failure it counts as delivered (the rejection counted for
+    that member); without, it is rejected."""
+    with Sink() as spec, Sink(behaviour=SinkBehaviour(flavor="marquez")) as marquez:
+        members = {
+            "spec": HttpTransport(spec.url, mode="batch"),
+            "marquez": HttpTransport(marquez.url, mode="single"),
+        }
+        outbox = Outbox(CompositeTransport(members, continue_on_failure=continue_on_failure), **FAST)
+        odd = run_event(n=1)
+        odd["run"]["runId"] = "42"
+        outbox.emit(run_event(n=0))
+        outbox.emit(odd)
+        report = outbox.close(10)
+        stats = outbox.stats()
+    assert sorted(e["n"] for e in marquez.events) == [0, 1]
+    assert [e["n"] for e in spec.events] == [0]
+    assert stats.members["spec"] == {"delivered": 1, "rejected_by_backend": 1}
+    assert stats.members["marquez"] == {"delivered": 2}
+    if continue_on_failure:
+        assert report.delivered == 2
+    else:
+        assert report.delivered == 1
+        assert report.undelivered == {"rejected_by_backend": 1}
+
+
+def test_continue_on_failure_counts_an_event_one_member_refused_as_delivered():
+    with Sink() as spec, Sink(behaviour=SinkBehaviour(flavor="datahub")) as datahub:
+        transport = CompositeTransport(
+            {
+                "spec": HttpTransport(spec.url, mode="batch"),
+                "datahub": HttpTransport(f"{datahub.url}/openapi/openlineage/", mode="single"),
+            },
+            continue_on_failure=True,
+        )
+        outbox = Outbox(transport, poison_attempts=2, **FAST)
+        outbox.emit(run_event(n=0))  # no processing_engine: DataHub answers 500, as poison
+        engine = run_event(n=1)
+        engine["run"]["facets"]["processing_engine"] = {
+            "_producer": "p",
+            "_schemaURL": "s",
+            "version": "1",
+            "name": "x",
+        }
+        outbox.emit(engine)
+        report = outbox.close(10)
+    assert report.delivered == 1  # the other one keeps being retried for DataHub until close
+    assert [e["n"] for e in datahub.events] == [1]
+    assert sorted(e["n"] for e in spec.events) == [0, 1]
+
+
+def test_without_continue_on_success_the_members_are_a_failover_chain():
+    with Sink() as backup:
+        transport = CompositeTransport(
+            {
+                "primary": HttpTransport(f"http://127.0.0.1:{free_port()}"),
+                "backup": HttpTransport(backup.url),
+            },
+            continue_on_success=False,
+        )
+        outbox = Outbox(transport, **FAST)
+        for n in range(5):
+            outbox.emit(run_event(n=n))
+        report = outbox.close(10)
+        stats = outbox.stats()
+    assert report.delivered == 5
+    assert sorted(e["n"] for e in backup.events) == list(range(5))
+    assert stats.members["primary"]["retried"] >= 5
+    assert stats.members["backup"]["delivered"] == 5
+
+
+# -- configuration, as openlineage-python reads it ---------------------------------------------
+
+
+def test_composite_from_env_with_the_openlineage_url_alias(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with Sink() as a, Sink() as b:
+        env = {
+            "OPENLINEAGE_URL": b.url,
+            "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__LOCAL__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__LOCAL__URL": a.url,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__LOCAL__PRIORITY": "3",
+        }
+        outbox = Outbox.from_env(env, **FAST)
+        assert isinstance(outbox._transport, CompositeTransport)
+        assert list(outbox._transport.members) == ["local", "default_http"]
+        outbox.emit(run_event())
+        assert outbox.close(10).delivered == 1
+        assert len(a.events) == len(b.events) == 1
+
+
+def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "openlineage.yml").write_text(
+        "transport:\n"
+        "  type: composite\n"
+        "  sort_transports: true\n"
+        "  continue_on_success: false\n"
+        "  transports:\n"
+        "    - {type: console, name: low, priority: 1}\n"
+        "    - {type: http, url: 'http://marquez:5000', name: high, priority: 5}\n"
+    )
+    outbox = Outbox.from_env({}, close_at_exit=False)
+    assert list(outbox._transport.members) == ["high", "low"]
+    assert outbox._transport.continue_on_success is False
+    outbox.close(0)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "a composite transport needs transports"),
+        (
+            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": "http://m"},
+            "the member 'a' needs a transport config",
+        ),
+        (
+            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "composite"},
+            "the member 'a' is itself composite",
+        ),
+        (
+            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http"},
+            "the http transport needs a url",
+        ),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "console",
+                "OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE": "maybe",
+            },
+            "OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE='maybe' is not a boolean",
+        ),
+    ],
+)
+def test_composite_configuration_errors_name_the_setting(monkeypatch, tmp_path, env, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        Outbox.from_env({"OPENLINEAGE__TRANSPORT__TYPE": "composite", **env}, close_at_exit=False)
+
+
+def test_from_env_after_openlineage_client_ran(monkeypatch, tmp_path):
+    """OpenLineageClient() writes OPENLINEAGE__TRANSPORT__TRANSPORTS__DEFAULT_HTTP__* into
+    os.environ; every later from_env must still work, with the same members."""
+    from openlineage.client import OpenLineageClient
+
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OPENLINEAGE_URL", "http://marquez:5000")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "composite")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TRANSPORTS__CONSOLE__TYPE", "console")
+    client = OpenLineageClient()
+    assert any(k.startswith("OPENLINEAGE__TRANSPORT__TRANSPORTS__DEFAULT_HTTP") for k in os.environ)
+    theirs = sorted(t.name for t in client.transport.transports)
+    outbox = Outbox.from_env(close_at_exit=False)
+    assert sorted(outbox._transport.members) == theirs == ["console", "default_http"]
+    outbox.close(0)
