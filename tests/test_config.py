@@ -83,14 +83,6 @@ def test_keyword_arguments_override_variables():
             },
             "OPENLINEAGE__TRANSPORT__APPEND='sometimes' is not a boolean",
         ),
-        (
-            {
-                "OPENLINEAGE__TRANSPORT__TYPE": "file",
-                "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": "x",
-                "OPENLINEAGE__TRANSPORT__STORAGE_OPTIONS": "{}",
-            },
-            "OPENLINEAGE__TRANSPORT__STORAGE_OPTIONS: the file transport does not support 'storage_options'",
-        ),
     ],
 )
 def test_invalid_values_name_the_variable(env, message):

@@ -11,6 +11,7 @@ from typing import Any
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
+from .adapter import OpenLineageTransportAdapter
 from .composite import CompositeTransport
 from .console import ConsoleTransport
 from .file import FileTransport
@@ -26,6 +27,7 @@ __all__ = [
     "HttpTransport",
     "KafkaTransport",
     "MemoryTransport",
+    "OpenLineageTransportAdapter",
     "Outcome",
     "OutcomeKind",
     "SerializedEvent",
@@ -35,6 +37,8 @@ __all__ = [
 
 _FILE_KEYS = {"type", "log_file_path", "append"}
 _SUPPORTED_TYPES = ("console", "file", "http", "async_http", "kafka", "composite")
+#: openlineage-python transports run through OpenLineageTransportAdapter (and any module.Class).
+_OPENLINEAGE_ONLY = ("transform", "msk-iam", "amazon_datazone_api", "gcplineage", "datadog")
 
 
 def transport_from_config(resolved: ResolvedTransport) -> Transport:
@@ -55,13 +59,10 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
     if kind == "composite":
         return _composite(resolved)
     if kind == "file":
-        unknown = sorted(set(config) - _FILE_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{resolved.origin(unknown[0])}: the file transport does not support {unknown[0]!r} "
-                "(remote file systems and debug_mode are openlineage-python features); "
-                "it takes log_file_path and append"
-            )
+        if set(config) - _FILE_KEYS - {"name", "priority"}:
+            # Remote storage (storage_options) and the other openlineage-python file features:
+            # its own FileTransport, behind the outbox.
+            return OpenLineageTransportAdapter.from_config(resolved)
         path = config.get("log_file_path")
         if not isinstance(path, str) or not path:
             raise ConfigError(
@@ -72,6 +73,9 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
         if not isinstance(append, bool):
             raise ConfigError(f"{resolved.origin('append')}={append!r} is not a boolean; use true or false")
         return FileTransport(path, append=append)
+    if isinstance(kind, str) and (kind in _OPENLINEAGE_ONLY or "." in kind):
+        # openlineage-python's own transport, built by its factory, behind the outbox.
+        return OpenLineageTransportAdapter.from_config(resolved)
     raise ConfigError(
         f"{resolved.origin('type')}={kind!r} is not a transport lineage-outbox supports; "
         f"use one of {', '.join(_SUPPORTED_TYPES)} (or OPENLINEAGE_DISABLED=true to turn lineage off)"
