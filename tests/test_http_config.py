@@ -7,6 +7,8 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.transports import HttpTransport
 
+from helpers import run_event
+
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
@@ -143,7 +145,8 @@ def test_yaml_config(tmp_path):
                 "OPENLINEAGE__TRANSPORT__URL": "http://m",
                 "OPENLINEAGE__TRANSPORT__AUTH": '{"type": "jwt", "apiKey": "sekrit"}',
             },
-            "OPENLINEAGE__TRANSPORT__AUTH: auth type 'jwt' is not supported by lineage-outbox; use api_key",
+            "OPENLINEAGE__TRANSPORT__AUTH: openlineage-python cannot build the 'jwt' token provider: "
+            "KeyError: 'tokenEndpoint is required",
         ),
         (
             {
@@ -219,3 +222,85 @@ def test_unknown_keys_are_warned_about_and_name_and_priority_dropped(caplog):
     assert "'priority'" not in caplog.text
     assert outbox._transport.single_url == "http://m/api/v1/lineage"
     outbox.close(0)
+
+
+class TokenEndpoint:
+    """A token endpoint on loopback, as an identity provider answers (JSON with the token)."""
+
+    def __init__(self, field: str, token: str) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                endpoint.forms.append(self.rfile.read(length).decode())
+                endpoint.authorizations.append(self.headers.get("Authorization"))
+                body = json.dumps({field: token, "expires_in": 3600}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.forms: list[str] = []
+        self.authorizations: list[str | None] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize(
+    ("auth", "field"),
+    [
+        ({"type": "jwt", "apiKey": "ibm-key"}, "token"),
+        ({"type": "oauth2", "clientId": "lineage", "clientSecret": "s3cret"}, "access_token"),
+    ],
+)
+def test_jwt_and_oauth2_through_openlineage_pythons_token_providers(auth, field):
+    """The bearer token comes from openlineage-python's own provider, fetched in the sidecar
+    (never on the caller's thread) and cached by it: one token request for many events."""
+    import json
+
+    from outbox.sink import Sink, SinkBehaviour
+
+    endpoint = TokenEndpoint(field, "short-lived-token")
+    with Sink(behaviour=SinkBehaviour(api_key="short-lived-token")) as sink:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": sink.url,
+            "OPENLINEAGE__TRANSPORT__MODE": "single",
+            "OPENLINEAGE__TRANSPORT__AUTH": json.dumps({**auth, "tokenEndpoint": endpoint.url}),
+        }
+        outbox = Outbox.from_env(env, linger=0, close_at_exit=False)
+        for n in range(3):
+            outbox.emit(run_event(n=n))
+        report = outbox.close(10)
+        assert report.delivered == 3, (report, outbox.stats())
+        assert "short-lived-token" not in repr(outbox)
+    endpoint.server.shutdown()
+    assert len(endpoint.forms) == 1  # cached by the provider
+    if auth["type"] == "jwt":
+        assert "apikey=ibm-key" in endpoint.forms[0]
+    else:
+        assert endpoint.authorizations[0].startswith("Basic ")  # client_secret_basic
+
+
+def test_custom_headers_override_the_auth_header_as_in_openlineage_python():
+    from outbox.sink import Sink
+
+    with Sink() as sink:
+        transport = HttpTransport(
+            sink.url, api_key="k", custom_headers={"authorization": "Basic dXNlcjpwdw=="}
+        )
+        outbox = Outbox(transport, close_at_exit=False)
+        outbox.emit(run_event())
+        assert outbox.close(5).delivered == 1
+        headers = {k.lower(): v for k, v in sink.last_headers.items()}
+    assert headers["authorization"] == "Basic dXNlcjpwdw=="

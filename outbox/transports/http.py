@@ -170,6 +170,7 @@ class HttpTransport:
         client_key: str | None = None,
         max_concurrent_requests: int = 10,
         retry_statuses: Sequence[int] = (),
+        token_provider: Any = None,
     ) -> None:
         parts = urlsplit(url.strip()) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
@@ -233,7 +234,6 @@ class HttpTransport:
         self.max_concurrent_requests = max_concurrent_requests
         self._retry_statuses = frozenset(retry_statuses)
         self._headers = {"Content-Type": "application/json", "User-Agent": _USER_AGENT}
-        self._headers.update(custom_headers or {})
         if compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
         self._api_key = api_key
@@ -241,6 +241,14 @@ class HttpTransport:
             self._headers["Authorization"] = f"Bearer {api_key}"
         elif basic:
             self._headers["Authorization"] = f"Basic {basic}"
+        # Custom headers come last and override the auth header, as in openlineage-python.
+        overrides = {name.lower() for name in (custom_headers or {})}
+        self._headers = {k: v for k, v in self._headers.items() if k.lower() not in overrides}
+        self._headers.update(custom_headers or {})
+        # openlineage-python's jwt / oauth2 / custom TokenProvider: its blocking get_bearer()
+        # runs on the sidecar's executor before each request (the provider caches the token).
+        self._token_provider = None if "authorization" in overrides else token_provider
+        self._tokens: list[str] = []
         self._timeouts = httpx.Timeout(
             self.timeout,
             connect=float(connect_timeout or timeout),
@@ -344,12 +352,12 @@ class HttpTransport:
     def _redact(self, text: str) -> str:
         """``text`` with every credential this transport sends replaced by ``***`` (a backend
         may echo the header it refused)."""
-        for secret in self._secrets:
+        for secret in (*self._secrets, *self._tokens):
             text = text.replace(secret, "***")
         return text
 
     def _redacted(self, outcomes: list[Outcome]) -> list[Outcome]:
-        if not self._secrets:
+        if not self._secrets and not self._tokens:
             return outcomes
         return [
             Outcome(o.kind, o.reason, self._redact(o.detail), o.retry_after) if o.detail else o
@@ -363,7 +371,15 @@ class HttpTransport:
         """POST, reading at most ``MAX_ANSWER_BYTES`` of the answer (plenty for a batch's
         ``partial_success`` body and an error's text; a backend, or something in front of
         it, can answer gigabytes).  A longer answer is cut there, its connection closed."""
-        async with self._client_now().stream("POST", url, content=body) as response:
+        auth = None
+        if self._token_provider is not None:
+            bearer = await asyncio.get_running_loop().run_in_executor(None, self._token_provider.get_bearer)
+            if bearer:
+                auth = {"Authorization": bearer}
+                token = bearer.split(" ", 1)[-1]
+                if token not in self._tokens:  # redacted from answers and logs like the API key
+                    self._tokens = [*self._tokens[-3:], token]
+        async with self._client_now().stream("POST", url, content=body, headers=auth) as response:
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
@@ -699,7 +715,12 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
             raise ConfigError(f"{origin('custom_headers')} must map header names to strings")
         kwargs["custom_headers"] = headers
     if "auth" in config:
-        kwargs["api_key"] = _api_key(origin("auth"), config["auth"])
+        auth = config["auth"]
+        kind = auth.get("type") if isinstance(auth, dict) else None
+        if kind in (None, "api_key"):
+            kwargs["api_key"] = _api_key(origin("auth"), auth)
+        else:
+            kwargs["token_provider"] = _token_provider(origin("auth"), auth)
     if "retry" in config:
         retry = config["retry"]
         if not isinstance(retry, dict) or set(retry) - _RETRY_KEYS:
@@ -715,6 +736,20 @@ def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
     return float(value)
+
+
+def _token_provider(name: str, auth: dict[str, Any]) -> Any:
+    """openlineage-python's own token provider for ``auth`` (``jwt``, ``oauth2`` or a
+    ``module.Class``); a ConfigError naming the setting when it cannot be built."""
+    from openlineage.client.transport.http import create_token_provider
+
+    try:
+        return create_token_provider(dict(auth))
+    except Exception as exc:  # KeyError for a missing field, TypeError, ImportError, ...
+        raise ConfigError(
+            f"{name}: openlineage-python cannot build the {auth.get('type')!r} token provider: "
+            f"{type(exc).__name__}: {exc} (the credentials are never logged)"
+        ) from None
 
 
 def _api_key(name: str, auth: Any) -> str | None:
