@@ -160,9 +160,9 @@ def test_yaml_config(tmp_path):
             {
                 "OPENLINEAGE__TRANSPORT__TYPE": "http",
                 "OPENLINEAGE__TRANSPORT__URL": "http://m",
-                "OPENLINEAGE__TRANSPORT__RETRY": '{"attempts": 3}',
+                "OPENLINEAGE__TRANSPORT__RETRY": "3",
             },
-            "OPENLINEAGE__TRANSPORT__RETRY=\\{'attempts': 3\\}: retry takes allowed_methods, backoff_factor",
+            "OPENLINEAGE__TRANSPORT__RETRY=3 must be a mapping of urllib3 Retry keywords",
         ),
         (
             {

@@ -647,7 +647,6 @@ _OPENLINEAGE_KEYS = {
     "max_queue_size",
 }
 _OUR_KEYS = {"mode", "batch_endpoint", "batch_format", "connect_timeout", "read_timeout"}
-_RETRY_KEYS = {"total", "read", "connect", "backoff_factor", "status_forcelist", "allowed_methods"}
 
 
 def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
@@ -723,8 +722,10 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
             kwargs["token_provider"] = _token_provider(origin("auth"), auth)
     if "retry" in config:
         retry = config["retry"]
-        if not isinstance(retry, dict) or set(retry) - _RETRY_KEYS:
-            raise ConfigError(f"{origin('retry')}={retry!r}: retry takes {', '.join(sorted(_RETRY_KEYS))}")
+        if not isinstance(retry, dict):
+            raise ConfigError(f"{origin('retry')}={retry!r} must be a mapping of urllib3 Retry keywords")
+        # Any urllib3 Retry keyword is accepted, as openlineage-python passes them all on; only
+        # status_forcelist changes anything here (the outbox retries until delivered or dropped).
         statuses = retry.get("status_forcelist", ())
         if not isinstance(statuses, list) or not all(isinstance(s, int) for s in statuses):
             raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
