@@ -266,7 +266,7 @@ def test_from_environment_like_openlineage_python(monkeypatch, tmp_path, caplog)
         '"sasl.username": "u", "sasl.password": "hunter2", "security.protocol": "SASL_PLAINTEXT", '
         '"sasl.mechanism": "PLAIN"}',
         "OPENLINEAGE__TRANSPORT__FLUSH": "true",
-        "OPENLINEAGE__TRANSPORT__MESSAGEKEY": "k1",
+        "OPENLINEAGE__TRANSPORT__MESSAGE_KEY": "k1",
     }
     outbox = Outbox.from_env(env, close_at_exit=False)
     transport = outbox._transport

@@ -726,7 +726,7 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
             raise ConfigError(f"{origin('retry')}={retry!r} must be a mapping of urllib3 Retry keywords")
         # Any urllib3 Retry keyword is accepted, as openlineage-python passes them all on; only
         # status_forcelist changes anything here (the outbox retries until delivered or dropped).
-        statuses = retry.get("status_forcelist", ())
+        statuses = retry.get("status_forcelist", [])
         if not isinstance(statuses, list) or not all(isinstance(s, int) for s in statuses):
             raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
         kwargs["retry_statuses"] = statuses

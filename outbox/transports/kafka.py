@@ -177,7 +177,14 @@ class KafkaTransport:
                 f"{resolved.origin('config')} must be a JSON object of producer settings, "
                 'such as {"bootstrap.servers": "broker:9092", "acks": "all"}'
             )
-        key = config.get("messageKey") or config.get("messagekey") or config.get("message_key")
+        if "messagekey" in config:
+            # OPENLINEAGE__TRANSPORT__MESSAGEKEY becomes "messagekey", which openlineage-python
+            # ignores (its field is messageKey): do the same, and say how to set it.
+            warn_once(
+                f"{resolved.origin('messagekey')} is ignored, as openlineage-python ignores it: "
+                "set OPENLINEAGE__TRANSPORT__MESSAGE_KEY (or messageKey in openlineage.yml)"
+            )
+        key = config.get("messageKey") or config.get("message_key")
         topic = config.get("topic")
         if not isinstance(topic, str) or not topic:
             raise ConfigError("the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC")
