@@ -241,3 +241,30 @@ def test_exit_and_sigterm_flush(clean_env, tmp_path, how):
     else:
         assert result.returncode == 0
         assert marker.read_text() == "runtime handler ran"  # chained, not replaced
+
+
+def test_the_openmetadata_pipeline_file_delivers_events_with_outputs(clean_env):
+    """function/lineage-demo-openmetadata.yaml's environment, its placeholders pointed at
+    outbox sink's openmetadata flavour (its routes, batch body and bearer token): every event
+    is delivered, and the COMPLETE carries the output OpenMetadata needs to draw an edge."""
+    import yaml
+
+    from outbox.sink import SinkBehaviour
+
+    pipeline = yaml.safe_load((ROOT / "function" / "lineage-demo-openmetadata.yaml").read_text())
+    variables = pipeline["manifest"]["function_deployments"][0]["config"]["environment_variables"]
+    with Sink(behaviour=SinkBehaviour(flavor="openmetadata", api_key="bot-jwt")) as sink:
+        for variable in variables:
+            value = variable["value"].replace("http://<openmetadata host>:8585", sink.url)
+            clean_env.setenv(variable["name"], value.replace("<the bot JWT>", "bot-jwt"))
+        module, _ = simulate(OBJECTS, fresh_module())
+        report = module.outbox.close(5)
+        restore_sigterm()
+        events = sink.events
+        answers = sink.requests
+    assert report.delivered == 4
+    complete = next(e for e in events if e["eventType"] == "COMPLETE")
+    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [
+        ("trino://vast-trino:8080", "vast.lineage.docs-src_orders")
+    ]
+    assert all(path.startswith("/api/v1/openlineage/lineage") for path, _, _ in answers)
