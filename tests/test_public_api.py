@@ -41,11 +41,13 @@ def test_transports_all_is_pinned():
 
     assert set(transports.__all__) == {
         "DELIVERED",
+        "CompositeTransport",
         "ConsoleTransport",
         "FileTransport",
         "HttpTransport",
         "KafkaTransport",
         "MemoryTransport",
+        "OpenLineageTransportAdapter",
         "Outcome",
         "OutcomeKind",
         "SerializedEvent",
