@@ -133,6 +133,7 @@ OUTBOX_VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "OUTBOX_BACKOFF_CAP": ("backoff_cap", _parse_float),
     "OUTBOX_MAX_RETRY_AFTER": ("max_retry_after", _parse_float),
     "OUTBOX_POISON_ATTEMPTS": ("poison_attempts", _parse_int),
+    "OUTBOX_MAX_CONCURRENCY": ("max_concurrency", _parse_int),
     "OUTBOX_DEAD_LETTER": ("dead_letter", _parse_str),
     "OUTBOX_CIRCUIT_THRESHOLD": ("circuit_threshold", _parse_int),
     "OUTBOX_LOG_INTERVAL": ("log_interval", _parse_float),

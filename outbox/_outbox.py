@@ -178,6 +178,9 @@ class Outbox:
             while the backend took the rest of its request) make it ``poison``, dropped so
             that it cannot hold back the others, provided the backend took other events
             since it first failed (a backend that is down is never mistaken for poison).
+        max_concurrency: The most batches in flight at once.  A run's events always travel in
+            one batch at a time, in order; the number in use adapts between 1 and this on
+            observed latency, halving after a 429, a 503 or a timeout.
         circuit_threshold: Failed attempts in a row that open the circuit.
         log_interval: Seconds between two warnings of the same kind.
         dead_letter: A JSON-lines file to which every event settled as ``rejected_by_backend``,
@@ -207,6 +210,7 @@ class Outbox:
         backoff_cap: float = 30.0,
         max_retry_after: float = 300.0,
         poison_attempts: int = 5,
+        max_concurrency: int = 8,
         circuit_threshold: int = 5,
         log_interval: float = 30.0,
         dead_letter: str | os.PathLike[str] | None = None,
@@ -239,6 +243,7 @@ class Outbox:
         _check_number("backoff_cap", backoff_cap, minimum=0)
         _check_number("max_retry_after", max_retry_after, minimum=0)
         _check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
+        _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
         _check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
         _check_number("log_interval", log_interval, minimum=0)
         if max_batch_events > max_events:
@@ -279,6 +284,7 @@ class Outbox:
             log_interval=float(log_interval),
             max_retry_after=float(max_retry_after),
             poison_attempts=poison_attempts,
+            max_concurrency=max_concurrency,
         )
         self._limits = _Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
@@ -355,6 +361,7 @@ class Outbox:
             "max_batch_bytes",
             "circuit_threshold",
             "poison_attempts",
+            "max_concurrency",
         }
         if keyword in integers:
             _check_number(keyword, value, minimum=1, integer=True)

@@ -49,6 +49,10 @@ _MIN_CLOSE_GAP = 0.1
 # Serializing a backlog ahead (objects in the queue, sized by an estimate until then): events
 # per step, and how often the worker looks for such work while it waits.
 _AHEAD_CHUNK = 64
+# Lanes to start with (then: doubling while the latency holds, halving on overload).
+_FIRST_LANES = 4
+# Answers that say the backend is overloaded: fewer lanes.
+_OVERLOAD = frozenset({"http_429", "http_503", "timeout", "network"})
 _AHEAD_POLL = 0.05
 # Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
 _MAX_EXPONENT = 62
@@ -101,6 +105,7 @@ class WorkerSettings:
     log_interval: float
     max_retry_after: float = 300.0
     poison_attempts: int = 5
+    max_concurrency: int = 8
 
 
 # An event in flight: (sequence number, serialized event, bytes accounted for it).
@@ -132,6 +137,12 @@ class Worker:
         # What the worker holds, oldest first: the batch being sent, events waiting to be
         # retried (always older than anything else), a serialized batch waiting its turn.
         self._sending: list[_InFlight] = []
+        # Lanes: how many batches go at once (adapts between 1 and max_concurrency), the
+        # latency that holds, and whether the last window filled every lane.
+        self._lane_count = float(min(_FIRST_LANES, settings.max_concurrency))
+        self._latency_base: float | None = None
+        self._lanes_full = False
+        self._slow_start = True
         self._pending: list[_InFlight] = []
         self._ready: list[_InFlight] = []
         self._retry_at = 0.0
@@ -248,8 +259,19 @@ class Worker:
                 self._pending = _merged(batch, self._pending)
                 await asyncio.sleep(self._deadline - time.monotonic() + 1.0)
                 continue
-            self._sending = batch
-            sending = asyncio.create_task(self._send(batch), name="outbox-send")
+            # While attempts fail, one batch at a time (paced by the backoff): lanes are for
+            # a backend that keeps up (events it deferred, or others than a poison event, may
+            # use them).
+            lanes = [batch] if self._pending or self.failures else self._lanes(batch)
+            if len(lanes) > 1:
+                self._sending = sorted((item for lane in lanes for item in lane), key=lambda item: item[0])
+                sending = asyncio.create_task(self._send_lanes(lanes), name="outbox-send")
+            else:
+                # One lane: the window may have grown it (what was serialized, more from the
+                # queue): send that lane, not the batch it started from.
+                batch = lanes[0]
+                self._sending = batch
+                sending = asyncio.create_task(self._send(batch), name="outbox-send")
             try:
                 # Pipelining: while this batch is on the wire, serialize the next full one.
                 # It is sent only after this one settles, so order is kept.
@@ -286,9 +308,16 @@ class Worker:
                 or (buf.queue and buf.flush_target >= buf.head_seq)
             ):
                 return
-            taken = buf.take_locked(s.max_batch_events, s.max_batch_bytes)
+            # With lanes in use, the next window's worth, so it is serialized while this one
+            # is on the wire (leaving a batch's worth of room to the queue, for drop_oldest).
+            k = int(self._lane_count)
+            events = min(k * s.max_batch_events, buf.max_events - buf.in_flight - s.max_batch_events)
+            size = min(k * s.max_batch_bytes, buf.max_bytes - buf.in_flight_bytes - s.max_batch_bytes)
+            taken = buf.take_locked(events, size) if k > 1 and events > 0 and size > 0 else []
+            if not taken:
+                taken = buf.take_locked(s.max_batch_events, s.max_batch_bytes)
         if taken:
-            self._ready = self._serialize(taken)
+            self._ready = self._serialize(taken, max(1, int(self._lane_count)))
 
     async def _next_batch(self) -> list[tuple[int, Any, int]] | None:
         """Wait for a batch worth sending; None once closing and the buffer is empty."""
@@ -463,7 +492,9 @@ class Worker:
         if not taken:
             return []
         fresh = self._serialize(taken)
-        blocked = {item[1].run_id for item in self._pending}
+        # Runs with events waiting to be retried, or serialized and waiting their turn (older
+        # than anything in the queue), are blocked: their newer events must not go first.
+        blocked = {item[1].run_id for item in (*self._pending, *self._ready)}
         go = [item for item in fresh if item[1].run_id is None or item[1].run_id not in blocked]
         wait = [item for item in fresh if item[1].run_id is not None and item[1].run_id in blocked]
         self._pending = _merged(wait, self._pending)
@@ -471,23 +502,30 @@ class Worker:
 
     def _cut(self, items: list[_InFlight]) -> tuple[list[_InFlight], list[_InFlight]]:
         """The first batch of ``items`` within ``max_batch_bytes`` and ``max_batch_events``
-        (exact sizes: objects were taken by their estimate), and the rest."""
+        (exact sizes: objects were taken by their estimate), and the rest.  Where each
+        request carries one event, a batch is what one lane sends at once, so that rounds
+        stay short and lanes can be added."""
         s = self.settings
+        most = s.max_batch_events
+        if 1 <= self._lane_count < s.max_concurrency:
+            # While lanes are being added, rounds stay short (a few events per request slot
+            # where each request carries one event), so the next round can add more.
+            most = min(most, 2 * self._min_lane())
         size = 0
         end = 0
         for end, item in enumerate(items):
             size += item[2]
-            if end and (size > s.max_batch_bytes or end >= s.max_batch_events):
+            if end and (size > s.max_batch_bytes or end >= most):
                 break
         else:
             return items, []
         return items[:end], items[end:]
 
-    def _serialize(self, batch: list[tuple[int, Any, int]]) -> list[_InFlight]:
-        """Serialize a batch in one go.  Deliberately no yields to the loop in between:
-        a thread that releases and retakes the GIL often starves the application's
-        threads of it (measured: 100+ ms stalls), while one long run is preempted by
-        CPython after its 5 ms switch interval."""
+    def _serialize(self, batch: list[tuple[int, Any, int]], batches: int = 1) -> list[_InFlight]:
+        """Serialize a batch (or a window of ``batches`` batches, for lanes) in one go.
+        Deliberately no yields to the loop in between: a thread that releases and retakes
+        the GIL often starves the application's threads of it (measured: 100+ ms stalls),
+        while one long run is preempted by CPython after its 5 ms switch interval."""
         ready: list[_InFlight] = []
         lost: dict[str, int] = {}
         lost_bytes = 0
@@ -495,11 +533,12 @@ class Worker:
         sizes = 0
         objects = 0
         limit = self.settings.max_batch_bytes
+        window = batches * limit
         total = 0
         untaken: list[tuple[int, Any, int]] = []
         dead: list[tuple[str, str, bytes | None, Any]] = []
         for position, (seq, event, estimate) in enumerate(batch):
-            if total > limit:
+            if total > window:
                 # Taken by estimate, found larger: the rest goes back to the queue unserialized
                 # (serializing it now would hold it twice in memory).
                 untaken = batch[position:]
@@ -614,7 +653,97 @@ class Worker:
             await self.wakeup.wait()
             self.wakeup.clear()
 
+    def _lanes(self, batch: list[_InFlight]) -> list[list[_InFlight]]:
+        """Several batches to send at once, when the backend keeps up and events wait: a
+        window of up to ``lanes`` batches' worth (this one, what is serialized, more from the
+        queue) is split by run, each run's events into one lane in order, so a run never has
+        two requests in flight.  What does not fit goes back, first in line."""
+        s = self.settings
+        k = int(self._lane_count)
+        if k <= 1:
+            return [batch]
+        window = _merged(batch, self._ready)
+        self._ready = []
+        want = k * s.max_batch_events - len(window)
+        if want > 0:
+            buf = self.buffer
+            with buf.lock:
+                # Leave a batch's worth of room to the queue, as _prefetch does: drop_oldest
+                # can only evict queued events, and must never have to refuse a new one.
+                events = min(want, buf.max_events - buf.in_flight - s.max_batch_events)
+                size = min(k * s.max_batch_bytes, buf.max_bytes - buf.in_flight_bytes - s.max_batch_bytes)
+                taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
+            if taken:
+                window = _merged(window, self._serialize(taken, k))
+        # No more lanes than the window fills (a lane per full batch, or per a few events
+        # where each request carries one): small lanes only add requests.
+        k = min(k, max(1, len(window) // self._min_lane()))
+        groups: list[list[_InFlight]] = [[] for _ in range(k)]
+        for item in window:
+            # A run's events in one lane; a job's or dataset's events (no run) by their key.
+            key = item[1].run_id or item[1].key
+            groups[(hash(key) if key is not None else item[0]) % k].append(item)
+        lanes: list[list[_InFlight]] = []
+        rest: list[_InFlight] = []
+        for group in groups:
+            if group:
+                lane, left = self._cut(group)
+                lanes.append(lane)
+                rest.extend(left)
+        self._ready = sorted(rest, key=lambda item: item[0])
+        self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
+        return lanes
+
+    def _min_lane(self) -> int:
+        hint = getattr(self.transport, "lane_events", None)
+        return hint if isinstance(hint, int) and hint > 0 else self.settings.max_batch_events
+
+    async def _send_lanes(self, lanes: list[list[_InFlight]]) -> None:
+        """Send the lanes' batches concurrently; settle them one by one when all have
+        answered, then adapt the number of lanes: one more while every lane was full and the
+        latency holds, half as many after a 429, a 503 or a timeout (AIMD, as Vector's
+        adaptive request concurrency)."""
+        answers = await asyncio.gather(*(self._attempt(lane) for lane in lanes))
+        overloaded = False
+        slowest = 0.0
+        # Deliveries first, so a lane that must be bisected has the last word on the split.
+        order = sorted(
+            range(len(lanes)), key=lambda i: any(o.kind is not OutcomeKind.DELIVERED for o in answers[i][0])
+        )
+        for i in order:
+            outcomes, elapsed = answers[i]
+            slowest = max(slowest, elapsed)
+            overloaded = overloaded or any(o.reason in _OVERLOAD for o in outcomes)
+            self._apply(lanes[i], outcomes, elapsed)
+        self._adapt(overloaded, slowest)
+
+    def _adapt(self, overloaded: bool, elapsed: float) -> None:
+        s = self.settings
+        if overloaded:
+            self._lane_count = max(1.0, self._lane_count / 2)
+            self._slow_start = False
+            return
+        base = self._latency_base
+        self._latency_base = elapsed if base is None else min(elapsed, base * 0.9 + elapsed * 0.1)
+        if base is not None and elapsed > 2 * base:
+            self._lane_count = max(1.0, self._lane_count - 1)
+        elif self._lanes_full and self._lane_count < s.max_concurrency:
+            # Doubling until the backend first says it is overloaded (as TCP's slow start),
+            # one more at a time after that.
+            grown = self._lane_count * 2 if self._slow_start else self._lane_count + 1
+            self._lane_count = min(float(s.max_concurrency), grown)
+
     async def _send(self, items: list[_InFlight]) -> None:
+        outcomes, elapsed = await self._attempt(items)
+        self._apply(items, outcomes, elapsed)
+        if len(items) >= self._min_lane() or self._lane_count > 1:
+            # Enough events for a lane of their own (events wait) or lanes in use: adapt.
+            self._lanes_full = len(items) >= 2 * self._min_lane() or (
+                len(items) >= self._min_lane() and bool(self._ready or self.buffer.queue)
+            )
+            self._adapt(any(o.reason in _OVERLOAD for o in outcomes), elapsed)
+
+    async def _attempt(self, items: list[_InFlight]) -> tuple[Sequence[Outcome], float]:
         s = self.settings
         events = [item[1] for item in items]
         if self.circuit is CircuitState.OPEN:
@@ -636,8 +765,7 @@ class Worker:
                 "transport-raised", "%r.send raised; the events stay buffered: %r", self.transport, exc
             )
             outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
-        elapsed = time.monotonic() - started
-        self._apply(items, outcomes, elapsed)
+        return outcomes, time.monotonic() - started
 
     def _checked(self, answer: Any, count: int) -> list[Outcome]:
         """The transport's answer if it keeps the contract (one Outcome per event); else
@@ -748,9 +876,20 @@ class Worker:
             buf.retried += retries
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
-            self._sending = []
-            self._pending = _merged(retry, self._pending)
-            self._settle_locked(len(items) - len(retry), settled_bytes, retry)
+            if len(self._sending) == len(items):
+                self._sending = []
+            else:  # lanes: the others are still to be settled
+                mine = {item[0] for item in items}
+                self._sending = [item for item in self._sending if item[0] not in mine]
+            settled = len(items) - len(retry)
+            waiting = retry
+            if retry and self._ready:
+                # The retry list must stay older than anything else: what was serialized and
+                # left over (a lane's rest may be older than a failed lane's events) joins it.
+                waiting = _merged(retry, self._ready)
+                self._ready = []
+            self._pending = _merged(waiting, self._pending)
+            self._settle_locked(settled, settled_bytes, waiting)
         if self._first_failure:
             kept = {item[0] for item in retry}
             for item in items:

@@ -38,7 +38,7 @@ def test_policy_when_full(policy, accepted, kept, dropped_full):
     assert stats.queued_events + stats.in_flight == 4
     transport.gate.set()
     assert outbox.flush(5)
-    assert [e["n"] for e in transport.delivered] == kept
+    assert sorted(e["n"] for e in transport.delivered) == kept  # separate runs: lanes may interleave
     report = outbox.close(1)
     assert report.delivered == 4
     assert report.undelivered == {"dropped_full": dropped_full}

@@ -415,7 +415,8 @@ def test_close_keeps_what_was_acknowledged_when_single_mode_runs_out_of_time(sin
     assert report.delivered > 0
     # Everything acknowledged is counted delivered, not lost; at most the requests cut off at the
     # deadline may have arrived unacknowledged (4 at a time).
-    assert report.delivered <= arrived <= report.delivered + 4
+    # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
+    assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
     assert report.delivered + report.undelivered["dropped_shutdown"] == 100
 
 
@@ -430,7 +431,8 @@ def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink
     report = outbox.close(1.5)
     arrived = len(sink.events)
     assert report.delivered >= 8
-    assert report.delivered <= arrived <= report.delivered + 4
+    # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
+    assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
     assert report.delivered + report.undelivered["dropped_shutdown"] == 100
-    # Deferred events are not failures; only the requests cut off at the deadline (4 at a time) are.
-    assert outbox.stats().retried <= 4
+    # Deferred events are not failures; only the requests cut off at the deadline (4 a lane) are.
+    assert outbox.stats().retried <= 4 * outbox._settings.max_concurrency

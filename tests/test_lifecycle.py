@@ -73,7 +73,8 @@ def test_close_delivers_everything_buffered_when_the_backend_is_healthy():
     assert report.complete
     assert report.delivered == 1234
     assert not report.timed_out
-    assert [e["n"] for e in transport.delivered] == list(range(1234))
+    # Each event is a run of its own: lanes may interleave them; none is missing or repeated.
+    assert sorted(e["n"] for e in transport.delivered) == list(range(1234))
 
 
 def test_close_gives_a_retrying_backlog_one_more_attempt():

@@ -163,7 +163,7 @@ def test_poison_isolation_for_random_runs_batches_and_timings(seed):
     assert flushed, (seed, stats)
     assert stats.dropped == {"poison": len(poison)}, (seed, stats)
     ours = [e for e in backend.delivered if e["job"]["name"] == "job"]
-    assert len(ours) == total - len(poison), seed
+    assert len(ours) == total - len(poison), (seed, len(ours), total - len(poison), stats)
     assert in_order_per_run(ours), seed
     assert took < 10, f"seed {seed}: isolating {len(poison)} poison events took {took:.1f} s"
 

@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -377,6 +378,46 @@ def bench_http_slow(mode: str, invocations: int, delay: float, deadline: float) 
     }
 
 
+def bench_lanes(mode: str, runs: int, delay: float, max_concurrency: int) -> dict[str, Any]:
+    """Events/s delivered to a sink answering every request after ``delay`` seconds: ``runs``
+    runs of START and COMPLETE (run helpers), then each run's order checked at the sink,
+    event by event (START before COMPLETE, arrival order)."""
+    import httpx
+
+    from outbox import LineageJob
+    from outbox.transports import HttpTransport
+
+    with SinkProcess("--delay", str(delay)) as url:
+        outbox = Outbox(
+            HttpTransport(url, mode=mode, max_concurrent_requests=10),  # type: ignore[arg-type]
+            max_events=2 * runs,
+            max_bytes=2**31,
+            max_concurrency=max_concurrency,
+            close_at_exit=False,
+        )
+        job = LineageJob("bench", "lanes", producer="https://example.com/bench")
+        started = time.perf_counter()
+        for i in range(runs):
+            with outbox.run(job, run_id=str(uuid.UUID(int=i + 1))):
+                pass
+        report = outbox.close(600)
+        elapsed = time.perf_counter() - started
+        arrived = httpx.get(f"{url}/api/v1/events", timeout=60).json()
+    seen: dict[str, list[str]] = {}
+    for event in arrived:
+        seen.setdefault(event["run"]["runId"], []).append(event["eventType"])
+    out_of_order = sum(1 for states in seen.values() if states != ["START", "COMPLETE"])
+    return {
+        "mode": mode,
+        "max_concurrency": max_concurrency,
+        "events": 2 * runs,
+        "delivered": report.delivered,
+        "seconds": elapsed,
+        "per_s": report.delivered / elapsed,
+        "runs_out_of_order": out_of_order,
+    }
+
+
 def bench_kafka(n: int, emits: int) -> dict[str, Any]:
     """Events/s to the embedded broker, and emit latency with the broker healthy and down."""
     from outbox.broker import EmbeddedBroker
@@ -424,6 +465,29 @@ def bench_kafka(n: int, emits: int) -> dict[str, Any]:
     return results
 
 
+def report_lanes() -> dict[str, Any]:
+    print("\nSeveral batches in flight: runs of START + COMPLETE (run helpers) against a sink answering")
+    print("every request after 0.5 s; each run's order checked at the sink, event by event")
+    lanes: dict[str, dict[str, Any]] = {}
+    for mode, run_count in (("batch", 20_000), ("single", 400)):
+        anchor = bench_lanes(mode, run_count, 0.5, 1)
+        figures = bench_lanes(mode, run_count, 0.5, 8)
+        lanes[mode] = {"anchor": anchor, "lanes": figures}
+        for label, row in (
+            ("max_concurrency=1 (one batch in flight)", anchor),
+            ("max_concurrency=8", figures),
+        ):
+            print(
+                f"  {mode:<6} {label:<40}{row['per_s']:>10,.0f} events/s  "
+                f"({row['delivered']:,} of {row['events']:,}; "
+                f"runs out of order: {row['runs_out_of_order']})"
+            )
+        print(f"  {mode:<6} ratio {figures['per_s'] / anchor['per_s']:.1f}x")
+    rate = lanes["batch"]["lanes"]["per_s"]
+    print(f"  target >= 10,000 events/s in batch mode: {'met' if rate >= 10_000 else 'NOT met'}")
+    return lanes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m outbox.benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="emits per latency measurement")
@@ -438,7 +502,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--kafka-events", type=int, default=100_000, help="events per Kafka throughput run (0: skip)"
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument(
+        "--only", choices=["lanes"], help="run one section: lanes (batches in flight against a slow sink)"
+    )
     args = parser.parse_args(argv)
+    if args.only == "lanes":
+        figures = report_lanes()
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"lanes": figures}, out, indent=2)
+        return 0
     # The broker-down measurement makes aiokafka log connection errors; they are expected here.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
@@ -533,6 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"lost {figures['lost'] or 'none'}"
             )
         results["http_slow"] = slow
+        results["lanes"] = report_lanes()
 
     if args.kafka_events:
         kafka = bench_kafka(args.kafka_events, min(args.events, 100_000))

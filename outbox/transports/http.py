@@ -257,7 +257,10 @@ class HttpTransport:
         self._verify = _ssl_context(verify, client_cert, client_key)
         self._client: httpx.AsyncClient | None = None
         self._single_for_good = mode == "single"
-        self._unreachable = False  # the last single-mode request found the backend unreachable
+        # Single mode: the backend may be unreachable (found so by the last request, or not yet
+        # reached at all): one request probes it before the others follow.  So a backend that
+        # is down when the outbox starts gets one connection attempt per lane, not ten.
+        self._unreachable = True
         self._log = RateLimitedLog(30.0)
 
     @classmethod
@@ -296,8 +299,16 @@ class HttpTransport:
         connection pool and the loop it is bound to are not the child's to use)."""
         twin = copy.copy(self)
         twin._client = None
+        twin._unreachable = True
         twin._log = RateLimitedLog(30.0)
         return twin
+
+    @property
+    def lane_events(self) -> int | None:
+        """For the worker's lanes: the fewest events worth a lane of their own.  One event
+        per request (single mode): a lane per ``max_concurrent_requests`` events; batches:
+        None (a full batch)."""
+        return self.max_concurrent_requests if self._single_for_good else None
 
     def __repr__(self) -> str:
         auth = ", api_key=***" if self._api_key else ""
@@ -307,9 +318,11 @@ class HttpTransport:
 
     def _client_now(self) -> httpx.AsyncClient:
         if self._client is None:
+            # Requests in flight are bounded upstream: the worker's lanes (max_concurrency)
+            # times max_concurrent_requests per batch in single mode, one per batch otherwise.
+            # A pool bound here would cap every lane together.
             limits = httpx.Limits(
-                max_connections=self.max_concurrent_requests,
-                max_keepalive_connections=self.max_concurrent_requests,
+                max_connections=None, max_keepalive_connections=4 * self.max_concurrent_requests
             )
             self._client = httpx.AsyncClient(
                 timeout=self._timeouts,

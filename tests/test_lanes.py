@@ -1,0 +1,151 @@
+"""Several batches in flight (lanes): more throughput against a slow backend, a run's events
+never in two requests at once, fewer lanes when the backend says it is overloaded."""
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import orjson
+import pytest
+
+from outbox import Outbox, Outcome
+
+from helpers import run_event
+
+
+class SlowBackend:
+    """Answers every request after ``delay`` seconds; records what arrived, in arrival order,
+    how many requests were in flight at once, and whether a run ever had two in flight."""
+
+    def __init__(
+        self, delay: float, overloaded_for: float = 0.0, fail_rate: float = 0.0, seed: int = 1
+    ) -> None:
+        self.delay = delay
+        self.overloaded_until = time.monotonic() + overloaded_for if overloaded_for else 0.0
+        self.fail_rate = fail_rate
+        self.random = random.Random(seed)
+        self.arrived: list[dict] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.runs_in_flight: set[str] = set()
+        self.run_overlaps = 0
+        self.lock = threading.Lock()
+
+    async def send(self, batch, deadline):
+        runs = {e.run_id for e in batch if e.run_id}
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.run_overlaps += len(runs & self.runs_in_flight)
+            self.runs_in_flight |= runs
+        try:
+            await asyncio.sleep(self.delay)
+            if time.monotonic() < self.overloaded_until:
+                return [Outcome.retry("http_503", "overloaded")] * len(batch)
+            if self.fail_rate and self.random.random() < self.fail_rate:
+                return [Outcome.retry("http_502", "bad gateway")] * len(batch)
+            with self.lock:
+                self.arrived.extend(orjson.loads(e.body) for e in batch)
+            return [Outcome.delivered()] * len(batch)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.runs_in_flight -= runs
+
+    async def aclose(self) -> None:
+        pass
+
+
+def emit_runs(outbox: Outbox, runs: int, per_run: int) -> list[str]:
+    ids = [str(uuid.uuid4()) for _ in range(runs)]
+    for n in range(per_run):
+        for run_id in ids:
+            assert outbox.emit(run_event(run_id=run_id, n=n))
+    return ids
+
+
+def in_order(arrived: list[dict]) -> bool:
+    seen: dict[str, list[int]] = defaultdict(list)
+    for event in arrived:
+        seen[event["run"]["runId"]].append(event["n"])
+    return all(ns == sorted(ns) for ns in seen.values())
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 8])
+def test_lanes_raise_throughput_against_a_slow_backend_and_keep_each_runs_order(max_concurrency):
+    backend = SlowBackend(delay=0.1)
+    outbox = Outbox(
+        backend,
+        max_batch_events=100,
+        max_events=20_000,
+        linger=0.01,
+        max_concurrency=max_concurrency,
+        close_at_exit=False,
+    )
+    emit_runs(outbox, runs=1000, per_run=4)
+    report = outbox.close(60)
+    assert report.delivered == 4000
+    assert in_order(backend.arrived)
+    assert backend.run_overlaps == 0  # a run never had two requests in flight
+    if max_concurrency == 1:
+        assert backend.most_in_flight == 1
+    else:
+        assert 2 <= backend.most_in_flight <= max_concurrency
+
+
+def test_fewer_lanes_while_the_backend_answers_503_then_more_again():
+    backend = SlowBackend(delay=0.02)
+    outbox = Outbox(
+        backend,
+        max_batch_events=50,
+        max_events=50_000,
+        linger=0.01,
+        backoff_base=0.01,
+        backoff_cap=0.05,
+        max_concurrency=8,
+        close_at_exit=False,
+    )
+    emit_runs(outbox, runs=2000, per_run=2)
+    assert outbox.flush(30)
+    worker = outbox._sidecar.worker
+    grown = worker._lane_count
+    assert grown > 2  # the backend kept up: lanes were added
+    backend.overloaded_until = time.monotonic() + 0.5
+    emit_runs(outbox, runs=2000, per_run=2)
+    time.sleep(0.4)
+    shrunk = worker._lane_count
+    assert shrunk < grown  # halved on 503
+    assert outbox.flush(30)
+    report = outbox.close(10)
+    assert report.delivered == 8000
+    assert in_order(backend.arrived)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lanes_keep_order_through_random_failures(seed):
+    backend = SlowBackend(delay=0.01, fail_rate=0.2, seed=seed)
+    outbox = Outbox(
+        backend,
+        max_batch_events=20,
+        max_events=50_000,
+        linger=0.0,
+        backoff_base=0.005,
+        backoff_cap=0.02,
+        max_concurrency=8,
+        close_at_exit=False,
+    )
+    emit_runs(outbox, runs=300, per_run=5)
+    report = outbox.close(60)
+    assert report.delivered == 1500
+    assert backend.run_overlaps == 0
+    firsts = [e for e in backend.arrived]
+    assert in_order(firsts)
+
+
+def test_max_concurrency_is_a_setting():
+    outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
+    assert outbox._settings.max_concurrency == 3
+    outbox.close(0)
