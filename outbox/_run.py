@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 import time
 import traceback
 import uuid
@@ -25,8 +26,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
+import orjson
 from openlineage.client.naming.dataset import S3, Trino
-from openlineage.client.uuid import generate_new_uuid
 from opentelemetry import trace
 
 if TYPE_CHECKING:
@@ -44,14 +45,26 @@ class DatasetRef(NamedTuple):
     name: str
 
 
+_new_ref = tuple.__new__  # DatasetRef(...) without its Python-level __new__: this is per event
+# bucket -> its namespace, as openlineage-python's S3 helper writes it (a function reads few buckets).
+_S3_NAMESPACES: dict[str, str] = {}
+_S3_NAMESPACES_MAX = 1024
+
+
 def s3_dataset(bucket: str, key: str) -> DatasetRef:
     """An S3 object, named by openlineage-python's naming helper: ``s3://<bucket>``, ``<key>``.
 
     Raises:
         ValueError: an empty bucket or key.
     """
-    naming = S3(bucket_name=bucket, object_key=key)
-    return DatasetRef(naming.get_namespace(), naming.get_name())
+    namespace = _S3_NAMESPACES.get(bucket) if bucket.__class__ is str else None
+    if namespace is not None and key.__class__ is str and key.strip():
+        return _new_ref(DatasetRef, (namespace, key))
+    naming = S3(bucket_name=bucket, object_key=key)  # checks both, as openlineage-python does
+    namespace = naming.get_namespace()
+    if bucket.__class__ is str and len(_S3_NAMESPACES) < _S3_NAMESPACES_MAX:
+        _S3_NAMESPACES[bucket] = namespace
+    return DatasetRef(namespace, naming.get_name())
 
 
 def trino_dataset(host: str, port: int | str, catalog: str, schema: str, table: str) -> DatasetRef:
@@ -72,8 +85,27 @@ def current_run_id() -> str:
     ``generate_new_uuid``) when there is no valid span."""
     context = trace.get_current_span().get_span_context()
     if context.is_valid:
-        return str(uuid.UUID(int=context.trace_id))
-    return str(generate_new_uuid())
+        return _uuid_text(context.trace_id)
+    return _uuid_text(_uuid7())
+
+
+def _uuid_text(value: int) -> str:
+    """``str(uuid.UUID(int=value))``, without building the UUID object."""
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _uuid7() -> int:
+    """A UUIDv7 as openlineage-python's ``generate_new_uuid`` builds it (48 bits of Unix
+    milliseconds, version 7, RFC 4122 variant), its 74 random bits from ``random`` rather
+    than ``secrets``: a run id must be unique, not secret, and ``random`` is reseeded in a
+    forked child."""
+    value = (time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF) << 80 | random.getrandbits(76)
+    return value & _UUID7_CLEAR | _UUID7_SET
+
+
+_UUID7_CLEAR = ~(0xF000 << 64) & ~(0xC000 << 48)  # the version and variant bits
+_UUID7_SET = 7 << 76 | 0x8000 << 48
 
 
 class LineageJob:
@@ -127,6 +159,22 @@ class LineageJob:
         # The run facets every event carries, converted once.
         run = event_v2.Run(runId=str(uuid.UUID(int=0)), facets=dict(run_facets or {}))
         self.plain_run_facets: dict[str, Any] = to_plain(run).get("facets") or {}
+        # What every event of every run repeats, as JSON, spliced in by RunRecord.to_json.
+        self._facets_json = orjson.dumps(self.plain_run_facets)
+        self._tail_json = (
+            b'"job":'
+            + orjson.dumps(self.plain_job)
+            + b',"producer":'
+            + orjson.dumps(self.producer)
+            + b',"schemaURL":'
+            + orjson.dumps(_RUN_EVENT_SCHEMA)
+            + b"}"
+        )
+        #: The Kafka message key of this job's run events (openlineage-python's rule).
+        self.key = _event_key(self)
+        # The last input and output lists written, as (tuple, JSON): a run's START and
+        # COMPLETE share them.  One tuple per slot, replaced at once: safe across threads.
+        self._written: list[tuple[tuple[Any, ...], bytes]] = [((), b"[]"), ((), b"[]")]
         #: The most recent :class:`Run` started for this job (diagnostics: its ``overhead``).
         self.last_run: Run | None = None
 
@@ -147,22 +195,36 @@ class RunRecord(NamedTuple):
     #: files: hundreds of microseconds the handler should not pay).
     error: BaseException | None = None
 
+    def to_json(self) -> bytes:
+        """The full RunEvent as JSON: what ``Serde.to_json`` writes for the equivalent
+        event, after parsing.  The job's part is written once per :class:`LineageJob`;
+        only the time, state, run id, datasets and an error are written per event."""
+        job = self.job
+        state = self.state
+        head = _HEADS.get(state) if state.__class__ is str else None
+        if head is None:
+            head = b'{"eventType":' + orjson.dumps(state) + b',"eventTime":"'
+        if self.error is None:
+            facets = job._facets_json
+        else:
+            facets = orjson.dumps({**job.plain_run_facets, "errorMessage": _error_facet(self.error)})
+        inputs, outputs = self.inputs, self.outputs
+        return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
+            head,
+            _event_time(self.time),
+            orjson.dumps(self.run_id),
+            facets,
+            _datasets_json(job, inputs, 0) if inputs else b"[]",
+            _datasets_json(job, outputs, 1) if outputs else b"[]",
+            job._tail_json,
+        )
+
     def to_plain(self) -> dict[str, Any]:
         """The full RunEvent as plain data, as ``Serde`` would write the equivalent event."""
-        from ._serde import to_plain
 
         facets: dict[str, Any] = dict(self.job.plain_run_facets)
         if self.error is not None:
-            from openlineage.client.facet_v2 import error_message_run
-
-            error = self.error
-            facets["errorMessage"] = to_plain(
-                error_message_run.ErrorMessageRunFacet(
-                    message=str(error) or type(error).__name__,
-                    programmingLanguage="python",
-                    stackTrace="".join(traceback.format_exception(error)),
-                )
-            )
+            facets["errorMessage"] = _error_facet(self.error)
         return {
             "eventTime": datetime.fromtimestamp(self.time, UTC).isoformat(),
             "producer": self.job.producer,
@@ -175,6 +237,87 @@ class RunRecord(NamedTuple):
         }
 
 
+def _error_facet(error: BaseException) -> dict[str, Any]:
+    from openlineage.client.facet_v2 import error_message_run
+
+    from ._serde import to_plain
+
+    facet: dict[str, Any] = to_plain(
+        error_message_run.ErrorMessageRunFacet(
+            message=str(error) or type(error).__name__,
+            programmingLanguage="python",
+            stackTrace="".join(traceback.format_exception(error)),
+        )
+    )
+    return facet
+
+
+# (whole second, b"YYYY-mm-ddTHH:MM:SS"): events come in bursts within one second.
+_SECOND: tuple[int, bytes] = (-1, b"")
+_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59
+_HEADS = {
+    state: b'{"eventType":"%s","eventTime":"' % state.encode() for state in ("START", "COMPLETE", "FAIL")
+}
+
+
+def _event_time(t: float) -> bytes:
+    """``datetime.fromtimestamp(t, UTC).isoformat()``, a few times faster: the same
+    rounding (half to even, to the microsecond), the date written once per second."""
+    global _SECOND
+    if not 0 <= t <= _LAST_SECOND:
+        return datetime.fromtimestamp(t, UTC).isoformat().encode()
+    second = int(t)
+    micro = round((t - second) * 1e6)  # exact: t - int(t) is the fraction modf gives
+    if micro >= 1_000_000:
+        micro -= 1_000_000
+        second += 1
+    cached = _SECOND
+    if cached[0] != second:
+        if second > _LAST_SECOND:
+            return datetime.fromtimestamp(t, UTC).isoformat().encode()
+        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S").encode())
+        _SECOND = cached
+    return b"%s.%06d+00:00" % (cached[1], micro) if micro else cached[1] + b"+00:00"
+
+
+# namespace -> b'{"namespace":"<namespace>","name":': a function reads and writes few namespaces.
+_NAMESPACES: dict[str, bytes] = {}
+_NAMESPACES_MAX = 1024
+_DATASET_TAILS = (b',"facets":{},"inputFacets":{}}', b',"facets":{},"outputFacets":{}}')
+
+
+def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> bytes:
+    last = job._written[slot]
+    if last[0] is datasets:
+        return last[1]
+    parts = []
+    immutable = True
+    for dataset in datasets:
+        if dataset.__class__ is DatasetRef or isinstance(dataset, tuple):
+            namespace, name = dataset
+            head = _NAMESPACES.get(namespace) if namespace.__class__ is str else None
+            if head is None:
+                head = b'{"namespace":' + orjson.dumps(namespace) + b',"name":'
+                if namespace.__class__ is str and len(_NAMESPACES) < _NAMESPACES_MAX:
+                    _NAMESPACES[namespace] = head
+            parts.append(head + orjson.dumps(name) + _DATASET_TAILS[slot])
+        else:
+            from ._serde import dumps, to_plain
+
+            parts.append(dumps(to_plain(dataset)))
+            immutable = False  # an openlineage-python dataset may change before the next event
+    written = b"[" + b",".join(parts) + b"]"
+    if immutable:
+        job._written[slot] = (datasets, written)
+    return written
+
+
+def _event_key(job: LineageJob) -> str | None:
+    from ._serde import event_key
+
+    return event_key({"run": {"facets": job.plain_run_facets}, "job": job.plain_job})
+
+
 def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
     if isinstance(dataset, tuple):
         namespace, name = dataset
@@ -183,6 +326,11 @@ def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
 
     plain: dict[str, Any] = to_plain(dataset)  # an openlineage-python dataset object
     return plain
+
+
+_new_record = tuple.__new__
+_now = time.time
+_perf = time.perf_counter
 
 
 class Run:
@@ -205,14 +353,14 @@ class Run:
         outputs: Iterable[Any] = (),
         run_id: str | None = None,
     ) -> None:
-        started = time.perf_counter()
+        started = _perf()
         self._outbox = outbox
         self.job = job
         self._inputs = tuple(inputs)
         self._outputs = tuple(outputs)
         self.run_id = run_id or current_run_id()
         #: Seconds this run's lineage has cost the caller so far (construction included).
-        self.overhead = time.perf_counter() - started
+        self.overhead = _perf() - started
         job.last_run = self
 
     def add_input(self, dataset: DatasetRef | Any) -> None:
@@ -222,20 +370,23 @@ class Run:
         self._outputs += (dataset,)
 
     def _record(self, state: str, error: BaseException | None = None) -> RunRecord:
-        return RunRecord(self.job, state, time.time(), self.run_id, self._inputs, self._outputs, error)
+        # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
+        return _new_record(
+            RunRecord, (self.job, state, _now(), self.run_id, self._inputs, self._outputs, error)
+        )
 
     def __enter__(self) -> Self:
-        started = time.perf_counter()
+        started = _perf()
         self._outbox.emit(self._record("START"))
-        self.overhead += time.perf_counter() - started
+        self.overhead += _perf() - started
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        started = time.perf_counter()
+        started = _perf()
         self._outbox.emit(self._record("COMPLETE" if exc is None else "FAIL", exc))
-        self.overhead += time.perf_counter() - started
+        self.overhead += _perf() - started
 
     async def __aenter__(self) -> Self:
         started = time.perf_counter()

@@ -169,6 +169,9 @@ class SerializedEvent(NamedTuple):
     key: str | None
 
 
+_new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
+
+
 def serialize(event: Any) -> SerializedEvent:
     """Serialize one accepted event.
 
@@ -176,6 +179,11 @@ def serialize(event: Any) -> SerializedEvent:
         ValueError: ``str``/``bytes`` input that is not a JSON object, or an
             object that cannot be encoded at all.
     """
+    if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
+        rid = event.run_id
+        return _new_serialized(
+            SerializedEvent, (event.to_json(), rid if rid.__class__ is str else None, event.job.key)
+        )
     if isinstance(event, (bytes, bytearray, memoryview, str)):
         body = event.encode() if isinstance(event, str) else bytes(event)
         try:
@@ -184,9 +192,6 @@ def serialize(event: Any) -> SerializedEvent:
             raise ValueError(f"pre-serialized event is not valid JSON: {exc}") from exc
         if not isinstance(plain, dict):
             raise ValueError(f"pre-serialized event must be a JSON object, got {type(plain).__name__}")
-    elif event.__class__ is RunRecord:
-        plain = event.to_plain()
-        body = dumps(plain)
     else:
         plain = to_plain(event)
         if not isinstance(plain, dict):

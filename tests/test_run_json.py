@@ -1,0 +1,244 @@
+"""The run helpers write their events' JSON by splicing (the job's part written once per
+LineageJob): it must be what openlineage-python's Serde writes for the equivalent RunEvent,
+for any names, times, states, datasets and errors; and the handler-side shortcuts (the
+event time, the run id, s3_dataset) must give exactly what the slow ways give."""
+
+import datetime
+import json
+import threading
+import traceback
+import uuid
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.facet_v2 import error_message_run, job_type_job, parent_run, processing_engine_run
+from openlineage.client.naming.dataset import S3
+from openlineage.client.serde import Serde
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from outbox import DatasetRef, LineageJob, Outbox, current_run_id, s3_dataset
+from outbox._run import RunRecord, _event_time, _uuid7, _uuid_text
+from outbox._serde import event_key, serialize
+from outbox.transports import MemoryTransport
+
+text = st.text(min_size=1, max_size=30)  # any code point: quotes, backslashes, controls, emoji
+job_facets = st.one_of(
+    st.just({}),
+    st.just(
+        {
+            "jobType": job_type_job.JobTypeJobFacet(
+                processingType="STREAMING", integration="VAST", jobType="FUNCTION"
+            )
+        }
+    ),
+)
+run_facets = st.one_of(
+    st.just({}),
+    st.builds(
+        lambda v: {
+            "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
+                version=v, name="VAST_DATAENGINE"
+            )
+        },
+        text,
+    ),
+    st.builds(
+        lambda ns, name: {
+            "parent": parent_run.ParentRunFacet(
+                run=parent_run.Run(runId=str(uuid.UUID(int=7))), job=parent_run.Job(namespace=ns, name=name)
+            )
+        },
+        text,
+        text,
+    ),
+)
+# Times from 1970 to 9999, and exact half microseconds (where the rounding rule shows).
+times = st.one_of(
+    st.floats(min_value=0, max_value=253_402_300_799.0, allow_nan=False),
+    st.builds(lambda s, us: s + (us + 0.5) / 1e6, st.integers(0, 2**33), st.integers(0, 999_999)),
+)
+datasets = st.lists(st.tuples(text, text), max_size=3)
+
+
+def reference(record: RunRecord, job_facet_value, run_facet_value) -> dict:
+    """openlineage-python's JSON for the RunEvent equivalent to ``record``, built its way."""
+    facets = dict(run_facet_value)
+    if record.error is not None:
+        facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=str(record.error) or type(record.error).__name__,
+            programmingLanguage="python",
+            stackTrace="".join(traceback.format_exception(record.error)),
+        )
+    event = RunEvent(
+        eventType=RunState(record.state),
+        eventTime=datetime.datetime.fromtimestamp(record.time, datetime.UTC).isoformat(),
+        run=Run(runId=record.run_id, facets=facets),
+        job=Job(namespace=record.job.namespace, name=record.job.name, facets=job_facet_value),
+        producer=record.job.producer,
+        inputs=[InputDataset(namespace=ns, name=name) for ns, name in record.inputs],
+        outputs=[OutputDataset(namespace=ns, name=name) for ns, name in record.outputs],
+    )
+    return json.loads(Serde.to_json(event))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    namespace=text,
+    name=text,
+    producer=st.one_of(st.none(), text),
+    job_facet_value=job_facets,
+    run_facet_value=run_facets,
+    state=st.sampled_from([s.value for s in RunState]),
+    t=times,
+    inputs=datasets,
+    outputs=datasets,
+    failed=st.booleans(),
+    message=st.text(max_size=20),
+)
+def test_spliced_json_is_what_serde_writes(
+    namespace, name, producer, job_facet_value, run_facet_value, state, t, inputs, outputs, failed, message
+):
+    job = LineageJob(namespace, name, facets=job_facet_value, producer=producer, run_facets=run_facet_value)
+    error = ValueError(message) if failed else None
+    refs = tuple(DatasetRef(ns, n) for ns, n in inputs)
+    record = RunRecord(
+        job, state, t, str(uuid.uuid4()), refs, tuple(DatasetRef(ns, n) for ns, n in outputs), error
+    )
+    expected = reference(record, job_facet_value, run_facet_value)
+    assert orjson.loads(record.to_json()) == expected
+    # The same record again (a run's START and COMPLETE share their dataset lists): the
+    # lists written once are reused, and still right.
+    again = record._replace(state="COMPLETE", error=None)
+    assert orjson.loads(again.to_json()) == reference(again, job_facet_value, run_facet_value)
+    serialized = serialize(record)
+    assert serialized.body == record.to_json()
+    assert serialized.key == event_key(expected)  # openlineage-python's Kafka message key
+    assert serialized.run_id == record.run_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_id=st.text(max_size=40), namespace=text, name=text, ds=datasets, state=text)
+def test_any_text_is_escaped_as_the_plain_form_writes_it(run_id, namespace, name, ds, state):
+    """Run ids that are not UUIDs and states openlineage-python has no name for are sent as
+    given (Marquez takes the first): the spliced JSON parses to what to_plain builds."""
+    job = LineageJob(namespace, name)
+    refs = tuple(DatasetRef(a, b) for a, b in ds)
+    record = RunRecord(job, state, 1_764_669_600.25, run_id, refs, refs)
+    assert orjson.loads(record.to_json()) == record.to_plain()
+
+
+def test_openlineage_dataset_objects_are_written_each_time():
+    """Dataset objects (attrs, mutable) are not cached between a run's events: a facet added
+    after START is in COMPLETE."""
+    from openlineage.client.facet_v2 import schema_dataset
+
+    job = LineageJob("ns", "j")
+    dataset = InputDataset(namespace="s3://b", name="k", facets={})
+    inputs = (dataset,)
+    start = RunRecord(job, "START", 1.0, str(uuid.uuid4()), inputs, ())
+    assert orjson.loads(start.to_json())["inputs"][0]["facets"] == {}
+    dataset.facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[])
+    complete = start._replace(state="COMPLETE")
+    assert "schema" in orjson.loads(complete.to_json())["inputs"][0]["facets"]
+    assert orjson.loads(complete.to_json()) == complete.to_plain()
+
+
+def test_datasets_added_during_a_run_are_in_its_later_events():
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, close_at_exit=False)
+    job = LineageJob("ns", "j")
+    with outbox.run(job, inputs=[s3_dataset("b", "in")]) as run:
+        run.add_output(s3_dataset("b", "out"))
+    outbox.close(5)
+    start, complete = transport.events
+    assert [d["name"] for d in start["inputs"]] == ["in"]
+    assert start["outputs"] == []
+    assert [d["name"] for d in complete["outputs"]] == ["out"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(t=times)
+def test_event_time_is_datetime_isoformat(t):
+    assert _event_time(t).decode() == datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat()
+
+
+@pytest.mark.parametrize(
+    "t", [0.0, 1.0, 0.0000005, 0.0000015, 59.9999995, 1_764_669_599.9999996, 253_402_300_799.0]
+)
+def test_event_time_edges(t):
+    assert _event_time(t).decode() == datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat()
+
+
+def test_event_time_outside_the_fast_range_falls_back():
+    assert _event_time(-1.5).decode() == datetime.datetime.fromtimestamp(-1.5, datetime.UTC).isoformat()
+
+
+def test_run_ids_without_a_span_are_uuid7_and_unique():
+    before = datetime.datetime.now(datetime.UTC).timestamp() * 1000
+    ids = [current_run_id() for _ in range(20_000)]
+    after = datetime.datetime.now(datetime.UTC).timestamp() * 1000
+    assert len(set(ids)) == len(ids)
+    for text_id in ids[:50] + ids[-50:]:
+        parsed = uuid.UUID(text_id)
+        assert str(parsed) == text_id
+        assert parsed.version == 7
+        assert parsed.variant == uuid.RFC_4122
+        assert before - 1 <= parsed.int >> 80 <= after + 1  # milliseconds since the epoch
+
+
+def test_run_ids_from_threads_do_not_collide():
+    seen: list[list[str]] = []
+
+    def make():
+        seen.append([current_run_id() for _ in range(5000)])
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [i for ids in seen for i in ids]
+    assert len(set(flat)) == len(flat) == 20_000
+
+
+def test_run_id_in_a_span_is_its_trace_id():
+    trace_id = 0x00005015000000162E048A6DBDDE4EB9
+    context = SpanContext(trace_id=trace_id, span_id=1, is_remote=False, trace_flags=TraceFlags(1))
+    with trace.use_span(NonRecordingSpan(context)):
+        assert current_run_id() == "00005015-0000-0016-2e04-8a6dbdde4eb9" == str(uuid.UUID(int=trace_id))
+
+
+@given(value=st.integers(0, 2**128 - 1))
+def test_uuid_text_is_str_of_uuid(value):
+    assert _uuid_text(value) == str(uuid.UUID(int=value))
+
+
+def test_uuid7_bits():
+    value = _uuid7()
+    parsed = uuid.UUID(int=value)
+    assert parsed.version == 7
+    assert parsed.variant == uuid.RFC_4122
+
+
+@given(bucket=st.text(max_size=10), key=st.text(max_size=10))
+def test_s3_dataset_is_openlineage_pythons_naming_even_once_the_bucket_is_known(bucket, key):
+    for _ in range(2):  # the second call takes the shortcut for a known bucket
+        try:
+            naming = S3(bucket_name=bucket, object_key=key)
+        except ValueError as exc:
+            with pytest.raises(ValueError, match=str(exc)):
+                s3_dataset(bucket, key)
+            continue
+        assert s3_dataset(bucket, key) == (naming.get_namespace(), naming.get_name())
+        assert isinstance(s3_dataset(bucket, key), DatasetRef)
+
+
+@pytest.mark.parametrize("key", ["", "   ", None])
+def test_s3_dataset_refuses_an_empty_key_for_a_known_bucket(key):
+    s3_dataset("known-bucket", "a")
+    with pytest.raises(ValueError, match="object_key"):
+        s3_dataset("known-bucket", key)
