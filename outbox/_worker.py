@@ -19,13 +19,14 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
-from .transports._base import Outcome, OutcomeKind, Transport
+from .transports._base import DELIVERED, Outcome, OutcomeKind, Transport
 
 __all__ = ["CircuitState", "Worker", "WorkerSettings", "backoff_delay"]
 
@@ -51,6 +52,9 @@ _MIN_CLOSE_GAP = 0.1
 _AHEAD_CHUNK = 64
 # Lanes to start with (then: doubling while the latency holds, halving on overload).
 _FIRST_LANES = 4
+# A round in which the sending thread was on the CPU for more than this share of its time
+# was limited by that CPU, not by the backend's latency: fewer lanes, not more.
+_BUSY_SHARE = 0.5
 # Answers that say the backend is overloaded: fewer lanes.
 _OVERLOAD = frozenset({"http_429", "http_503", "timeout", "network"})
 _AHEAD_POLL = 0.05
@@ -81,7 +85,12 @@ def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
         return second
     if not second:
         return first
-    return sorted(first + second, key=lambda item: item[0])
+    return sorted(first + second, key=_SEQ)  # two sorted runs: timsort merges them in one pass
+
+
+_SEQ = itemgetter(0)
+_EVENT = itemgetter(1)
+_SIZE = itemgetter(2)
 
 
 class CircuitState(enum.Enum):
@@ -136,7 +145,10 @@ class Worker:
         self.done = False
         # What the worker holds, oldest first: the batch being sent, events waiting to be
         # retried (always older than anything else), a serialized batch waiting its turn.
-        self._sending: list[_InFlight] = []
+        # The batches on the wire (one per lane), each in sequence order.
+        self._sending: list[list[_InFlight]] = []
+        # When the round on the wire began, by the clock and by this thread's CPU time.
+        self._round_started = self._round_cpu = 0.0
         # Lanes: how many batches go at once (adapts between 1 and max_concurrency), the
         # latency that holds, and whether the last window filled every lane.
         self._lane_count = float(min(_FIRST_LANES, settings.max_concurrency))
@@ -223,9 +235,9 @@ class Worker:
         """After an unexpected error: everything the worker held goes back to the retry
         list, oldest first, and waits out a backoff."""
         held: dict[int, _InFlight] = {}
-        for item in (*self._pending, *self._sending, *self._ready):
+        for item in (*self._pending, *(item for lane in self._sending for item in lane), *self._ready):
             held.setdefault(item[0], item)
-        self._pending = sorted(held.values(), key=lambda item: item[0])
+        self._pending = sorted(held.values(), key=_SEQ)
         self._sending, self._ready = [], []
         self.failures += 1
         self._retry_at = time.monotonic() + backoff_delay(
@@ -263,14 +275,15 @@ class Worker:
             # a backend that keeps up (events it deferred, or others than a poison event, may
             # use them).
             lanes = [batch] if self._pending or self.failures else self._lanes(batch)
+            self._round_started, self._round_cpu = time.monotonic(), time.thread_time()
             if len(lanes) > 1:
-                self._sending = sorted((item for lane in lanes for item in lane), key=lambda item: item[0])
+                self._sending = lanes
                 sending = asyncio.create_task(self._send_lanes(lanes), name="outbox-send")
             else:
                 # One lane: the window may have grown it (what was serialized, more from the
                 # queue): send that lane, not the batch it started from.
                 batch = lanes[0]
-                self._sending = batch
+                self._sending = [batch]
                 sending = asyncio.create_task(self._send(batch), name="outbox-send")
             try:
                 # Pipelining: while this batch is on the wire, serialize the next full one.
@@ -347,9 +360,17 @@ class Worker:
                     buf.wake_at_events = s.max_batch_events
                     buf.wake_at_bytes = s.max_batch_bytes
                     timeout: float | None = max(0.0, linger_until - time.monotonic())
+                elif self.closing:
+                    return None
+                elif s.linger > 0:
+                    # Look again after the linger rather than be woken by the next event: a
+                    # wake-up is a syscall on the emitting thread, and hands this thread the
+                    # GIL in the middle of the caller's work.  An event emitted meanwhile
+                    # still goes within the linger.  (Idle, that is ten looks a second.)
+                    buf.wake_at_events, buf.wake_at_bytes = s.max_batch_events, s.max_batch_bytes
+                    linger_until = time.monotonic() + s.linger
+                    timeout = s.linger
                 else:
-                    if self.closing:
-                        return None
                     buf.wake_at_events, buf.wake_at_bytes = 1, _INF
                     timeout = None
                 # Cleared under the lock: a wake-up posted after this point is not lost.
@@ -608,7 +629,7 @@ class Worker:
         buf = self.buffer
         buf.in_flight -= n_events
         buf.in_flight_bytes -= n_bytes
-        heads = [held[0][0] for held in (self._sending, self._pending, self._ready, also_held) if held]
+        heads = [held[0][0] for held in (*self._sending, self._pending, self._ready, also_held) if held]
         buf.in_flight_low = min(heads) if heads else _INF
         buf.notify_locked()
 
@@ -690,7 +711,7 @@ class Worker:
                 lane, left = self._cut(group)
                 lanes.append(lane)
                 rest.extend(left)
-        self._ready = sorted(rest, key=lambda item: item[0])
+        self._ready = sorted(rest, key=_SEQ)
         self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
         return lanes
 
@@ -707,13 +728,11 @@ class Worker:
         overloaded = False
         slowest = 0.0
         # Deliveries first, so a lane that must be bisected has the last word on the split.
-        order = sorted(
-            range(len(lanes)), key=lambda i: any(o.kind is not OutcomeKind.DELIVERED for o in answers[i][0])
-        )
-        for i in order:
+        failed = [outcomes.count(DELIVERED) != len(outcomes) for outcomes, _ in answers]
+        for i in sorted(range(len(lanes)), key=failed.__getitem__):
             outcomes, elapsed = answers[i]
             slowest = max(slowest, elapsed)
-            overloaded = overloaded or any(o.reason in _OVERLOAD for o in outcomes)
+            overloaded = overloaded or (failed[i] and any(o.reason in _OVERLOAD for o in outcomes))
             self._apply(lanes[i], outcomes, elapsed)
         self._adapt(overloaded, slowest)
 
@@ -722,6 +741,13 @@ class Worker:
         if overloaded:
             self._lane_count = max(1.0, self._lane_count / 2)
             self._slow_start = False
+            return
+        wall = time.monotonic() - self._round_started
+        if wall > 0 and time.thread_time() - self._round_cpu > _BUSY_SHARE * wall:
+            # This thread computed (serialized, encoded) for most of the round rather than
+            # waiting on the backend: more requests in flight cannot go faster, and cost CPU
+            # (a backend on loopback, a local file).  Lanes are for waiting.
+            self._lane_count = max(1.0, self._lane_count / 2)
             return
         base = self._latency_base
         self._latency_base = elapsed if base is None else min(elapsed, base * 0.9 + elapsed * 0.1)
@@ -736,16 +762,17 @@ class Worker:
     async def _send(self, items: list[_InFlight]) -> None:
         outcomes, elapsed = await self._attempt(items)
         self._apply(items, outcomes, elapsed)
+        failed = outcomes.count(DELIVERED) != len(outcomes)
         if len(items) >= self._min_lane() or self._lane_count > 1:
             # Enough events for a lane of their own (events wait) or lanes in use: adapt.
             self._lanes_full = len(items) >= 2 * self._min_lane() or (
                 len(items) >= self._min_lane() and bool(self._ready or self.buffer.queue)
             )
-            self._adapt(any(o.reason in _OVERLOAD for o in outcomes), elapsed)
+            self._adapt(failed and any(o.reason in _OVERLOAD for o in outcomes), elapsed)
 
     async def _attempt(self, items: list[_InFlight]) -> tuple[Sequence[Outcome], float]:
         s = self.settings
-        events = [item[1] for item in items]
+        events = list(map(_EVENT, items))
         if self.circuit is CircuitState.OPEN:
             self.circuit = CircuitState.HALF_OPEN
         started = time.monotonic()
@@ -810,77 +837,79 @@ class Worker:
         retry_after: float | None = None
         error: Outcome | None = None
         now = time.monotonic()
-        any_delivered = any(o.kind is OutcomeKind.DELIVERED for o in outcomes)
+        all_delivered = outcomes.count(DELIVERED) == len(items)  # the common case, at C speed
+        any_delivered = all_delivered or any(o.kind is OutcomeKind.DELIVERED for o in outcomes)
         if any_delivered:
             self._last_delivery = now
         suspects = 0  # RETRY outcomes that may be about the event rather than the backend
         dead: list[tuple[str, str, bytes | None, Any]] = []
-        runs_seen: set[str | None] = set()
-        for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
-            kind = outcome.kind
-            run = item[1].run_id
-            first_of_run = run is None or run not in runs_seen
-            runs_seen.add(run)
-            if kind is OutcomeKind.DELIVERED:
-                delivered += 1
-                settled_bytes += item[2]
-            elif kind is OutcomeKind.RETRY and outcome.reason in _POISON_SUSPECT:
-                suspects += 1
-                seq = item[0]
-                first = self._first_failure.setdefault(seq, now)
-                # Counted against the event only when the answer was about it alone: it was
-                # sent alone, or the backend took others of the same request.
-                if len(items) == 1 or (any_delivered and first_of_run):
-                    self._blame[seq] = self._blame.get(seq, 0) + 1
-                if self._blame.get(seq, 0) >= s.poison_attempts and self._last_delivery >= first:
-                    # It keeps failing while the backend takes other events: settle it.
-                    lost[Reason.POISON] = lost.get(Reason.POISON, 0) + 1
+        if all_delivered:
+            delivered = len(items)
+            settled_bytes = sum(map(_SIZE, items))
+        else:
+            runs_seen: set[str | None] = set()
+            for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
+                kind = outcome.kind
+                run = item[1].run_id
+                first_of_run = run is None or run not in runs_seen
+                runs_seen.add(run)
+                if kind is OutcomeKind.DELIVERED:
+                    delivered += 1
                     settled_bytes += item[2]
-                    self._forget(seq)
-                    self.log.error(
-                        "poison",
-                        "an event of run %s failed %d times alone while the backend took others; "
-                        "dropped as poison: %s",
-                        run,
-                        self._blame.get(seq, s.poison_attempts),
-                        outcome.detail or outcome.reason,
-                    )
+                elif kind is OutcomeKind.RETRY and outcome.reason in _POISON_SUSPECT:
+                    suspects += 1
+                    seq = item[0]
+                    first = self._first_failure.setdefault(seq, now)
+                    # Counted against the event only when the answer was about it alone: it was
+                    # sent alone, or the backend took others of the same request.
+                    if len(items) == 1 or (any_delivered and first_of_run):
+                        self._blame[seq] = self._blame.get(seq, 0) + 1
+                    if self._blame.get(seq, 0) >= s.poison_attempts and self._last_delivery >= first:
+                        # It keeps failing while the backend takes other events: settle it.
+                        lost[Reason.POISON] = lost.get(Reason.POISON, 0) + 1
+                        settled_bytes += item[2]
+                        self._forget(seq)
+                        self.log.error(
+                            "poison",
+                            "an event of run %s failed %d times alone while the backend took others; "
+                            "dropped as poison: %s",
+                            run,
+                            self._blame.get(seq, s.poison_attempts),
+                            outcome.detail or outcome.reason,
+                        )
+                        error = outcome
+                        dead.append((Reason.POISON, outcome.detail or outcome.reason, item[1].body, None))
+                        continue
+                    retry.append(item)
+                    retries += 1
                     error = outcome
-                    dead.append((Reason.POISON, outcome.detail or outcome.reason, item[1].body, None))
-                    continue
-                retry.append(item)
-                retries += 1
-                error = outcome
-                if outcome.retry_after is not None:
-                    retry_after = max(retry_after or 0.0, outcome.retry_after)
-            elif kind is OutcomeKind.RETRY:
-                retry.append(item)
-                retries += 1
-                error = outcome
-                if outcome.retry_after is not None:
-                    retry_after = max(retry_after or 0.0, outcome.retry_after)
-            elif kind is OutcomeKind.DEFERRED:
-                retry.append(item)
-            else:
-                reason = outcome.reason or Reason.REJECTED_BY_BACKEND
-                lost[reason] = lost.get(reason, 0) + 1
-                settled_bytes += item[2]
-                error = error or outcome
-                dead.append((reason, outcome.detail, item[1].body, None))
+                    if outcome.retry_after is not None:
+                        retry_after = max(retry_after or 0.0, outcome.retry_after)
+                elif kind is OutcomeKind.RETRY:
+                    retry.append(item)
+                    retries += 1
+                    error = outcome
+                    if outcome.retry_after is not None:
+                        retry_after = max(retry_after or 0.0, outcome.retry_after)
+                elif kind is OutcomeKind.DEFERRED:
+                    retry.append(item)
+                else:
+                    reason = outcome.reason or Reason.REJECTED_BY_BACKEND
+                    lost[reason] = lost.get(reason, 0) + 1
+                    settled_bytes += item[2]
+                    error = error or outcome
+                    dead.append((reason, outcome.detail, item[1].body, None))
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
-                self._sending = self._pending = []
+                self._sending, self._pending = [], []
                 return
             buf.delivered += delivered
             buf.retried += retries
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
-            if len(self._sending) == len(items):
-                self._sending = []
-            else:  # lanes: the others are still to be settled
-                mine = {item[0] for item in items}
-                self._sending = [item for item in self._sending if item[0] not in mine]
+            # This lane is settled; the others (if any) are still on the wire.
+            self._sending = [lane for lane in self._sending if lane is not items]
             settled = len(items) - len(retry)
             waiting = retry
             if retry and self._ready:

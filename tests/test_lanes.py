@@ -149,3 +149,140 @@ def test_max_concurrency_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
     assert outbox._settings.max_concurrency == 3
     outbox.close(0)
+
+
+class BusyBackend:
+    """Answers at once, after computing for a while on the sidecar's own thread (as
+    serializing and encoding do against a backend on loopback): lanes cannot help."""
+
+    def __init__(self) -> None:
+        self.most_in_flight = 0
+        self.in_flight = 0
+        self.delivered = 0
+
+    async def send(self, batch, deadline):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0)
+            end = time.thread_time() + 0.002
+            while time.thread_time() < end:
+                pass
+            self.delivered += len(batch)
+            return [Outcome.delivered()] * len(batch)
+        finally:
+            self.in_flight -= 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_lanes_fall_to_one_when_the_sending_thread_is_the_bottleneck():
+    backend = BusyBackend()
+    outbox = Outbox(
+        backend, max_batch_events=50, max_events=100_000, linger=0.01, max_concurrency=8, close_at_exit=False
+    )
+    emit_runs(outbox, runs=5000, per_run=2)
+    assert outbox.flush(60)
+    worker = outbox._sidecar.worker
+    assert worker._lane_count == 1  # rounds were CPU, not waiting: one lane
+    assert outbox.close(10).delivered == 10_000 == backend.delivered
+
+
+@pytest.mark.parametrize("status", ["http_503", "http_429"])
+def test_concurrency_falls_on_overload_and_rises_again(status):
+    backend = SlowBackend(delay=0.02)
+    outbox = Outbox(
+        backend,
+        max_batch_events=50,
+        max_events=100_000,
+        linger=0.01,
+        backoff_base=0.01,
+        backoff_cap=0.05,
+        max_concurrency=8,
+        close_at_exit=False,
+    )
+    worker = outbox._sidecar.worker
+    history: list[float] = []
+    original = worker._adapt
+
+    def record(overloaded, elapsed):
+        original(overloaded, elapsed)
+        history.append(worker._lane_count)
+
+    worker._adapt = record
+    emit_runs(outbox, runs=2000, per_run=2)
+    assert outbox.flush(30)
+    grown = max(history)
+    assert grown >= 4
+    marker = len(history)
+    overloaded = SlowBackend.send
+
+    async def send(self, batch, deadline):
+        if time.monotonic() < self.overloaded_until:
+            await asyncio.sleep(self.delay)
+            return [Outcome.retry(status, "overloaded")] * len(batch)
+        return await overloaded(self, batch, deadline)
+
+    backend.send = send.__get__(backend)
+    backend.overloaded_until = time.monotonic() + 0.3
+    emit_runs(outbox, runs=3000, per_run=2)
+    assert outbox.flush(30)
+    after = history[marker:]
+    low = min(after)
+    assert low <= grown / 2  # halved (at least once) while the backend said it was overloaded
+    assert max(after[after.index(low) :]) > low  # and more lanes again once it took events
+    report = outbox.close(10)
+    assert report.delivered == 10_000
+    assert in_order(backend.arrived)
+    assert backend.run_overlaps == 0
+
+
+def test_close_drains_every_lane_by_its_deadline():
+    # Enough time: every lane's batches land, several in flight at once.
+    backend = SlowBackend(delay=0.2)
+    outbox = Outbox(
+        backend, max_batch_events=100, max_events=50_000, linger=0.01, max_concurrency=8, close_at_exit=False
+    )
+    emit_runs(outbox, runs=2000, per_run=2)
+    started = time.monotonic()
+    report = outbox.close(20)
+    assert time.monotonic() - started < 20
+    assert report.delivered == 4000
+    assert not report.undelivered
+    assert backend.most_in_flight >= 2
+    assert in_order(backend.arrived)
+
+    # Not enough time: close returns by its deadline, having used it, and counts the rest.
+    backend = SlowBackend(delay=0.5)
+    outbox = Outbox(
+        backend, max_batch_events=10, max_events=50_000, linger=0.01, max_concurrency=8, close_at_exit=False
+    )
+    emit_runs(outbox, runs=5000, per_run=2)
+    started = time.monotonic()
+    report = outbox.close(1.5)
+    took = time.monotonic() - started
+    assert 1.0 <= took <= 1.5 + 0.5
+    assert report.delivered > 0
+    assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 10_000
+    assert backend.most_in_flight >= 2
+
+
+def test_an_event_emitted_while_idle_is_sent_within_the_linger_without_a_wake_up():
+    """With a linger, the first event after a quiet spell does not wake the sidecar (a
+    syscall in the caller's thread): the sidecar looks again after the linger."""
+    backend = SlowBackend(delay=0.0)
+    outbox = Outbox(backend, linger=0.2, close_at_exit=False)
+    outbox.emit(run_event(n=0))
+    assert outbox.flush(5)
+    time.sleep(0.5)  # idle: the queue has been empty for a while
+    wakes = []
+    original = outbox._sidecar.wake
+    outbox._sidecar.wake = lambda: (wakes.append(1), original())[1]
+    emitted = time.monotonic()
+    outbox.emit(run_event(n=1))
+    while len(backend.arrived) < 2 and time.monotonic() - emitted < 5:
+        time.sleep(0.01)
+    assert len(backend.arrived) == 2
+    assert wakes == []  # nobody woke the sidecar: it found the event itself
+    outbox.close(5)
