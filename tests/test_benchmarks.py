@@ -1,0 +1,53 @@
+"""``python -m outbox.benchmarks`` runs: each section's measure on a small scale, with what it
+counts checked (no timing is asserted: this machine is shared)."""
+
+import httpx
+
+from outbox.benchmarks import throughput
+from outbox.benchmarks.__main__ import SECTIONS, main
+
+
+def test_every_section_has_a_command_line_name():
+    assert set(SECTIONS) == {"lanes", "healthy", "cpu", "tail", "kafka"}
+
+
+def test_the_does_no_work_server_answers_and_counts():
+    with throughput.Server(*throughput.NULL_SERVER) as url:
+        assert httpx.post(f"{url}/api/v1/lineage", content=b"[1,2]").status_code == 200
+        assert httpx.get(f"{url}/count").json() == {"requests": 1, "bytes": 5}
+
+
+def test_healthy_delivers_every_event_with_and_without_lanes():
+    for server in (throughput.NULL_SERVER, throughput.SINK):
+        for k in (1, 8):
+            row = throughput.bench_healthy(server, 500, k)
+            assert row["delivered"] == row["events"] == 1000
+            assert row["per_s"] > 0
+
+
+def test_cpu_counts_every_delivered_event_against_a_floor():
+    row = throughput.bench_cpu(500)
+    assert row["delivered"] == 1000
+    assert row["floor_us"] > 0
+    assert row["per_event_us"] > 0
+
+
+def test_tail_measures_every_invocation_and_loses_nothing():
+    row = throughput.bench_tail(2000, 0.3)
+    assert row["invocations"] >= 250
+    assert row["lost"] == {}
+    assert 0 < row["p50_us"] <= row["p99_us"] <= row["p999_us"]
+
+
+def test_kafka_against_raw_aiokafka_delivers_the_same_records():
+    row = throughput.bench_kafka_vs_raw(400)
+    assert row["delivered"] == row["events"] == 400
+    assert row["raw_per_s"] > 0
+    assert row["outbox_per_s"] > 0
+
+
+def test_only_one_section_from_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(SECTIONS, "cpu", lambda: throughput.bench_cpu(200))
+    out = tmp_path / "figures.json"
+    assert main(["--only", "cpu", "--json", str(out)]) == 0
+    assert '"delivered": 400' in out.read_text()
