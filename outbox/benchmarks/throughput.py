@@ -118,9 +118,15 @@ def report_healthy(runs: int = 50_000, repeats: int = 3) -> dict[str, Any]:
     return figures
 
 
-def _floor(job: LineageJob, n: int) -> float:
+def _floor(job: LineageJob, n: int, rounds: int = 5) -> float:
     """Process CPU per event for building the event's dict (time, run id, one input, the
-    job's prepared part) and ``orjson.dumps``: what any emitter pays at least."""
+    job's prepared part) and ``orjson.dumps``: what any emitter pays at least.  The best of
+    ``rounds`` rounds, so that a noisy moment does not raise the floor (and flatter the
+    ratio)."""
+    return min(_floor_round(job, n // rounds) for _ in range(rounds))
+
+
+def _floor_round(job: LineageJob, n: int) -> float:
     run_id = str(uuid.UUID(int=1))
     started = time.process_time()
     for i in range(n):
@@ -163,16 +169,22 @@ def bench_cpu(runs: int) -> dict[str, float]:
     return {"floor_us": floor * 1e6, "per_event_us": cpu / delivered * 1e6, "delivered": delivered}
 
 
-def report_cpu(runs: int = 100_000) -> dict[str, float]:
-    figures = bench_cpu(runs)
-    ratio = figures["per_event_us"] / figures["floor_us"]
-    figures["ratio"] = ratio
+def report_cpu(runs: int = 50_000, repeats: int = 3) -> dict[str, Any]:
+    # This machine's speed drifts by tens of percent within a minute: each ratio is of a
+    # floor and an outbox run measured back to back, and the median ratio is the figure.
+    pairs = [bench_cpu(runs) for _ in range(repeats)]
+    ratios = sorted(p["per_event_us"] / p["floor_us"] for p in pairs)
+    ratio = statistics.median(ratios)
     print(f"\nThe whole process's CPU per delivered event: {runs:,} runs of START + COMPLETE (run helpers,")
-    print("one input each), file transport, from the first emit until close returned")
-    print(f"  outbox, per delivered event                     {figures['per_event_us']:>7.2f} µs")
-    print(f"  floor: the event's dict and orjson.dumps         {figures['floor_us']:>7.2f} µs")
-    print(f"  ratio {ratio:.1f}x (target <= 4x: {'met' if ratio <= 4 else 'NOT met'})")
-    return figures
+    print("one input each), file transport, from the first emit until close returned; the floor (the")
+    print("event's dict and orjson.dumps, best of 5) measured just before each run")
+    for p in pairs:
+        print(
+            f"  outbox {p['per_event_us']:>6.2f} µs per delivered event, floor {p['floor_us']:>5.2f} µs: "
+            f"{p['per_event_us'] / p['floor_us']:.1f}x"
+        )
+    print(f"  median ratio {ratio:.1f}x (target <= 4x: {'met' if ratio <= 4 else 'NOT met'})")
+    return {"pairs": pairs, "ratio": ratio}
 
 
 def bench_tail(rate: float, seconds: float, *, spin: bool = False) -> dict[str, Any]:
