@@ -527,11 +527,7 @@ class Worker:
         request carries one event, a batch is what one lane sends at once, so that rounds
         stay short and lanes can be added."""
         s = self.settings
-        most = s.max_batch_events
-        if 1 <= self._lane_count < s.max_concurrency:
-            # While lanes are being added, rounds stay short (a few events per request slot
-            # where each request carries one event), so the next round can add more.
-            most = min(most, 2 * self._min_lane())
+        most = self._lane_most()
         size = 0
         end = 0
         for end, item in enumerate(items):
@@ -696,24 +692,65 @@ class Worker:
                 taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
             if taken:
                 window = _merged(window, self._serialize(taken, k))
-        # No more lanes than the window fills (a lane per full batch, or per a few events
-        # where each request carries one): small lanes only add requests.
-        k = min(k, max(1, len(window) // self._min_lane()))
-        groups: list[list[_InFlight]] = [[] for _ in range(k)]
+        # No more lanes than the window fills (a lane per batch's worth, the last one partly
+        # filled, or per a few events where each request carries one).
+        k = min(k, max(1, -(-len(window) // self._min_lane())))
+        # A run's events stay together (a job's or dataset's events, which have no run, by
+        # their key), runs in the order of their first event; lanes are filled one after the
+        # other, so they are full and nothing is left for a round of its own.  Which lane a
+        # run takes may change from round to round: a round starts when the last one settled.
+        groups: dict[Any, list[_InFlight]] = {}
         for item in window:
-            # A run's events in one lane; a job's or dataset's events (no run) by their key.
             key = item[1].run_id or item[1].key
-            groups[(hash(key) if key is not None else item[0]) % k].append(item)
+            if key is None:
+                key = item[0]
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [item]
+            else:
+                group.append(item)
+        most, limit = self._lane_most(), s.max_batch_bytes
         lanes: list[list[_InFlight]] = []
         rest: list[_InFlight] = []
-        for group in groups:
-            if group:
-                lane, left = self._cut(group)
+        lane: list[_InFlight] = []
+        lane_bytes = 0
+        for group in groups.values():
+            if len(lanes) == k:
+                rest += group
+                continue
+            size = sum(map(_SIZE, group))
+            if lane and (len(lane) + len(group) > most or lane_bytes + size > limit):
                 lanes.append(lane)
-                rest.extend(left)
+                lane, lane_bytes = [], 0
+                if len(lanes) == k:
+                    rest += group
+                    continue
+            if len(group) > most or size > limit:  # a run larger than a lane: its head goes
+                head, tail = self._cut(group)
+                lanes.append(head)
+                rest += tail
+                continue
+            lane += group
+            lane_bytes += size
+        if lane:
+            if len(lanes) < k:
+                lanes.append(lane)
+            else:
+                rest += lane
+        for lane in lanes:
+            lane.sort(key=_SEQ)  # settling reads a lane's first event as its oldest
         self._ready = sorted(rest, key=_SEQ)
         self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
         return lanes
+
+    def _lane_most(self) -> int:
+        """The most events one lane (or the one batch) carries."""
+        s = self.settings
+        if 1 <= self._lane_count < s.max_concurrency:
+            # While lanes are being added, rounds stay short (a few events per request slot
+            # where each request carries one event), so the next round can add more.
+            return min(s.max_batch_events, 2 * self._min_lane())
+        return s.max_batch_events
 
     def _min_lane(self) -> int:
         hint = getattr(self.transport, "lane_events", None)
