@@ -701,9 +701,9 @@ class Worker:
         # run takes may change from round to round: a round starts when the last one settled.
         groups: dict[Any, list[_InFlight]] = {}
         for item in window:
-            key = item[1].run_id or item[1].key
+            key: Any = item[1].run_id or item[1].key
             if key is None:
-                key = item[0]
+                key = item[0]  # neither run nor key: an event of its own
             group = groups.get(key)
             if group is None:
                 groups[key] = [item]
