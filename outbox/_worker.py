@@ -89,6 +89,8 @@ def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
 
 
 _SEQ = itemgetter(0)
+_TEXT_TYPES = (str, bytes, bytearray)
+_TEXT_CLASSES = frozenset(_TEXT_TYPES)
 _EVENT = itemgetter(1)
 _SIZE = itemgetter(2)
 
@@ -554,32 +556,42 @@ class Worker:
         total = 0
         untaken: list[tuple[int, Any, int]] = []
         dead: list[tuple[str, str, bytes | None, Any]] = []
+        append = ready.append
         for position, (seq, event, estimate) in enumerate(batch):
             if total > window:
                 # Taken by estimate, found larger: the rest goes back to the queue unserialized
                 # (serializing it now would hold it twice in memory).
                 untaken = batch[position:]
                 break
-            if estimate > limit and isinstance(event, (str, bytes, bytearray)):
-                # Its exact size is known (at least its length in characters): too large for
-                # any batch, so never spend the time (and the GIL) parsing it.
-                lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
-                lost_bytes += estimate
-                self.log.warning(
-                    "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", estimate, limit
-                )
-                dead.append((Reason.TOO_LARGE, f"larger than max_batch_bytes ({limit})", None, event))
-                continue
-            try:
-                ser = event if event.__class__ is SerializedEvent else serialize(event)
-            except Exception as exc:
-                lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
-                lost_bytes += estimate
-                self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
-                dead.append((Reason.INVALID_EVENT, str(exc), None, event))
-                continue
+            cls = event.__class__
+            if cls is SerializedEvent:
+                ser = event
+                is_object = False
+            else:
+                is_object = cls not in _TEXT_CLASSES and not isinstance(event, _TEXT_TYPES)
+                if estimate > limit and not is_object:
+                    # Its exact size is known (at least its length in characters): too large
+                    # for any batch, so never spend the time (and the GIL) parsing it.
+                    lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
+                    lost_bytes += estimate
+                    self.log.warning(
+                        "too_large",
+                        "dropping a %d-byte event: larger than max_batch_bytes (%d)",
+                        estimate,
+                        limit,
+                    )
+                    dead.append((Reason.TOO_LARGE, f"larger than max_batch_bytes ({limit})", None, event))
+                    continue
+                try:
+                    ser = serialize(event)
+                except Exception as exc:
+                    lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
+                    lost_bytes += estimate
+                    self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
+                    dead.append((Reason.INVALID_EVENT, str(exc), None, event))
+                    continue
             size = len(ser.body)
-            if event.__class__ is not SerializedEvent and not isinstance(event, (str, bytes, bytearray)):
+            if is_object:
                 sizes += size
                 objects += 1
             if size > limit:
@@ -592,7 +604,7 @@ class Worker:
                 continue
             adjust += size - estimate
             total += size
-            ready.append((seq, ser, size))
+            append((seq, ser, size))
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
@@ -841,6 +853,8 @@ class Worker:
             outcomes, problem = [], f"returned {type(answer).__name__}, not a sequence of Outcomes"
         if problem is None and len(outcomes) != count:
             problem = f"returned {len(outcomes)} outcomes for {count} events"
+        if problem is None and outcomes.count(DELIVERED) == count:
+            return outcomes  # all delivered (the common case): nothing to check, at C speed
         if problem is None:
             for index, outcome in enumerate(outcomes):
                 if type(outcome) is not Outcome or not isinstance(outcome.kind, OutcomeKind):

@@ -31,7 +31,7 @@ class FileTransport:
         if self.append:
             try:
                 with open(self.log_file_path, "ab") as f:  # noqa: ASYNC230 - see the class docstring
-                    f.write(b"".join(event.body + b"\n" for event in batch))
+                    f.write(b"\n".join([event.body for event in batch]) + b"\n")
             except OSError as exc:
                 return [self._failed(exc)] * len(batch)
             return [DELIVERED] * len(batch)
