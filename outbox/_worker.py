@@ -89,6 +89,14 @@ def _merged(first: list[_InFlight], second: list[_InFlight]) -> list[_InFlight]:
 
 
 _SEQ = itemgetter(0)
+
+
+def _order_key(item: _InFlight) -> str | None:
+    """What a run's order is kept by: its run id, else its message key (a job's or a
+    dataset's events); None for an event that has neither."""
+    return item[1].run_id or item[1].key
+
+
 _TEXT_TYPES = (str, bytes, bytearray)
 _TEXT_CLASSES = frozenset(_TEXT_TYPES)
 _EVENT = itemgetter(1)
@@ -166,6 +174,12 @@ class Worker:
         self._first_failure: dict[int, float] = {}  # seq -> when it first got a 5xx
         self._last_delivery = 0.0  # when the backend last took an event
         self._others_turn = True  # alternate: the other runs' events, then the blamed head
+        # Whether the retry list holds only events the backend refused with a 5xx that may be
+        # about them (not about the backend) while it took others: then the other runs go on
+        # in lanes, and the retry list is probed beside them, paced by its own backoff.
+        self._suspects_only = False
+        self._round_delivered = False  # the last round delivered something
+        self._probe_at = 0.0
         self._ahead_seq = 0  # serializing ahead: the next queued event to look at
         self._last_chance = False  # one immediate retry when close begins
         self._deadline = _INF
@@ -252,8 +266,42 @@ class Worker:
         if self.errors == 1:  # the first one in full, whatever the rate limit
             logger.error("traceback of the outbox worker's first error", exc_info=exc)
 
+    def _isolating(self) -> bool:
+        """The retry list waits on events the backend refuses (poison suspects) while it takes
+        others: isolation goes on beside normal lanes instead of holding every run back."""
+        return (
+            bool(self._pending)
+            and self._suspects_only
+            and self._round_delivered
+            and not self.failures
+            and self.settings.max_concurrency > 1
+            and self._deadline - time.monotonic() > _NO_TIME_LEFT
+        )
+
+    def _probe_due(self) -> bool:
+        """Whether the isolated retry list's next batch may go now (its backoff is over).
+        While closing, as in _wait_backoff: one immediate attempt when close begins, then
+        waits bounded by a second and by the time left."""
+        now = time.monotonic()
+        if self.closing:
+            if self._last_chance:
+                self._last_chance = False
+                return True
+            latest = min(self._deadline - _LAST_ATTEMPT_LEAD - now, _CLOSE_BACKOFF_CAP)
+            if self._probe_at - now > latest:
+                self._probe_at = now + max(latest, _MIN_CLOSE_GAP)
+        return now >= self._probe_at
+
     async def _drain(self) -> None:
         while True:
+            if self._isolating():
+                lanes, probe = self._isolation_round()
+                if not lanes:
+                    self._sending = []
+                    await self._wait_isolation()
+                    continue
+                await self._round(lanes, probe=probe, isolated=True)
+                continue
             if self._pending:
                 await self._wait_backoff()
                 batch = self._retry_batch()
@@ -276,34 +324,44 @@ class Worker:
             # While attempts fail, one batch at a time (paced by the backoff): lanes are for
             # a backend that keeps up (events it deferred, or others than a poison event, may
             # use them).
+            # Held where _recover finds it, should anything raise before the round takes over.
+            self._sending = [batch]
             lanes = [batch] if self._pending or self.failures else self._lanes(batch)
-            self._round_started, self._round_cpu = time.monotonic(), time.thread_time()
-            if len(lanes) > 1:
-                self._sending = lanes
-                sending = asyncio.create_task(self._send_lanes(lanes), name="outbox-send")
-            else:
-                # One lane: the window may have grown it (what was serialized, more from the
-                # queue): send that lane, not the batch it started from.
-                batch = lanes[0]
-                self._sending = [batch]
-                sending = asyncio.create_task(self._send(batch), name="outbox-send")
-            try:
-                # Pipelining: while this batch is on the wire, serialize the next full one.
-                # It is sent only after this one settles, so order is kept.
-                await asyncio.wait({sending}, timeout=_PREFETCH_AFTER)
-                if not sending.done():
-                    self._prefetch()
-                while not sending.done():
-                    # A slow backend: meanwhile, give the queued objects their exact sizes.
-                    if self._serialize_ahead():
-                        await asyncio.sleep(0)
-                    else:
-                        await asyncio.wait({sending}, timeout=_AHEAD_POLL)
-                await sending
-            finally:
-                if not sending.done():
-                    sending.cancel()
-            self._log_drops()
+            await self._round(lanes)
+
+    async def _round(
+        self, lanes: list[list[_InFlight]], probe: list[_InFlight] | None = None, isolated: bool = False
+    ) -> None:
+        """Send one round (one batch, or one per lane) and settle it, serializing what comes
+        next meanwhile.  While the retry list is ``isolated``, ``probe`` is the lane (if any)
+        that retries it."""
+        self._round_started, self._round_cpu = time.monotonic(), time.thread_time()
+        if len(lanes) > 1:
+            self._sending = lanes
+            sending = asyncio.create_task(self._send_lanes(lanes, probe, isolated), name="outbox-send")
+        else:
+            # One lane: the window may have grown it (what was serialized, more from the
+            # queue): send that lane, not the batch it started from.
+            batch = lanes[0]
+            self._sending = [batch]
+            sending = asyncio.create_task(self._send(batch, probe, isolated), name="outbox-send")
+        try:
+            # Pipelining: while this batch is on the wire, serialize the next full one.
+            # It is sent only after this one settles, so order is kept.
+            await asyncio.wait({sending}, timeout=_PREFETCH_AFTER)
+            if not sending.done():
+                self._prefetch()
+            while not sending.done():
+                # A slow backend: meanwhile, give the queued objects their exact sizes.
+                if self._serialize_ahead():
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.wait({sending}, timeout=_AHEAD_POLL)
+            await sending
+        finally:
+            if not sending.done():
+                sending.cancel()
+        self._log_drops()
 
     def _prefetch(self) -> None:
         if self._ready or self._pending:
@@ -517,9 +575,10 @@ class Worker:
         fresh = self._serialize(taken)
         # Runs with events waiting to be retried, or serialized and waiting their turn (older
         # than anything in the queue), are blocked: their newer events must not go first.
-        blocked = {item[1].run_id for item in (*self._pending, *self._ready)}
-        go = [item for item in fresh if item[1].run_id is None or item[1].run_id not in blocked]
-        wait = [item for item in fresh if item[1].run_id is not None and item[1].run_id in blocked]
+        blocked = {_order_key(item) for item in (*self._pending, *self._ready)}
+        blocked.discard(None)
+        go = [item for item in fresh if _order_key(item) not in blocked]
+        wait = [item for item in fresh if _order_key(item) in blocked]
         self._pending = _merged(wait, self._pending)
         return go
 
@@ -541,6 +600,20 @@ class Worker:
         return items[:end], items[end:]
 
     def _serialize(self, batch: list[tuple[int, Any, int]], batches: int = 1) -> list[_InFlight]:
+        """Serialize a batch just taken from the queue; should this raise (a bug of ours),
+        the batch goes back to the head of the queue first, so nothing it held is lost."""
+        try:
+            return self._serialize_taken(batch, batches)
+        except Exception:
+            buf = self.buffer
+            with buf.lock:
+                if batch and not buf.finalized and not buf.untake_locked(batch):
+                    # Newer events were evicted meanwhile: these older ones would have been too.
+                    buf.count_locked(Reason.DROPPED_FULL, len(batch))
+                    self._settle_locked(len(batch), sum(map(_SIZE, batch)), [])
+            raise
+
+    def _serialize_taken(self, batch: list[tuple[int, Any, int]], batches: int = 1) -> list[_InFlight]:
         """Serialize a batch (or a window of ``batches`` batches, for lanes) in one go.
         Deliberately no yields to the loop in between: a thread that releases and retakes
         the GIL often starves the application's threads of it (measured: 100+ ms stalls),
@@ -693,6 +766,7 @@ class Worker:
             return [batch]
         window = _merged(batch, self._ready)
         self._ready = []
+        self._sending = [window]
         want = k * s.max_batch_events - len(window)
         if want > 0:
             buf = self.buffer
@@ -704,9 +778,18 @@ class Worker:
                 taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
             if taken:
                 window = _merged(window, self._serialize(taken, k))
+                self._sending = [window]
         # No more lanes than the window fills (a lane per batch's worth, the last one partly
         # filled, or per a few events where each request carries one).
         k = min(k, max(1, -(-len(window) // self._min_lane())))
+        lanes, rest = self._pack(window, k)
+        self._ready = sorted(rest, key=_SEQ)
+        self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
+        return lanes
+
+    def _pack(self, window: list[_InFlight], k: int) -> tuple[list[list[_InFlight]], list[_InFlight]]:
+        """At most ``k`` lanes from ``window``, and what did not fit."""
+        s = self.settings
         # A run's events stay together (a job's or dataset's events, which have no run, by
         # their key), runs in the order of their first event; lanes are filled one after the
         # other, so they are full and nothing is left for a round of its own.  Which lane a
@@ -751,9 +834,59 @@ class Worker:
                 rest += lane
         for lane in lanes:
             lane.sort(key=_SEQ)  # settling reads a lane's first event as its oldest
+        return lanes, rest
+
+    def _isolation_round(self) -> tuple[list[list[_InFlight]], list[_InFlight] | None]:
+        """One round while the retry list is isolated: the retry list's next batch (when its
+        backoff is over) as one lane, the other runs' events in the others.  A run with an
+        event in the retry list is held back whole (its newer events join the retry list)."""
+        s = self.settings
+        # Runs waiting in the retry list only because they were in line behind a refused
+        # event (none of their events was refused) go back to the lanes, in order.
+        suspects = {_order_key(item) for item in self._pending if item[0] in self._first_failure}
+        suspects.discard(None)
+        held = [i for i in self._pending if i[0] in self._first_failure or _order_key(i) in suspects]
+        released = [
+            i for i in self._pending if not (i[0] in self._first_failure or _order_key(i) in suspects)
+        ]
+        # Released events wait in the ready list while the retry list's batch is drawn: newer
+        # events of their runs that it may take from the queue must see them there.
+        self._pending = held
+        self._ready = _merged(released, self._ready)
+        probe = self._retry_batch() if self._pending and self._probe_due() else None
+        k = max(1, int(self._lane_count) - (1 if probe else 0))
+        window, self._ready = self._ready, []
+        self._sending = [window, probe or []]  # held where _recover finds them
+        want = k * s.max_batch_events - len(window)
+        if want > 0:
+            buf = self.buffer
+            with buf.lock:
+                events = min(want, buf.max_events - buf.in_flight - s.max_batch_events)
+                size = min(k * s.max_batch_bytes, buf.max_bytes - buf.in_flight_bytes - s.max_batch_bytes)
+                taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
+            if taken:
+                window = _merged(window, self._serialize(taken, k))
+                self._sending = [window, probe or []]
+        blocked = {_order_key(item) for item in (*self._pending, *(probe or ()))}
+        blocked.discard(None)
+        go = [item for item in window if _order_key(item) not in blocked]
+        if len(go) < len(window):
+            self._pending = _merged([item for item in window if _order_key(item) in blocked], self._pending)
+        lanes, rest = self._pack(go, k) if go else ([], [])
         self._ready = sorted(rest, key=_SEQ)
-        self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
-        return lanes
+        return ([probe] if probe else []) + lanes, probe
+
+    async def _wait_isolation(self) -> None:
+        """Nothing to send while isolating: wait for events, or for the retry list's turn."""
+        buf = self.buffer
+        with buf.lock:
+            if buf.queue or self._ready:
+                return
+            buf.wake_at_events, buf.wake_at_bytes = 1, _INF
+            self.wakeup.clear()
+        self._probe_due()  # while closing, brings the next attempt within the time left
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), max(0.0, self._probe_at - time.monotonic()))
 
     def _lane_most(self) -> int:
         """The most events one lane (or the one batch) carries."""
@@ -768,7 +901,9 @@ class Worker:
         hint = getattr(self.transport, "lane_events", None)
         return hint if isinstance(hint, int) and hint > 0 else self.settings.max_batch_events
 
-    async def _send_lanes(self, lanes: list[list[_InFlight]]) -> None:
+    async def _send_lanes(
+        self, lanes: list[list[_InFlight]], probe: list[_InFlight] | None = None, isolated: bool = False
+    ) -> None:
         """Send the lanes' batches concurrently; settle them one by one when all have
         answered, then adapt the number of lanes: one more while every lane was full and the
         latency holds, half as many after a 429, a 503 or a timeout (AIMD, as Vector's
@@ -778,12 +913,30 @@ class Worker:
         slowest = 0.0
         # Deliveries first, so a lane that must be bisected has the last word on the split.
         failed = [outcomes.count(DELIVERED) != len(outcomes) for outcomes, _ in answers]
+        results = []
         for i in sorted(range(len(lanes)), key=failed.__getitem__):
             outcomes, elapsed = answers[i]
             slowest = max(slowest, elapsed)
             overloaded = overloaded or (failed[i] and any(o.reason in _OVERLOAD for o in outcomes))
-            self._apply(lanes[i], outcomes, elapsed)
+            # While the retry list is isolated, only its own answers move the bisection.
+            results.append(
+                self._apply(lanes[i], outcomes, elapsed, bisecting=not isolated or lanes[i] is probe)
+            )
+            if lanes[i] is probe and not results[-1][1]:
+                self._probe_at = 0.0  # the retry list's batch went through: the next one now
+        self._after_round(results, probe_only=probe is not None and len(lanes) == 1)
         self._adapt(overloaded, slowest)
+
+    def _after_round(self, results: list[tuple[int, int, int]], probe_only: bool = False) -> None:
+        """What a round says about the backend, from each lane's (delivered, retries,
+        poison suspects among the retries).  A round that only retried isolated events says
+        nothing about whether the backend takes the others."""
+        if not probe_only:
+            self._round_delivered = any(delivered for delivered, _, _ in results)
+        if any(retries for _, retries, _ in results):
+            self._suspects_only = all(retries == suspects for _, retries, suspects in results)
+        elif not self._pending:
+            self._suspects_only = False
 
     def _adapt(self, overloaded: bool, elapsed: float) -> None:
         s = self.settings
@@ -808,9 +961,14 @@ class Worker:
             grown = self._lane_count * 2 if self._slow_start else self._lane_count + 1
             self._lane_count = min(float(s.max_concurrency), grown)
 
-    async def _send(self, items: list[_InFlight]) -> None:
+    async def _send(
+        self, items: list[_InFlight], probe: list[_InFlight] | None = None, isolated: bool = False
+    ) -> None:
         outcomes, elapsed = await self._attempt(items)
-        self._apply(items, outcomes, elapsed)
+        result = self._apply(items, outcomes, elapsed, bisecting=not isolated or items is probe)
+        self._after_round([result], probe_only=items is probe)
+        if not result[1]:
+            self._probe_at = 0.0
         failed = outcomes.count(DELIVERED) != len(outcomes)
         if len(items) >= self._min_lane() or self._lane_count > 1:
             # Enough events for a lane of their own (events wait) or lanes in use: adapt.
@@ -878,7 +1036,11 @@ class Worker:
         self.log.error("bad-outcomes", "%s; the events stay buffered (a bug in the transport)", detail)
         return [Outcome.retry("transport_error", detail)] * count
 
-    def _apply(self, items: list[_InFlight], outcomes: Sequence[Outcome], elapsed: float) -> None:
+    def _apply(
+        self, items: list[_InFlight], outcomes: Sequence[Outcome], elapsed: float, *, bisecting: bool = True
+    ) -> tuple[int, int, int]:
+        """Settle one batch by its outcomes.  Returns (delivered, retries, poison suspects
+        among the retries)."""
         s = self.settings
         retry: list[_InFlight] = []  # RETRY and DEFERRED, in the batch's order
         retries = 0  # of which RETRY
@@ -954,7 +1116,7 @@ class Worker:
         with buf.lock:
             if buf.finalized:
                 self._sending, self._pending = [], []
-                return
+                return 0, 0, 0
             buf.delivered += delivered
             buf.retried += retries
             for reason, n in lost.items():
@@ -987,7 +1149,7 @@ class Worker:
         )
         if halved:
             self._split_to = max(1, len(items) // 2)
-        elif not suspects and self._split_to is not None:
+        elif not suspects and self._split_to is not None and bisecting:
             self._split_to *= 2
             if self._split_to >= s.max_batch_events:
                 self._split_to = None
@@ -1010,7 +1172,7 @@ class Worker:
             self.circuit = CircuitState.CLOSED
             stalled = retry and not delivered and not lost
             self._retry_at = time.monotonic() + min(s.backoff_base, 0.05) if stalled else 0.0
-            return
+            return delivered, retries, suspects
         if delivered or lost or halved or isolating:
             # Progress: the backend answers, a few events must go again (or a refused request
             # is being bisected to find the event it cannot take).
@@ -1039,7 +1201,7 @@ class Worker:
             )
             retry_after = s.max_retry_after
         delay = backoff_delay(attempt, s.backoff_base, s.backoff_cap, retry_after)
-        self._retry_at = time.monotonic() + delay
+        self._retry_at = self._probe_at = time.monotonic() + delay
         self.log.warning(
             "retry",
             "could not deliver %d event(s), retrying in %.2f s: %s",
@@ -1047,6 +1209,7 @@ class Worker:
             delay,
             self.last_error,
         )
+        return delivered, retries, suspects
 
     def _forget(self, seq: int) -> None:
         self._blame.pop(seq, None)

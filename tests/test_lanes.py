@@ -308,3 +308,104 @@ def test_lanes_are_filled_so_no_round_carries_only_leftovers():
     assert len(partial) <= 3, backend.batch_sizes
     assert backend.run_overlaps == 0
     assert in_order(backend.arrived)
+
+
+class PoisonBackend(SlowBackend):
+    """Refuses with a 500 every request that carries an event with ``n == -1`` (as Marquez
+    does with an event it cannot map); records, per request, when it came and how many
+    requests were in flight then."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.requests: list[tuple[float, int, bool]] = []  # (when, in flight, carries poison)
+
+    async def send(self, batch, deadline):
+        poison = any(orjson.loads(e.body)["n"] == -1 for e in batch)
+        with self.lock:
+            self.requests.append((time.monotonic(), self.in_flight + 1, poison))
+        if poison:
+            with self.lock:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(self.delay)
+                return [Outcome.retry("http_500", "cannot map this event")] * len(batch)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+        return await super().send(batch, deadline)
+
+
+def test_other_runs_keep_their_lanes_while_a_poison_event_is_isolated():
+    """A poison event is bisected out and counted while the other runs go on, several
+    requests at once: isolation holds back the poisoned run, not the backend."""
+    backend = PoisonBackend(delay=0.03)
+    outbox = Outbox(
+        backend,
+        max_batch_events=50,
+        max_events=50_000,
+        linger=0.01,
+        backoff_base=0.05,
+        backoff_cap=0.2,
+        poison_attempts=3,
+        max_concurrency=8,
+        close_at_exit=False,
+    )
+    poisoned = str(uuid.uuid4())
+    others = [str(uuid.uuid4()) for _ in range(2000)]
+    for i, run_id in enumerate(others):
+        if i == 100:
+            outbox.emit(run_event(run_id=poisoned, n=0))
+            outbox.emit(run_event(run_id=poisoned, n=-1))
+            outbox.emit(run_event(run_id=poisoned, n=2))
+        outbox.emit(run_event(run_id=run_id, n=0))
+    # More traffic keeps coming while the poison is isolated.
+    deadline = time.monotonic() + 30
+    while not backend.requests or not any(p for _, _, p in backend.requests):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for run_id in others:
+        outbox.emit(run_event(run_id=run_id, n=1))
+    report = outbox.close(60)
+    assert report.undelivered == {"poison": 1}
+    assert report.delivered == 2 * len(others) + 2
+    assert in_order(backend.arrived)
+    assert backend.run_overlaps == 0
+    poisoned_arrived = [e["n"] for e in backend.arrived if e["run"]["runId"] == poisoned]
+    assert poisoned_arrived == [0, 2]
+    # From the first refusal's answer to the last attempt with the poison event in it:
+    first_answer = min(t for t, _, p in backend.requests if p) + backend.delay
+    last = max(t for t, _, p in backend.requests if p)
+    during = [n for t, n, p in backend.requests if first_answer < t < last and not p]
+    assert during, "no other request was sent while the poison was being isolated"
+    assert max(during) >= 2  # other runs went several at a time meanwhile
+
+
+@pytest.mark.parametrize("where", ["_pack", "_serialize_taken"])
+def test_an_error_while_lanes_are_formed_loses_nothing(where):
+    """The worker's own bug while it forms a round (after taking events from the queue):
+    whatever it held goes back to the retry list and is delivered."""
+    backend = SlowBackend(delay=0.01)
+    outbox = Outbox(
+        backend, max_batch_events=50, linger=0.01, backoff_base=0.01, max_concurrency=8, close_at_exit=False
+    )
+    outbox.emit(run_event(n=0))
+    assert outbox.flush(5)
+    worker = outbox._sidecar.worker
+    original = getattr(worker, where)
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # not the first: by then lanes are being formed
+            raise RuntimeError("a bug")
+        return original(*args, **kwargs)
+
+    setattr(worker, where, failing)
+    emit_runs(outbox, runs=500, per_run=2)
+    assert outbox.flush(10)
+    report = outbox.close(5)
+    assert worker.errors == 1
+    assert report.delivered == 1001
+    assert not report.undelivered
+    assert in_order(backend.arrived)

@@ -97,11 +97,12 @@ class RequestPoisonBackend:
     """A backend in process that answers 500 to any request carrying an event of job POISON
     (as Marquez does to the whole request) and takes every other request."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.delivered: list[dict] = []
+        self.delay = delay
 
     async def send(self, batch, deadline):
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay)
         events = [orjson.loads(e.body) for e in batch]
         if any(e["job"]["name"] == "POISON" for e in events):
             return [Outcome.retry("http_500", "cannot map the event")] * len(batch)
@@ -133,13 +134,17 @@ def test_poison_isolation_for_random_runs_batches_and_timings(seed):
     runs, per_run = rng.randint(1, 60), rng.randint(1, 5)
     total = runs * per_run
     poison = set(rng.sample(range(total), rng.randint(1, min(4, total))))
-    backend = RequestPoisonBackend()
+    # Drawn apart, so the draws above stay what they were for each seed: a backend that
+    # answers at once or after a few milliseconds (then lanes form), and the lanes allowed.
+    lanes = random.Random(seed * 7 + 1)
+    backend = RequestPoisonBackend(delay=lanes.choice([0, 0, 0.002, 0.005]))
     outbox = Outbox(
         backend,
         max_batch_events=rng.choice([1, 2, 3, 4, 8, 16, 64, 1000]),
         linger=rng.choice([0, 0.001, 0.01]),
         backoff_base=0.005,
         backoff_cap=0.05,
+        max_concurrency=lanes.choice([1, 2, 8]),
         close_at_exit=False,
     )
     ids = [str(uuid.UUID(int=r + 1)) for r in range(runs)]
