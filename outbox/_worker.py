@@ -804,7 +804,9 @@ class Worker:
                 groups[key] = [item]
             else:
                 group.append(item)
-        most, limit = self._lane_most(), s.max_batch_bytes
+        # Spread evenly: a lane need not carry more than its share (where each request carries
+        # one event, a lane's events go a few at a time, so a full lane would be a long one).
+        most, limit = min(self._lane_most(), max(1, -(-len(window) // k))), s.max_batch_bytes
         lanes: list[list[_InFlight]] = []
         rest: list[_InFlight] = []
         lane: list[_InFlight] = []

@@ -409,3 +409,31 @@ def test_an_error_while_lanes_are_formed_loses_nothing(where):
     assert report.delivered == 1001
     assert not report.undelivered
     assert in_order(backend.arrived)
+
+
+class OneAtATimeBackend(SlowBackend):
+    """Where each request carries one event (single mode): a lane's events go
+    ``lane_events`` at a time, so a lane with many events is a long one."""
+
+    lane_events = 5
+
+    async def send(self, batch, deadline):
+        self.lane_sizes = [*getattr(self, "lane_sizes", []), len(batch)]
+        outcomes = []
+        for start in range(0, len(batch), self.lane_events):
+            outcomes += await super().send(batch[start : start + self.lane_events], deadline)
+        return outcomes
+
+
+def test_lanes_share_the_events_where_each_request_carries_one():
+    backend = OneAtATimeBackend(delay=0.02)
+    outbox = Outbox(backend, max_events=10_000, linger=0.01, max_concurrency=8, close_at_exit=False)
+    emit_runs(outbox, runs=400, per_run=2)
+    report = outbox.close(60)
+    assert report.delivered == 800
+    assert backend.most_in_flight >= 4  # several lanes, each with its few requests
+    # Each lane carries its share of what waits, not a whole batch's worth: 800 events in at
+    # most 8 lanes is at most 100 each.
+    assert max(backend.lane_sizes) <= 100, backend.lane_sizes
+    assert in_order(backend.arrived)
+    assert backend.run_overlaps == 0
