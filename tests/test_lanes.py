@@ -291,12 +291,24 @@ def test_an_event_emitted_while_idle_is_sent_within_the_linger_without_a_wake_up
 
 
 def test_lanes_are_filled_so_no_round_carries_only_leftovers():
-    """Runs are packed into lanes (a run whole in one lane), not spread by hash: every
-    request is full but the last ones, and a run never has two requests in flight."""
+    """Runs are packed into lanes (a run whole in one lane), not spread by hash: once the
+    lanes are all in use, every round but the last carries a full window (8 lanes of 100),
+    so no round is left to carry what did not fit; a run never has two requests in flight."""
     backend = SlowBackend(delay=0.05)
     outbox = Outbox(
         backend, max_batch_events=100, max_events=20_000, linger=0.01, max_concurrency=8, close_at_exit=False
     )
+    outbox.emit(run_event(n=0))
+    assert outbox.flush(5)
+    worker = outbox._sidecar.worker
+    rounds: list[list[int]] = []
+    send_lanes = worker._send_lanes
+
+    async def recording(lanes, *args):
+        rounds.append([len(lane) for lane in lanes])
+        await send_lanes(lanes, *args)
+
+    worker._send_lanes = recording
     ids = [str(uuid.uuid4()) for _ in range(3000)]
     for run_id in ids:  # runs of 1 to 3 events, emitted together
         for n in range(1 + hash(run_id) % 3):
@@ -304,8 +316,9 @@ def test_lanes_are_filled_so_no_round_carries_only_leftovers():
     total = outbox.stats().accepted
     report = outbox.close(60)
     assert report.delivered == total
-    partial = [size for size in backend.batch_sizes if size < 98]  # a run of 3 may not fit the end
-    assert len(partial) <= 3, backend.batch_sizes
+    full = [r for r in rounds if len(r) == 8]
+    assert len(full) >= 5, rounds
+    assert all(sum(r) >= 784 for r in full[:-1]), [r for r in rounds if len(r) == 8]
     assert backend.run_overlaps == 0
     assert in_order(backend.arrived)
 
