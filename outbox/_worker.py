@@ -760,13 +760,26 @@ class Worker:
         window of up to ``lanes`` batches' worth (this one, what is serialized, more from the
         queue) is split by run, each run's events into one lane in order, so a run never has
         two requests in flight.  What does not fit goes back, first in line."""
-        s = self.settings
         k = int(self._lane_count)
         if k <= 1:
             return [batch]
-        window = _merged(batch, self._ready)
+        window = self._fill(_merged(batch, self._ready), k)
+        # No more lanes than the window fills (a lane per batch's worth, the last one partly
+        # filled, or per a few events where each request carries one).
+        k = min(k, max(1, -(-len(window) // self._min_lane())))
+        lanes, rest = self._pack(window, k)
+        self._ready = sorted(rest, key=_SEQ)
+        self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
+        return lanes
+
+    def _fill(self, window: list[_InFlight], k: int, also: list[_InFlight] | None = None) -> list[_InFlight]:
+        """``window`` (what was serialized and waiting) topped up from the queue to ``k``
+        batches' worth, serialized.  Until the round takes over, it is held where _recover
+        finds it (with ``also``, the retry list's batch)."""
+        s = self.settings
         self._ready = []
-        self._sending = [window]
+        held = [also] if also is not None else []
+        self._sending = [window, *held]
         want = k * s.max_batch_events - len(window)
         if want > 0:
             buf = self.buffer
@@ -778,14 +791,8 @@ class Worker:
                 taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
             if taken:
                 window = _merged(window, self._serialize(taken, k))
-                self._sending = [window]
-        # No more lanes than the window fills (a lane per batch's worth, the last one partly
-        # filled, or per a few events where each request carries one).
-        k = min(k, max(1, -(-len(window) // self._min_lane())))
-        lanes, rest = self._pack(window, k)
-        self._ready = sorted(rest, key=_SEQ)
-        self._lanes_full = bool(rest) or len(window) >= int(self._lane_count) * self._min_lane()
-        return lanes
+                self._sending = [window, *held]
+        return window
 
     def _pack(self, window: list[_InFlight], k: int) -> tuple[list[list[_InFlight]], list[_InFlight]]:
         """At most ``k`` lanes from ``window``, and what did not fit."""
@@ -842,7 +849,6 @@ class Worker:
         """One round while the retry list is isolated: the retry list's next batch (when its
         backoff is over) as one lane, the other runs' events in the others.  A run with an
         event in the retry list is held back whole (its newer events join the retry list)."""
-        s = self.settings
         # Runs waiting in the retry list only because they were in line behind a refused
         # event (none of their events was refused) go back to the lanes, in order.
         suspects = {_order_key(item) for item in self._pending if item[0] in self._first_failure}
@@ -857,18 +863,7 @@ class Worker:
         self._ready = _merged(released, self._ready)
         probe = self._retry_batch() if self._pending and self._probe_due() else None
         k = max(1, int(self._lane_count) - (1 if probe else 0))
-        window, self._ready = self._ready, []
-        self._sending = [window, probe or []]  # held where _recover finds them
-        want = k * s.max_batch_events - len(window)
-        if want > 0:
-            buf = self.buffer
-            with buf.lock:
-                events = min(want, buf.max_events - buf.in_flight - s.max_batch_events)
-                size = min(k * s.max_batch_bytes, buf.max_bytes - buf.in_flight_bytes - s.max_batch_bytes)
-                taken = buf.take_locked(events, size) if buf.queue and events > 0 and size > 0 else []
-            if taken:
-                window = _merged(window, self._serialize(taken, k))
-                self._sending = [window, probe or []]
+        window = self._fill(self._ready, k, probe or [])
         blocked = {_order_key(item) for item in (*self._pending, *(probe or ()))}
         blocked.discard(None)
         go = [item for item in window if _order_key(item) not in blocked]

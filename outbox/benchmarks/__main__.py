@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import statistics
 import subprocess
 import sys
@@ -223,28 +222,11 @@ def bench_flood(n: int) -> dict[str, float]:
     return {"idle_mib": idle_kib / 1024, "flood_mib": flood_kib / 1024, "held_events": held}
 
 
-class SinkProcess:
+class SinkProcess(throughput.Server):
     """``outbox sink`` in a process of its own, so it does not compete with us for the GIL."""
 
     def __init__(self, *args: str) -> None:
-        self.args = args
-
-    def __enter__(self) -> str:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "outbox._cli", "sink", "--port", "0", "--quiet", *self.args],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        banner = self.process.stdout.readline()
-        match = re.search(r" on (http://\S+):\s", banner)
-        assert match, f"unexpected banner from outbox sink: {banner!r}"
-        self.url = match.group(1)
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(10)
+        super().__init__(*throughput.SINK, *args)
 
     def received(self) -> int:
         import httpx
