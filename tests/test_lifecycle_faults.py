@@ -414,7 +414,11 @@ def test_close_from_a_signal_handler_that_interrupts_emit_returns_at_once():
     assert not final.timed_out, final
     stats = outbox.stats()
     assert stats.offered == stats.delivered + stats.lost, stats
-    assert final.emitted == final.delivered + sum(final.undelivered.values()), final
+    # An emit the signal interrupted finishes after the close: refused as after_close, which
+    # is counted apart (not emitted while open, by CloseReport's definition).
+    refused = final.undelivered.get("after_close", 0)
+    assert final.emitted == final.delivered + sum(final.undelivered.values()) - refused, final
+    assert refused <= 1, final  # at most the one emit the signal interrupted
     print("ok", reports[0].pending, final)
     """
     result, _ = run_script(code, timeout=60)
