@@ -349,15 +349,23 @@ class Worker:
             # Pipelining: while this batch is on the wire, serialize the next full one.
             # It is sent only after this one settles, so order is kept.
             await asyncio.wait({sending}, timeout=_PREFETCH_AFTER)
-            if not sending.done():
-                self._prefetch()
-            while not sending.done():
-                # A slow backend: meanwhile, give the queued objects their exact sizes.
-                if self._serialize_ahead():
-                    await asyncio.sleep(0)
-                else:
-                    await asyncio.wait({sending}, timeout=_AHEAD_POLL)
+            # A bug of ours meanwhile must not cancel the round on the wire (what the backend
+            # took would be sent again and counted twice): settle the round, then raise it.
+            error: Exception | None = None
+            try:
+                if not sending.done():
+                    self._prefetch()
+                while not sending.done():
+                    # A slow backend: meanwhile, give the queued objects their exact sizes.
+                    if self._serialize_ahead():
+                        await asyncio.sleep(0)
+                    else:
+                        await asyncio.wait({sending}, timeout=_AHEAD_POLL)
+            except Exception as exc:
+                error = exc
             await sending
+            if error is not None:
+                raise error
         finally:
             if not sending.done():
                 sending.cancel()

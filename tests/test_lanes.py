@@ -450,3 +450,33 @@ def test_lanes_share_the_events_where_each_request_carries_one():
     assert max(backend.lane_sizes) <= 100, backend.lane_sizes
     assert in_order(backend.arrived)
     assert backend.run_overlaps == 0
+
+
+def test_an_error_while_a_round_is_on_the_wire_settles_that_round_first():
+    """A bug of ours while a round is on the wire (serializing the next one) must not cancel
+    the round: what the backend took would be sent again and counted twice."""
+    backend = SlowBackend(delay=0.05)
+    outbox = Outbox(
+        backend, max_batch_events=50, linger=0.01, backoff_base=0.01, max_concurrency=8, close_at_exit=False
+    )
+    outbox.emit(run_event(n=0))
+    assert outbox.flush(5)
+    worker = outbox._sidecar.worker
+    original = worker._prefetch
+    calls = []
+
+    def failing():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return original()
+
+    worker._prefetch = failing
+    emit_runs(outbox, runs=500, per_run=2)
+    assert outbox.flush(10)
+    report = outbox.close(5)
+    assert calls
+    assert worker.errors == 1
+    assert report.delivered == 1001 == len(backend.arrived)
+    assert not report.undelivered
+    assert in_order(backend.arrived)
