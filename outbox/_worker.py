@@ -58,6 +58,8 @@ _BUSY_SHARE = 0.5
 # Answers that say the backend is overloaded: fewer lanes.
 _OVERLOAD = frozenset({"http_429", "http_503", "timeout", "network"})
 _AHEAD_POLL = 0.05
+# How long a round cut by the close deadline gets to settle the lanes that did answer.
+_SETTLE_CANCELLED = 0.05
 # Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
 _MAX_EXPONENT = 62
 
@@ -369,6 +371,9 @@ class Worker:
         finally:
             if not sending.done():
                 sending.cancel()
+                # Let it settle what did answer before whoever cancelled us counts the rest (a
+                # transport that swallows the cancellation gets a moment, not close's grace).
+                await asyncio.wait({sending}, timeout=_SETTLE_CANCELLED)
         self._log_drops()
 
     def _prefetch(self) -> None:
@@ -913,7 +918,16 @@ class Worker:
         answered, then adapt the number of lanes: one more while every lane was full and the
         latency holds, half as many after a 429, a 503 or a timeout (AIMD, as Vector's
         adaptive request concurrency)."""
-        answers = await asyncio.gather(*(self._attempt(lane) for lane in lanes))
+        attempts = [asyncio.ensure_future(self._attempt(lane)) for lane in lanes]
+        try:
+            answers = await asyncio.gather(*attempts)
+        except asyncio.CancelledError:
+            # The close deadline cut the round: what the lanes that did answer delivered is
+            # delivered (the rest is counted at shutdown), not lost with the others.
+            for lane, attempt in zip(lanes, attempts, strict=True):
+                if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
+                    self._apply(lane, *attempt.result(), bisecting=False)
+            raise
         overloaded = False
         slowest = 0.0
         # Deliveries first, so a lane that must be bisected has the last word on the split.

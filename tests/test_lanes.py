@@ -2,6 +2,7 @@
 never in two requests at once, fewer lanes when the backend says it is overloaded."""
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -12,8 +13,9 @@ import orjson
 import pytest
 
 from outbox import Outbox, Outcome
+from outbox._worker import CLOSE_GRACE
 
-from helpers import run_event
+from helpers import run_event, wait_until
 
 
 class SlowBackend:
@@ -268,6 +270,66 @@ def test_close_drains_every_lane_by_its_deadline():
     assert report.delivered > 0
     assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 10_000
     assert backend.most_in_flight >= 2
+
+
+class OneLaneAnswers(SlowBackend):
+    """The first request is answered at once; every later one hangs past any deadline (a
+    transport that does not honour it), so the close deadline cuts a round in mid-air."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.0)
+        self.calls = 0
+
+    async def send(self, batch, deadline):
+        self.calls += 1
+        if self.calls > 1:
+            await asyncio.sleep(3600)
+        return await super().send(batch, deadline)
+
+
+def test_a_close_deadline_that_cuts_a_round_counts_the_lanes_that_did_answer():
+    # Lanes answer one by one; the round settles when all have.  A deadline that falls between
+    # must count what the backend did take as delivered, not as dropped at shutdown.
+    backend = OneLaneAnswers()
+    outbox = Outbox(
+        backend, max_batch_events=50, max_events=50_000, linger=0.01, max_concurrency=8, close_at_exit=False
+    )
+    emit_runs(outbox, runs=1000, per_run=1)
+    assert wait_until(lambda: backend.calls >= 2, 5)
+    report = outbox.close(0.5)
+    assert len(backend.arrived) > 0
+    assert report.delivered == len(backend.arrived)
+    assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 1000
+
+
+class SwallowsCancellation(SlowBackend):
+    """A transport that ignores cancellation and the deadline: it answers after a minute."""
+
+    async def send(self, batch, deadline):
+        until = time.monotonic() + 60
+        while time.monotonic() < until:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(until - time.monotonic())
+        return [Outcome.delivered()] * len(batch)
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 8])
+def test_close_returns_by_its_deadline_when_the_transport_swallows_cancellation(max_concurrency):
+    backend = SwallowsCancellation(delay=0)
+    outbox = Outbox(
+        backend,
+        max_batch_events=50,
+        max_events=50_000,
+        linger=0.01,
+        max_concurrency=max_concurrency,
+        close_at_exit=False,
+    )
+    emit_runs(outbox, runs=1000, per_run=1)
+    started = time.monotonic()
+    report = outbox.close(0.5)
+    assert time.monotonic() - started <= 0.5 + CLOSE_GRACE
+    assert report.delivered == 0
+    assert report.undelivered == {"dropped_shutdown": 1000}
 
 
 def test_an_event_emitted_while_idle_is_sent_within_the_linger_without_a_wake_up():
