@@ -115,7 +115,7 @@ def platform_environment(environ: Mapping[str, str] | None = None) -> Iterator[A
     if any(os.environ.get(name) for name in BACKEND_VARIABLES):
         yield None
         return
-    from outbox.sink import Sink
+    from outbox.tools.sink import Sink
 
     with Sink(echo=True) as sink:
         os.environ["OPENLINEAGE_URL"] = sink.url

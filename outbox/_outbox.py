@@ -339,6 +339,23 @@ class Outbox:
         """
         return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
 
+    def _effective_settings(self) -> dict[str, Any]:
+        """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
+        limits, s = self._limits, self._settings
+        return {
+            "max_events": limits.max_events,
+            "max_bytes": limits.max_bytes,
+            "policy": limits.policy.value,
+            "block_timeout": limits.block_timeout,
+            "max_batch_events": s.max_batch_events,
+            "max_batch_bytes": s.max_batch_bytes,
+            "linger": s.linger,
+            "max_concurrency": s.max_concurrency,
+            "send_timeout": s.send_timeout,
+            "shutdown_timeout": self._shutdown_timeout,
+            "dead_letter": self._dead_letter.path if self._dead_letter is not None else None,
+        }
+
     @classmethod
     def _from_environment(
         cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool

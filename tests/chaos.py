@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from outbox import Outbox
-from outbox.faultproxy import FaultProxy
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.faultproxy import FaultProxy
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from helpers import run_event

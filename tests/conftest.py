@@ -17,7 +17,7 @@ def kafka_bootstrap():
     if external:
         yield external
         return
-    from outbox.broker import EmbeddedBroker
+    from outbox.tools.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap_servers

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from helpers import run_event, run_script, wait_until

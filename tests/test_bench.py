@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from outbox.bench import Result, percentile, run_child, summarize
-from outbox.faultproxy import FaultProxy
-from outbox.sink import Sink
+from outbox.tools.bench import Result, percentile, run_child, summarize
+from outbox.tools.faultproxy import FaultProxy
+from outbox.tools.sink import Sink
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,17 @@ def test_quick_run(tmp_path):
     out = tmp_path / "bench.json"
     picture = tmp_path / "bench.png"
     result = subprocess.run(
-        [sys.executable, "-m", "outbox._cli", "bench", "--quick", "--json", str(out), "--plot", str(picture)],
+        [
+            sys.executable,
+            "-m",
+            "outbox.tools.cli",
+            "bench",
+            "--quick",
+            "--json",
+            str(out),
+            "--plot",
+            str(picture),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,10 +1,10 @@
-"""``python -m outbox.benchmarks`` runs: each section's measure on a small scale, with what it
+"""``python -m outbox.tools.benchmarks`` runs: each section's measure on a small scale, with what it
 counts checked (no timing is asserted: this machine is shared)."""
 
 import httpx
 
-from outbox.benchmarks import throughput
-from outbox.benchmarks.__main__ import SECTIONS, main
+from outbox.tools.benchmarks import throughput
+from outbox.tools.benchmarks.__main__ import SECTIONS, main
 
 
 def test_every_section_has_a_command_line_name():

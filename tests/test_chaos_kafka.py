@@ -24,8 +24,8 @@ from collections import defaultdict
 import pytest
 
 from outbox import Outbox
-from outbox.broker import EmbeddedBroker
-from outbox.faultproxy import FaultProxy, free_port
+from outbox.tools.broker import EmbeddedBroker
+from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.transports import KafkaTransport
 
 from helpers import run_event

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.faultproxy import free_port
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.faultproxy import free_port
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport
 
 from helpers import run_event, wait_until

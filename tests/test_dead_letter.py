@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from helpers import run_event
@@ -70,7 +70,7 @@ def test_outbox_replay_sends_a_dead_letter_file_again(tmp_path):
         env = {**os.environ, "OPENLINEAGE_URL": fixed.url}
         env.pop("OUTBOX_DEAD_LETTER", None)
         result = subprocess.run(
-            [sys.executable, "-m", "outbox._cli", "replay", str(path), "--timeout", "10"],
+            [sys.executable, "-m", "outbox.tools.cli", "replay", str(path), "--timeout", "10"],
             capture_output=True,
             text=True,
             env=env,

@@ -10,8 +10,8 @@ import time
 
 import orjson
 
-from outbox.forward import Forwarder
-from outbox.sink import Sink
+from outbox.tools.forward import Forwarder
+from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from helpers import run_event, wait_until
@@ -141,7 +141,7 @@ def start_cli(kafka_bootstrap, topic, url, group, session_timeout):
         [
             sys.executable,
             "-m",
-            "outbox._cli",
+            "outbox.tools.cli",
             "forward",
             "--bootstrap-servers",
             kafka_bootstrap,

@@ -14,8 +14,8 @@ import pytest
 
 import outbox
 from function.__main__ import expected, simulate
-from outbox.faultproxy import free_port
-from outbox.sink import Sink
+from outbox.tools.faultproxy import free_port
+from outbox.tools.sink import Sink
 
 import spec
 from helpers import wait_until
@@ -119,7 +119,7 @@ def test_lineage_outputs_name_the_datasets_each_run_writes(clean_env):
 def test_the_function_reaches_datahub_with_the_readme_settings(clean_env):
     """Released DataHub: one route, and 500 to events that name no orchestrator; the function's
     processing_engine facet names one."""
-    from outbox.sink import SinkBehaviour
+    from outbox.tools.sink import SinkBehaviour
 
     with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
         clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "http")
@@ -244,7 +244,7 @@ def test_the_openmetadata_pipeline_file_delivers_events_with_outputs(clean_env):
     is delivered, and the COMPLETE carries the output OpenMetadata needs to draw an edge."""
     import yaml
 
-    from outbox.sink import SinkBehaviour
+    from outbox.tools.sink import SinkBehaviour
 
     pipeline = yaml.safe_load((ROOT / "function" / "lineage-demo-openmetadata.yaml").read_text())
     variables = pipeline["manifest"]["function_deployments"][0]["config"]["environment_variables"]

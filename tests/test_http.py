@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from outbox import Outbox
-from outbox.faultproxy import FaultProxy, free_port
-from outbox.sink import Sink
+from outbox.tools.faultproxy import FaultProxy, free_port
+from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 from outbox.transports.http import parse_retry_after, redact_url
 

@@ -268,7 +268,7 @@ def test_jwt_and_oauth2_through_openlineage_pythons_token_providers(auth, field)
     (never on the caller's thread) and cached by it: one token request for many events."""
     import json
 
-    from outbox.sink import Sink, SinkBehaviour
+    from outbox.tools.sink import Sink, SinkBehaviour
 
     endpoint = TokenEndpoint(field, "short-lived-token")
     with Sink(behaviour=SinkBehaviour(api_key="short-lived-token")) as sink:
@@ -293,7 +293,7 @@ def test_jwt_and_oauth2_through_openlineage_pythons_token_providers(auth, field)
 
 
 def test_custom_headers_override_the_auth_header_as_in_openlineage_python():
-    from outbox.sink import Sink
+    from outbox.tools.sink import Sink
 
     with Sink() as sink:
         transport = HttpTransport(

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.broker import EmbeddedBroker
+from outbox.tools.broker import EmbeddedBroker
 from outbox.transports import KafkaTransport
 from outbox.transports.kafka import producer_settings
 

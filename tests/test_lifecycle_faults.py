@@ -17,8 +17,8 @@ import pytest
 
 from outbox import Outbox, Outcome, OutcomeKind
 from outbox._worker import backoff_delay
-from outbox.faultproxy import FaultProxy, free_port
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.faultproxy import FaultProxy, free_port
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport
 
 from helpers import ScriptedTransport, run_event, run_script, wait_until

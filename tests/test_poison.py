@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from outbox import Outbox, Outcome
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from helpers import run_event, wait_until

@@ -79,7 +79,16 @@ def test_run_helpers_example(tmp_path):
 
 def test_outbox_demo_command_runs(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "outbox._cli", "demo", "--runs", "3", "--file", str(tmp_path / "d.jsonl")],
+        [
+            sys.executable,
+            "-m",
+            "outbox.tools.cli",
+            "demo",
+            "--runs",
+            "3",
+            "--file",
+            str(tmp_path / "d.jsonl"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

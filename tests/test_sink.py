@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from outbox.sink import Sink, validate_event
+from outbox.tools.sink import Sink, validate_event
 
 from helpers import run_event
 
@@ -82,7 +82,7 @@ def test_endpoints_store_list_and_clear(tmp_path):
 
 def test_the_sink_command_prints_a_line_per_event(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "outbox._cli", "sink", "--port", "0"],
+        [sys.executable, "-m", "outbox.tools.cli", "sink", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -120,7 +120,7 @@ def test_fast_and_full_validation_agree():
             "job": {"namespace": "n", "name": "j"},
         },
     ]
-    from outbox.sink import _plainly_valid
+    from outbox.tools.sink import _plainly_valid
 
     for event in cases:
         full = validate_event(event)
@@ -133,7 +133,7 @@ def test_fast_and_full_validation_agree():
 
 
 def test_the_datahub_flavour_has_one_route_and_needs_an_orchestrator():
-    from outbox.sink import SinkBehaviour
+    from outbox.tools.sink import SinkBehaviour
 
     plain = run_event()  # producer https://example.com/tests, no processing_engine facet
     engine = run_event()
@@ -161,7 +161,7 @@ def test_the_datahub_flavour_has_one_route_and_needs_an_orchestrator():
 
 @pytest.mark.parametrize("all_failed_status", [200, 400])
 def test_the_openmetadata_flavour_answers_as_released_2_0_7_or_newer(all_failed_status):
-    from outbox.sink import SinkBehaviour
+    from outbox.tools.sink import SinkBehaviour
 
     behaviour = SinkBehaviour(flavor="openmetadata", openmetadata_all_failed_status=all_failed_status)
     complete = {**run_event(state="COMPLETE"), "inputs": [{"namespace": "s3://b", "name": "k"}]}

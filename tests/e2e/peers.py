@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from outbox.broker import start_server, stop_process
+from outbox.tools.broker import start_server, stop_process
 
 KAFKA_VERSION = "4.4.0"
 CACHE = Path(os.environ.get("OUTBOX_PEERS_CACHE", Path.home() / ".cache" / "lineage-outbox"))

@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from outbox import Outbox
-from outbox.forward import Forwarder
-from outbox.sink import Sink
+from outbox.tools.forward import Forwarder
+from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport, KafkaTransport
 
 from helpers import TimedEmitter, run_event, wait_until

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from outbox import LineageJob, Outbox, s3_dataset
-from outbox.forward import Forwarder
-from outbox.sink import Sink, SinkBehaviour
+from outbox.tools.forward import Forwarder
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from helpers import run_event, wait_until
@@ -362,3 +362,19 @@ def test_the_marquez_flavour_of_outbox_sink_answers_as_marquez_does(marquez):
             elif real.status_code == 500:
                 assert real.json()["code"] == ours.json()["code"] == 400, name
     assert not differences, "\n".join(differences)
+
+
+def test_outbox_check_passes_against_marquez_and_writes_nothing(marquez):
+    # The answer check's empty event is one of probe_requests() ("empty object"): 422 there too.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.tools.cli", "check"],
+        env={**clean, "OPENLINEAGE_URL": marquez.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = next(line for line in done.stdout.splitlines() if line.split()[1:2] == ["answer"])
+    assert answer.startswith("ok")
+    assert ": 422," in answer

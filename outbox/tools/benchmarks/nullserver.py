@@ -1,4 +1,4 @@
-"""A lineage backend that does no work: ``python -m outbox.benchmarks.nullserver``.
+"""A lineage backend that does no work: ``python -m outbox.tools.benchmarks.nullserver``.
 
 It reads each HTTP/1.1 request (headers and body) and answers ``200`` at once, without
 parsing the body, so what a client achieves against it is the client's own cost.  It

@@ -1,4 +1,4 @@
-"""``python -m outbox.benchmarks``: what emitting costs the caller, measured here and now.
+"""``python -m outbox.tools.benchmarks``: what emitting costs the caller, measured here and now.
 
 Prints:
   * emit latency per event (p50, p99, p99.9, max) with the sidecar idle, and while it
@@ -35,7 +35,7 @@ from openlineage.client.serde import Serde
 
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox._serde import serialize
-from outbox.benchmarks import throughput
+from outbox.tools.benchmarks import throughput
 from outbox.transports import DELIVERED
 
 PRODUCER = "https://example.com/lineage-outbox/benchmarks"
@@ -190,7 +190,7 @@ def bench_serializer(n: int) -> dict[str, float]:
 _FLOOD = """
 import resource, sys
 from outbox import Outbox
-from outbox.benchmarks.__main__ import DeadTransport, sample_event
+from outbox.tools.benchmarks.__main__ import DeadTransport, sample_event
 n = int(sys.argv[1])
 outbox = Outbox(DeadTransport(), backoff_base=0.01, backoff_cap=0.1, close_at_exit=False)
 event = sample_event()
@@ -403,7 +403,7 @@ def bench_lanes(mode: str, runs: int, delay: float, max_concurrency: int) -> dic
 
 def bench_kafka(n: int, emits: int) -> dict[str, Any]:
     """Events/s to the embedded broker, and emit latency with the broker healthy and down."""
-    from outbox.broker import EmbeddedBroker
+    from outbox.tools.broker import EmbeddedBroker
     from outbox.transports import KafkaTransport
 
     event = sample_event(RunState.COMPLETE)
@@ -486,7 +486,9 @@ SECTIONS: dict[str, Callable[[], Any]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m outbox.benchmarks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m outbox.tools.benchmarks", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--events", type=int, default=200_000, help="emits per latency measurement")
     parser.add_argument(
         "--slow-delay", type=float, default=0.005, help="seconds the slow transport takes per batch"

@@ -64,8 +64,8 @@ class Server:
         self.process.wait(10)
 
 
-NULL_SERVER = ("-m", "outbox.benchmarks.nullserver")
-SINK = ("-m", "outbox._cli", "sink", "--port", "0", "--quiet")
+NULL_SERVER = ("-m", "outbox.tools.benchmarks.nullserver")
+SINK = ("-m", "outbox.tools.cli", "sink", "--port", "0", "--quiet")
 
 
 def _emit_runs(outbox: Outbox, job: LineageJob, runs: int) -> None:
@@ -292,7 +292,7 @@ def bench_kafka_vs_raw(n: int) -> dict[str, Any]:
     """Events/s: the outbox's Kafka transport against the raw aiokafka producer with the same
     records (the outbox's own serialized events and keys), to the same broker, in one run."""
     from outbox._serde import serialize
-    from outbox.broker import EmbeddedBroker
+    from outbox.tools.broker import EmbeddedBroker
     from outbox.transports import KafkaTransport
 
     job = _job()

@@ -27,10 +27,10 @@ from typing import Any
 
 import orjson
 
-from ._log import logger
-from ._serde import SerializedEvent, serialize
-from .transports._base import OutcomeKind, Transport
-from .transports.kafka import producer_settings
+from .._log import logger
+from .._serde import SerializedEvent, serialize
+from ..transports._base import OutcomeKind, Transport
+from ..transports.kafka import producer_settings
 
 __all__ = ["ForwardStats", "Forwarder"]
 

@@ -107,7 +107,7 @@ class _SinkProcess:
         import re
 
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "outbox._cli", "sink", "--port", "0", "--quiet", *args],
+            [sys.executable, "-m", "outbox.tools.cli", "sink", "--port", "0", "--quiet", *args],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -211,7 +211,7 @@ def _count_topic(bootstrap: str, topic: str, expected: int, timeout: float = 10.
 def run_child(spec: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any] | str]:
     """("ok", figures) or ("blocked"/"failed", why)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "outbox._bench_child", json.dumps(spec)],
+        [sys.executable, "-m", "outbox.tools._bench_child", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

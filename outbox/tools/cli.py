@@ -19,8 +19,8 @@ __all__ = ["main"]
 def _demo(args: argparse.Namespace) -> int:
     from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
 
-    from . import Outbox
-    from .transports import FileTransport
+    from .. import Outbox
+    from ..transports import FileTransport
 
     path = Path(args.file) if args.file else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
     job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn")
@@ -92,9 +92,9 @@ def _forward(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from ._errors import ConfigError
+    from .._errors import ConfigError
+    from ..transports import HttpTransport
     from .forward import Forwarder
-    from .transports import HttpTransport
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")
     if not url:
@@ -142,9 +142,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser: outbox bench --help
         return _bench_passthrough(argv[1:])
-    parser = argparse.ArgumentParser(prog="outbox", description="lineage-outbox tools")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="emit a few runs through the outbox into a JSON-lines file")
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="outbox",
+        description="lineage-outbox's tools. Each command has its own --help.",
+        epilog="The library itself is the Python package outbox: see README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"outbox (lineage-outbox) {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="check this environment's lineage configuration and reach its backend once",
+        description="Resolves the configuration as Outbox.from_env() does (OPENLINEAGE_URL, "
+        "OPENLINEAGE__TRANSPORT__*, openlineage.yml, OUTBOX_*), prints the transport and the settings "
+        "with secrets redacted, then reaches the backend without writing lineage: HTTP, a connection, "
+        "TLS and the endpoint's answer to an empty event; Kafka, the brokers' metadata and the topic. "
+        "One line per check; exits 0 when all pass, 1 otherwise.",
+    )
+    check.add_argument("--timeout", type=float, default=5.0, help="seconds each check may take (default 5)")
+    check.set_defaults(func=_check)
+    demo = commands.add_parser(
+        "demo",
+        help="emit a few runs through the outbox into a JSON-lines file, and show what it cost",
+        description="Emits START and COMPLETE for a few runs through an Outbox with the file "
+        "transport, closes it, and prints emit()'s cost, the close report and the first event.",
+    )
     demo.add_argument("--runs", type=int, default=3, help="runs to emit (START and COMPLETE each)")
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
@@ -191,11 +214,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     fwd.add_argument(
         "--endpoint", default="api/v1/lineage", help="single-event path (default api/v1/lineage)"
     )
-    fwd.add_argument("--batch-endpoint", default="api/v1/lineage/batch", help="batch path")
+    fwd.add_argument(
+        "--batch-endpoint", default="api/v1/lineage/batch", help="batch path (default api/v1/lineage/batch)"
+    )
     fwd.add_argument(
         "--mode", choices=["auto", "batch", "single"], default="auto", help="HTTP mode (default auto)"
     )
-    fwd.add_argument("--batch-format", choices=["array", "openmetadata"], default="array")
+    fwd.add_argument(
+        "--batch-format",
+        choices=["array", "openmetadata"],
+        default="array",
+        help="batch body: the spec's JSON array (default), or OpenMetadata's {\"events\": [...]}",
+    )
     fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
     fwd.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
     fwd.add_argument(
@@ -222,6 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=30.0, help="seconds to deliver everything at the end (default 30)"
     )
     replay.set_defaults(func=_replay)
+    # Listed in --help; parsed by its own parser (outbox bench --help), above.
+    commands.add_parser(
+        "bench",
+        help="load-test what lineage costs a handler, side by side with openlineage-python",
+        add_help=False,
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     code: int = args.func(args)
@@ -229,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from . import ConfigError, Outbox
-    from ._deadletter import read_events
+    from .. import ConfigError, Outbox
+    from .._deadletter import read_events
 
     try:
         # Not into the same file: what fails again must not be appended to what is being read.
@@ -250,6 +286,14 @@ def _replay(args: argparse.Namespace) -> int:
     lost = dict(report.undelivered) or "none"
     print(f"replayed {report.emitted} events: delivered {report.delivered}, lost {lost}")
     return 0 if report.complete else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    import os
+
+    from .check import run
+
+    return run(os.environ, timeout=args.timeout)
 
 
 def _bench_passthrough(argv: Sequence[str]) -> int:
