@@ -11,6 +11,7 @@ the lineage backend.
 from ._bridge import OutboxTransport
 from ._buffer import Policy, Reason
 from ._errors import ConfigError, OutboxError
+from ._event import Event
 from ._outbox import Outbox
 from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from ._stats import CloseReport, Stats
@@ -20,6 +21,7 @@ __all__ = [
     "CloseReport",
     "ConfigError",
     "DatasetRef",
+    "Event",
     "LineageJob",
     "Outbox",
     "OutboxError",

@@ -7,22 +7,21 @@ import contextlib
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 from ._buffer import Buffer, Policy, Reason
 from ._deadletter import DeadLetter
 from ._errors import ConfigError
+from ._event import EVENT_CLASSES, SAMPLE_EVERY, TEXT_CLASSES, Event, admit, measure, sized
+from ._lifecycle import INHERITED, track
 from ._log import logger
 from ._metrics import Metrics
-from ._metrics import forget_after_fork as metrics_after_fork
-from ._run import LineageJob, Run, RunRecord
-from ._serde import serialize
-from ._sidecar import Sidecar, State, forget_after_fork
+from ._run import LineageJob, Run
+from ._settings import Limits, check_number, validate_one
+from ._sidecar import Sidecar, State
 from ._stats import CloseReport, Stats
 from ._worker import WorkerSettings
 from .transports._base import Transport
@@ -31,124 +30,6 @@ __all__ = ["Outbox"]
 
 MiB = 1024 * 1024
 _INF = float("inf")
-
-# Classes emit() has already accepted, for an O(1) check on the hot path.
-_EVENT_CLASSES: set[type] = {dict, RunRecord}
-# Classes sized by their length (str, bytes and their subclasses, once seen).
-_TEXT_CLASSES: set[type] = {str, bytes, bytearray}
-_event_bases: tuple[type, ...] | None = None
-
-
-def _openlineage_event_bases() -> tuple[type, ...]:
-    global _event_bases
-    if _event_bases is None:
-        from openlineage.client import event_v2
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from openlineage.client import run as legacy
-
-        _event_bases = (event_v2.BaseEvent, legacy.RunEvent, legacy.DatasetEvent, legacy.JobEvent)
-    return _event_bases
-
-
-def _admit(event: Any) -> None:
-    """The slow path of emit's type check: accept and remember the class, or raise."""
-    cls = event.__class__
-    if isinstance(event, (str, bytes, bytearray)):
-        _TEXT_CLASSES.add(cls)  # sized by its length, as str and bytes are
-        return
-    if isinstance(event, (dict, _openlineage_event_bases())):
-        _EVENT_CLASSES.add(cls)
-        return
-    raise TypeError(
-        f"emit() takes an OpenLineage event (an openlineage-python RunEvent, DatasetEvent or JobEvent, "
-        f"a dict, or JSON as str/bytes), not {cls.__module__}.{cls.__qualname__}"
-    )
-
-
-def _sized(buf: Buffer, event: Any) -> tuple[Any, int]:
-    """The event as it will be queued, and the bytes it counts for: what ``emit`` does inline
-    on its hot path, for ``emit_async``.
-
-    Raises:
-        TypeError: ``event`` is not an event at all.
-    """
-    cls = event.__class__
-    if cls in _TEXT_CLASSES:
-        return event, len(event)
-    if cls not in _EVENT_CLASSES:
-        _admit(event)
-        if cls in _TEXT_CLASSES:
-            return event, len(event)
-    if not buf.measured or (not buf.emitted & (_SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above):
-        return _measure(buf, event)
-    return event, buf.estimate
-
-
-# While the sidecar is behind, emit measures one object event in this many (a power of two).
-_SAMPLE_EVERY = 128
-
-
-def _measure(buf: Buffer, event: Any) -> tuple[Any, int]:
-    """Serialize an object event in ``emit``: the first one, and a sample while the sidecar
-    is behind.
-
-    Objects are counted by a running estimate that the sidecar learns by serializing them.
-    Before it has measured one, the estimate is a guess, and a burst emitted while the
-    sidecar's thread is still starting (its HTTP client loads certificates: tens of
-    milliseconds) was held at that guess: 100 KB dicts grew the process by up to 358 MiB with
-    ``max_bytes`` 64 MiB.  Later, when events grow (small ones, then large), a sidecar that
-    is behind learns it late: 272 MiB.  Serializing the first event here, and one in
-    ``_SAMPLE_EVERY`` while more than a batch waits, bounds what is held at a short estimate;
-    the serialized event is queued as such (no work is done twice).  An event that cannot
-    be serialized is left for the worker to count."""
-    try:
-        ser = serialize(event)
-    except Exception:
-        return event, buf.estimate
-    size = len(ser.body)
-    with buf.lock:
-        buf.learn_locked(size)
-    return ser, size
-
-
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    max_events: int
-    max_bytes: int
-    policy: Policy
-    block_timeout: float
-
-
-# Every outbox of this process, for the fork hook (weak: it keeps none alive).
-_ALL: weakref.WeakSet[Outbox] = weakref.WeakSet()
-# What forked children inherited from their parent and must never touch nor collect: an
-# inherited event loop shares its epoll instance with the parent's (closing it would
-# unregister the parent's sockets), an inherited client its connections.
-_INHERITED: list[Any] = []
-
-
-def _after_fork_in_child() -> None:
-    metrics_after_fork()
-    _INHERITED.extend(forget_after_fork())
-    for outbox in list(_ALL):
-        outbox._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _check_number(
-    name: str, value: Any, *, minimum: float, integer: bool = False, above: bool = False
-) -> Any:
-    kind = "an integer" if integer else "a number"
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type:
-        raise ConfigError(f"{name}={value!r} is not {kind}; pass {kind} {'>' if above else '>='} {minimum}")
-    if value < minimum or (above and value == minimum):
-        raise ConfigError(f"{name}={value!r} is out of range; pass {kind} {'>' if above else '>='} {minimum}")
-    return value
 
 
 class Outbox:
@@ -246,25 +127,25 @@ class Outbox:
         except ValueError:
             accepted = ", ".join(repr(p.value) for p in Policy)
             raise ConfigError(f"policy={policy!r} is not a policy; pass one of {accepted}") from None
-        _check_number("max_events", max_events, minimum=1, integer=True)
-        _check_number("max_bytes", max_bytes, minimum=1, integer=True)
+        check_number("max_events", max_events, minimum=1, integer=True)
+        check_number("max_bytes", max_bytes, minimum=1, integer=True)
         if max_batch_events is None:
             max_batch_events = min(1000, max_events)
         if max_batch_bytes is None:
             max_batch_bytes = min(1 * MiB, max_bytes)
-        _check_number("block_timeout", block_timeout, minimum=0)
-        _check_number("max_batch_events", max_batch_events, minimum=1, integer=True)
-        _check_number("max_batch_bytes", max_batch_bytes, minimum=1, integer=True)
-        _check_number("linger", linger, minimum=0)
-        _check_number("shutdown_timeout", shutdown_timeout, minimum=0)
-        _check_number("send_timeout", send_timeout, minimum=0, above=True)
-        _check_number("backoff_base", backoff_base, minimum=0)
-        _check_number("backoff_cap", backoff_cap, minimum=0)
-        _check_number("max_retry_after", max_retry_after, minimum=0)
-        _check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
-        _check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
-        _check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
-        _check_number("log_interval", log_interval, minimum=0)
+        check_number("block_timeout", block_timeout, minimum=0)
+        check_number("max_batch_events", max_batch_events, minimum=1, integer=True)
+        check_number("max_batch_bytes", max_batch_bytes, minimum=1, integer=True)
+        check_number("linger", linger, minimum=0)
+        check_number("shutdown_timeout", shutdown_timeout, minimum=0)
+        check_number("send_timeout", send_timeout, minimum=0, above=True)
+        check_number("backoff_base", backoff_base, minimum=0)
+        check_number("backoff_cap", backoff_cap, minimum=0)
+        check_number("max_retry_after", max_retry_after, minimum=0)
+        check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
+        check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
+        check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
+        check_number("log_interval", log_interval, minimum=0)
         if max_batch_events > max_events:
             raise ConfigError(
                 f"max_batch_events={max_batch_events} exceeds max_events={max_events}; "
@@ -305,9 +186,9 @@ class Outbox:
             poison_attempts=poison_attempts,
             max_concurrency=max_concurrency,
         )
-        self._limits = _Limits(max_events, max_bytes, policy, float(block_timeout))
+        self._limits = Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
-        _ALL.add(self)
+        track(self)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -368,7 +249,7 @@ class Outbox:
             if keyword in overrides:
                 continue
             try:
-                cls._validate_one(keyword, settings[keyword])
+                validate_one(keyword, settings[keyword])
             except ConfigError as exc:
                 raise ConfigError(f"{var}: {exc}") from None
         settings.update(overrides)
@@ -380,31 +261,6 @@ class Outbox:
                 outbox._buffer.refusal = Reason.DISABLED
             return outbox
         return cls(transport_from_config(resolved), **settings)
-
-    @staticmethod
-    def _validate_one(keyword: str, value: Any) -> None:
-        if keyword == "policy":
-            try:
-                Policy(value)
-            except ValueError:
-                accepted = ", ".join(p.value for p in Policy)
-                raise ConfigError(f"{value!r} is not a policy; use one of {accepted}") from None
-            return
-        integers = {
-            "max_events",
-            "max_bytes",
-            "max_batch_events",
-            "max_batch_bytes",
-            "circuit_threshold",
-            "poison_attempts",
-            "max_concurrency",
-        }
-        if keyword in integers:
-            _check_number(keyword, value, minimum=1, integer=True)
-        elif keyword == "send_timeout":
-            _check_number(keyword, value, minimum=0, above=True)
-        elif keyword not in ("name", "close_at_exit", "dead_letter"):
-            _check_number(keyword, value, minimum=0)
 
     def _init_runtime(self) -> None:
         """(Re)build everything that belongs to one process: buffer, sidecar, state."""
@@ -435,7 +291,7 @@ class Outbox:
 
     # -- the hot path -----------------------------------------------------------------------
 
-    def emit(self, event: Any) -> bool:
+    def emit(self, event: Event) -> bool:
         """Hand one event to the outbox; never waits on, or fails because of, the backend.
 
         Args:
@@ -452,17 +308,17 @@ class Outbox:
         """
         cls = event.__class__
         buf = self._buffer
-        if cls in _TEXT_CLASSES:
-            nbytes = len(event)
-        elif cls in _EVENT_CLASSES:
+        if cls in TEXT_CLASSES:
+            nbytes = len(event)  # type: ignore[arg-type]  # str, bytes and their subclasses
+        elif cls in EVENT_CLASSES:
             nbytes = buf.estimate
         else:
-            _admit(event)
-            nbytes = len(event) if cls in _TEXT_CLASSES else buf.estimate
-        if cls not in _TEXT_CLASSES and (
-            not buf.measured or (not buf.emitted & (_SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above)
+            admit(event)
+            nbytes = len(event) if cls in TEXT_CLASSES else buf.estimate  # type: ignore[arg-type]
+        if cls not in TEXT_CLASSES and (
+            not buf.measured or (not buf.emitted & (SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above)
         ):
-            event, nbytes = _measure(buf, event)
+            event, nbytes = measure(buf, event)
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()
@@ -510,7 +366,7 @@ class Outbox:
                 if result:
                     return result
 
-    async def emit_async(self, event: Any) -> bool:
+    async def emit_async(self, event: Event) -> bool:
         """Like :meth:`emit`, but under the ``block`` policy it waits for room without
         blocking the running event loop.
 
@@ -523,7 +379,7 @@ class Outbox:
         if not self._block:
             return self.emit(event)
         buf = self._buffer
-        event, nbytes = _sized(buf, event)
+        event, nbytes = sized(buf, event)
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()
@@ -788,7 +644,7 @@ class Outbox:
         # had buffered.
         old = self._sidecar
         self._finalizer.detach()
-        _INHERITED.append((old, self._transport))
+        INHERITED.append((old, self._transport))
         clone = getattr(self._transport, "clone", None)
         if callable(clone):
             self._transport = clone()

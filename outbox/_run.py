@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 import traceback
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 import orjson
 from openlineage.client.naming.dataset import S3, Trino
 from opentelemetry import trace
+
+from ._log import logger
 
 if TYPE_CHECKING:
     from ._outbox import Outbox
@@ -87,6 +90,40 @@ def current_run_id() -> str:
     if context.is_valid:
         return _uuid_text(context.trace_id)
     return _uuid_text(_uuid7())
+
+
+# Trace ids already taken by a run (the newest _TAKEN_MAX, oldest first): a later run in the
+# same trace gets a fresh id, so two runs never share one.
+_taken: dict[int, None] = {}
+_TAKEN_MAX = 4096
+_shared_trace_said = False
+
+
+def _run_id_of_span() -> str:
+    """:func:`current_run_id` for a new run: the trace id for the first run of a trace, a
+    fresh UUIDv7 for any later one (said once per process)."""
+    global _shared_trace_said
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return _uuid_text(_uuid7())
+    trace_id = context.trace_id
+    if trace_id in _taken:
+        fresh = _uuid_text(_uuid7())
+        if not _shared_trace_said:
+            _shared_trace_said = True
+            logger.warning(
+                "a second outbox.run() in trace %032x gets its own run id %s (the first run of a trace "
+                "takes the trace id); pass run_id= to choose. Said once.",
+                trace_id,
+                fresh,
+            )
+        return fresh
+    _taken[trace_id] = None
+    if len(_taken) > _TAKEN_MAX:
+        # Another thread may be at the same line: losing that race only keeps one more id.
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+            del _taken[next(iter(_taken))]
+    return _uuid_text(trace_id)
 
 
 def _uuid_text(value: int) -> str:
@@ -358,7 +395,7 @@ class Run:
         self.job = job
         self._inputs = tuple(inputs)
         self._outputs = tuple(outputs)
-        self.run_id = run_id or current_run_id()
+        self.run_id = run_id or _run_id_of_span()
         #: Seconds this run's lineage has cost the caller so far (construction included).
         self.overhead = _perf() - started
         job.last_run = self
@@ -369,7 +406,8 @@ class Run:
     def add_output(self, dataset: DatasetRef | Any) -> None:
         self._outputs += (dataset,)
 
-    def _record(self, state: str, error: BaseException | None = None) -> RunRecord:
+    def _record(self, state: str, error: BaseException | None = None) -> Any:
+        # Any: a RunRecord is the outbox's own kind of event, emitted here only (not an Event).
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
         return _new_record(
             RunRecord, (self.job, state, _now(), self.run_id, self._inputs, self._outputs, error)

@@ -1,6 +1,7 @@
 """The sidecar runtime: where an outbox's worker runs (a thread of its own, or the caller's
-event loop) and how it stops: close deadlines from any thread, interpreter exit, an outbox
-dropped without ``close()``, a worker that stops by itself, and fork.
+event loop) and how it stops: close deadlines from any thread, an outbox dropped without
+``close()``, a worker that stops by itself.  The process-wide hooks (exit, fork) that drive
+it are in ``_lifecycle``; the signal handler in ``_signals``.
 
 A :class:`Sidecar` never refers to its :class:`~outbox.Outbox`, so an outbox nobody
 references can be collected; its finalizer then closes the sidecar in the background.
@@ -9,7 +10,6 @@ references can be collected; its finalizer then closes the sidecar in the backgr
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import enum
@@ -22,6 +22,7 @@ from typing import Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
+from ._lifecycle import closes_at_exit, no_longer_closes_at_exit
 from ._log import logger
 from ._stats import CloseReport
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
@@ -43,12 +44,6 @@ class State(enum.Enum):
     CLOSING = "closing"
     #: Settled; every ``close`` returns the same report.
     CLOSED = "closed"
-
-
-# Sidecars that run and must be closed at interpreter exit (strong references: an outbox
-# dropped without close() still gets its events flushed).
-_OPEN: set[Sidecar] = set()
-_OPEN_LOCK = threading.Lock()
 
 
 class Sidecar:
@@ -127,8 +122,7 @@ class Sidecar:
 
     def _register(self) -> None:
         if self.close_at_exit:
-            with _OPEN_LOCK:
-                _OPEN.add(self)
+            closes_at_exit(self)
 
     def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
         block_async_signals()
@@ -272,8 +266,7 @@ class Sidecar:
             )
             self.report = report
             self.state = State.CLOSED
-        with _OPEN_LOCK:
-            _OPEN.discard(self)
+        no_longer_closes_at_exit(self)
         return report
 
     def close_in_background(self) -> None:
@@ -293,43 +286,6 @@ class Sidecar:
         if self.stopped is not None:
             return f"the worker stopped: {self.stopped}"
         return self.worker.last_error if self.worker is not None else None
-
-
-def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
-    """Close several sidecars at once: every deadline starts now, so the whole takes one
-    ``shutdown_timeout`` (the longest), not their sum."""
-    now = time.monotonic()
-    deadlines = []
-    for sidecar in sidecars:
-        deadline = now + sidecar.shutdown_timeout
-        sidecar.request_close(deadline)
-        deadlines.append(deadline)
-    for sidecar, deadline in zip(sidecars, deadlines, strict=True):
-        if sidecar.worker is not None:
-            sidecar.wait(deadline)
-        report = sidecar.finish()
-        if report.lost:
-            logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    with _OPEN_LOCK:
-        sidecars = [s for s in _OPEN if s.state in (State.RUNNING, State.CLOSING)]
-    try:
-        close_all(sidecars)
-    except Exception as exc:  # never fail interpreter exit
-        logger.warning("closing the outboxes at exit failed: %r", exc)
-
-
-def forget_after_fork() -> list[Sidecar]:
-    """In a forked child: the parent's sidecars are not ours to close.  Returns them so the
-    caller can keep them referenced (collecting them would touch the parent's loop)."""
-    global _OPEN_LOCK
-    _OPEN_LOCK = threading.Lock()
-    inherited = list(_OPEN)
-    _OPEN.clear()
-    return inherited
 
 
 def _noop() -> None:

@@ -134,7 +134,7 @@ class _Closer:
 
 
 def _close_for(registration: _Registration) -> None:
-    from ._sidecar import close_all
+    from ._lifecycle import close_all
 
     outboxes = [outbox for outbox in list(registration.outboxes) if outbox._sidecar.report is None]
     sidecars = [outbox._sidecar for outbox in outboxes]

@@ -134,10 +134,10 @@ def test_the_function_reaches_datahub_with_the_readme_settings(clean_env):
 
 
 @pytest.mark.parametrize(
-    "spec", ["vast.lineage.orders", "trino://host:8080", "s3://b/{bucket", "s3://b/{region}/x", "://b/x"]
+    "outputs", ["vast.lineage.orders", "trino://host:8080", "s3://b/{bucket", "s3://b/{region}/x", "://b/x"]
 )
-def test_a_bad_lineage_outputs_fails_init_naming_it(clean_env, spec):
-    clean_env.setenv("LINEAGE_OUTPUTS", spec)
+def test_a_bad_lineage_outputs_fails_init_naming_it(clean_env, outputs):
+    clean_env.setenv("LINEAGE_OUTPUTS", outputs)
     clean_env.setenv("OPENLINEAGE_DISABLED", "true")
     module = fresh_module()
     with pytest.raises(ValueError, match=r"LINEAGE_OUTPUTS: .* is not a dataset URI such as trino://"):

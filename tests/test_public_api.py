@@ -8,6 +8,7 @@ def test_all_is_pinned_and_sorted():
         "CloseReport",
         "ConfigError",
         "DatasetRef",
+        "Event",
         "LineageJob",
         "Outbox",
         "OutboxError",
@@ -29,6 +30,8 @@ def test_all_is_pinned_and_sorted():
 
 def test_public_names_report_the_public_module():
     for name in outbox.__all__:
+        if name == "Event":  # a type alias (a Union), not a class
+            continue
         assert getattr(outbox, name).__module__ == "outbox", name
 
 

@@ -52,20 +52,42 @@ def test_commands_are_documented(marker):
     assert block_after(marker).strip()
 
 
-def test_the_demo_runs(tmp_path):
+def run_demo(tmp_path, **variables: str) -> subprocess.CompletedProcess[str]:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_", "VASTPIPELINE"))
     }
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "function"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        env={**env, "PYTHONPATH": str(Path(__file__).parent.parent), **variables},
     )
+
+
+def test_the_demo_runs(tmp_path):
+    result = run_demo(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "the sink received 4 events" in result.stdout
+    assert "all as expected" in result.stdout
+    # The function's own log, and no library's INFO (httpx logs every request at INFO).
+    output = result.stdout + result.stderr
+    assert "[lineagefn] processing" in output
+    assert "[httpx]" not in output
+    assert "HTTP Request" not in output
+
+
+def test_the_demo_against_an_unreachable_backend_says_the_loss_is_expected(tmp_path):
+    from outbox.tools.faultproxy import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run_demo(tmp_path, OPENLINEAGE_URL=url, OUTBOX_SHUTDOWN_TIMEOUT="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "UNEXPECTED" not in result.stdout
+    assert f"expected: the backend (HttpTransport('{url}', mode='auto')) took none of the 4 events" in (
+        result.stdout
+    )
     assert "all as expected" in result.stdout
 
 

@@ -212,6 +212,51 @@ def test_run_id_in_a_span_is_its_trace_id():
         assert current_run_id() == "00005015-0000-0016-2e04-8a6dbdde4eb9" == str(uuid.UUID(int=trace_id))
 
 
+def test_two_runs_in_one_span_do_not_share_a_run_id(caplog):
+    # The first run of a trace takes the trace id; a later one (in the same span, or in a
+    # child span of the same trace) gets a fresh id, said once; another trace starts again.
+    import outbox._run
+
+    outbox._run._shared_trace_said = False
+    box = Outbox(MemoryTransport(), close_at_exit=False)
+    job = LineageJob("ns", "job")
+
+    def span(trace_id: int, span_id: int = 1):
+        context = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=TraceFlags(1))
+        return trace.use_span(NonRecordingSpan(context))
+
+    first_trace, second_trace = uuid.uuid4().int, uuid.uuid4().int
+    with caplog.at_level("WARNING", logger="outbox"), span(first_trace):
+        ids = [box.run(job).run_id for _ in range(3)]
+        with span(first_trace, span_id=2):
+            ids.append(box.run(job).run_id)
+    with span(second_trace):
+        other = box.run(job).run_id
+    box.close(1)
+    assert ids[0] == str(uuid.UUID(int=first_trace))
+    assert len(set(ids)) == 4
+    assert all(uuid.UUID(i).version == 7 for i in ids[1:])
+    assert other == str(uuid.UUID(int=second_trace))
+    said = [r for r in caplog.records if "second outbox.run()" in r.getMessage()]
+    assert len(said) == 1
+    assert ids[1] in said[0].getMessage()
+
+
+def test_the_taken_trace_ids_are_bounded():
+    import outbox._run
+
+    box = Outbox(MemoryTransport(), close_at_exit=False)
+    job = LineageJob("ns", "job")
+    for _ in range(outbox._run._TAKEN_MAX + 100):
+        context = SpanContext(
+            trace_id=uuid.uuid4().int, span_id=1, is_remote=False, trace_flags=TraceFlags(1)
+        )
+        with trace.use_span(NonRecordingSpan(context)):
+            box.run(job)
+    box.close(1)
+    assert len(outbox._run._taken) <= outbox._run._TAKEN_MAX
+
+
 @given(value=st.integers(0, 2**128 - 1))
 def test_uuid_text_is_str_of_uuid(value):
     assert _uuid_text(value) == str(uuid.UUID(int=value))

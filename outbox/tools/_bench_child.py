@@ -52,6 +52,7 @@ class Emitter:
     def __init__(self, spec: dict[str, Any]) -> None:
         kind = spec["contender"]
         self.errors = 0
+        self.delivered: int | None = None  # as an outbox reports it (the backend counts otherwise)
         if kind.startswith("outbox-"):
             from outbox import Outbox
             from outbox.transports import HttpTransport, KafkaTransport
@@ -63,9 +64,13 @@ class Emitter:
                 )
             else:
                 transport = HttpTransport(spec["url"], mode=kind.rsplit("-", 1)[1], timeout=5.0)
-            self.outbox = Outbox(transport, close_at_exit=False)
+            options = {"policy": spec["policy"], "max_events": spec["max_events"]} if "policy" in spec else {}
+            self.outbox = Outbox(transport, close_at_exit=False, **options)
             self._emit: Callable[[Any], Any] = self.outbox.emit
             self._close: Callable[[float], Any] = self._close_outbox
+        elif kind == "from-env":
+            self.outbox = _from_env(spec)
+            self._emit, self._close = self.outbox.emit, self._close_outbox
         elif kind == "openlineage-http":
             from openlineage.client.transport.http import HttpConfig
             from openlineage.client.transport.http import HttpTransport as OLHttp
@@ -91,7 +96,9 @@ class Emitter:
             raise ValueError(f"unknown contender {kind!r}; choose from {', '.join(CONTENDERS)}")
 
     def _close_outbox(self, timeout: float) -> dict[str, int]:
-        return dict(self.outbox.close(timeout).undelivered)
+        report = self.outbox.close(timeout)
+        self.delivered = report.delivered
+        return dict(report.undelivered)
 
     def emit(self, event: Any) -> None:
         try:
@@ -109,6 +116,29 @@ class Emitter:
         if self.errors:
             lost = {**lost, "raised_in_handler": self.errors}
         return lost, time.monotonic() - started
+
+
+def _from_env(spec: dict[str, Any]) -> Any:
+    """The environment's own outbox (transport and OUTBOX_* settings, as Outbox.from_env()
+    builds it), pointed at the simulated backend of ``spec`` when it names one."""
+    import os
+
+    from outbox import Outbox
+    from outbox._config import outbox_settings, resolve_transport_config
+    from outbox.transports import transport_from_config
+
+    resolved = resolve_transport_config(os.environ)
+    config = dict(resolved.config or {})
+    if "url" in spec:
+        config["url"] = spec["url"]
+    if "bootstrap" in spec:
+        producer = config.get("config") or {}
+        producer = json.loads(producer) if isinstance(producer, str) else dict(producer)
+        config["config"] = {**producer, "bootstrap.servers": spec["bootstrap"]}
+        config["topic"] = spec["topic"]
+    resolved.config = config
+    settings, _ = outbox_settings(os.environ)
+    return Outbox(transport_from_config(resolved), **{**settings, "close_at_exit": False})
 
 
 def _busy(microseconds: float) -> None:
@@ -194,6 +224,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "lost_reported": lost,
         "peak_rss_mib": peak_kib / 1024,
         "emitted": 2 * count,
+        "delivered_reported": emitter.delivered,
     }
 
 

@@ -1,5 +1,5 @@
-"""``outbox bench``: what lineage costs a handler, under a healthy, slow or dead backend,
-side by side with openlineage-python's own transports.
+"""outbox bench: what lineage costs a handler, under a healthy, slow or dead backend, side by
+side with openlineage-python's own transports (and, with --from-env, your own configuration).
 
 Every contender runs in a process of its own against a backend this tool starts on
 loopback (``outbox sink`` in its own process, the fault proxy, the embedded Kafka-protocol
@@ -31,6 +31,12 @@ from ._bench_child import CONTENDERS
 __all__ = ["Result", "main", "percentile", "summarize"]
 
 SCENARIOS = ("healthy", "slow", "down", "blackhole", "flapping", "errors")
+# --policies: a backend that takes one event per request (no batch route, as Marquez) and
+# answers each after --latency, so that any --rate worth the name overloads it.
+OVERLOAD = "overload"
+# --from-env: the configured backend itself.
+REAL = "real"
+POLICIES = ("drop_oldest", "drop_newest", "block")
 HTTP_CONTENDERS = tuple(c for c in CONTENDERS if "kafka" not in c)
 KAFKA_CONTENDERS = tuple(c for c in CONTENDERS if "kafka" in c)
 # Scenarios a Kafka broker can play here: up, or down (nothing listening).
@@ -155,6 +161,8 @@ def http_backend(scenario: str, latency: float, error_rate: float) -> Iterator[t
     args: list[str] = []
     if scenario == "slow":
         args = ["--delay", str(latency)]
+    elif scenario == OVERLOAD:
+        args = ["--delay", str(latency), "--single-only"]
     elif scenario == "errors":
         args = ["--fail-status", "503", "--fail-rate", str(error_rate)]
     sink = _SinkProcess(*args)
@@ -221,7 +229,7 @@ def run_child(spec: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any]
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        return "blocked", f"blocked longer than {timeout:g} s"
+        return "blocked", f"> {timeout:g} s"
     if process.returncode != 0 or not out.strip():
         last = (err.strip().splitlines() or ["no output"])[-1]
         return "failed", f"exit {process.returncode}: {last}"
@@ -234,6 +242,57 @@ def _has_confluent_kafka() -> bool:
     return importlib.util.find_spec("confluent_kafka") is not None
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One contender as the tables show it: its label, the child's kind, and the spec's extras."""
+
+    label: str
+    kind: str
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def kafka(self) -> bool:
+        return "kafka" in self.kind or dict(self.extra).get("transport") == "kafka"
+
+
+def _env_transport_type() -> str:
+    from .._config import resolve_transport_config
+
+    resolved = resolve_transport_config(os.environ)
+    return "disabled" if resolved.disabled else str((resolved.config or {}).get("type"))
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, Entry]]:
+    """(scenario, contender) in the order they run."""
+    if args.policies:
+        return [
+            (
+                OVERLOAD,
+                Entry(f"{policy} {size}", "outbox-http-auto", (("policy", policy), ("max_events", size))),
+            )
+            for size in args.buffer_sizes
+            for policy in POLICIES
+        ]
+    entries = [Entry(c, c) for c in args.contenders]
+    if args.from_env:
+        kind = _env_transport_type()
+        family = "kafka" if kind == "kafka" else "http" if kind in ("http", "async_http") else kind
+        entries.append(Entry("from-env", "from-env", (("transport", family),)))
+    steps: list[tuple[str, Entry]] = []
+    for scenario in args.scenarios:
+        for entry in entries:
+            via = dict(entry.extra).get("transport")
+            if scenario == REAL:
+                if entry.kind == "from-env":
+                    steps.append((scenario, entry))
+            elif entry.kafka:
+                if scenario in KAFKA_SCENARIOS:
+                    steps.append((scenario, entry))
+            elif via in (None, "http"):
+                steps.append((scenario, entry))
+    return steps
+
+
 def bench(args: argparse.Namespace, progress: Any = None) -> list[Result]:
     results: list[Result] = []
     base = {
@@ -243,42 +302,48 @@ def bench(args: argparse.Namespace, progress: Any = None) -> list[Result]:
         "rate": args.rate,
         "close_timeout": args.close_timeout,
     }
-    plan = [(c, s) for s in args.scenarios for c in args.contenders if "kafka" not in c] + [
-        (c, s) for s in args.scenarios if s in KAFKA_SCENARIOS for c in args.contenders if "kafka" in c
-    ]
-    task = progress.add_task("benchmarking", total=len(plan)) if progress else None
+    steps = plan(args)
+    task = progress.add_task("benchmarking", total=len(steps)) if progress else None
     broker = None
+
+    def run(scenario: str, entry: Entry, spec: dict[str, Any], count: Any) -> None:
+        if progress:
+            progress.update(task, description=f"{entry.label} / {scenario}")
+        status, out = run_child({**base, **dict(entry.extra), **spec, "contender": entry.kind}, args.timeout)
+        if status == "ok":
+            assert isinstance(out, dict)
+            reported = out.get("delivered_reported")
+            delivered = count(out) if count is not None else (reported or 0)
+            result = summarize(entry.label, scenario, out, delivered)
+            if count is None:
+                result.note = "delivered as the outbox reports it"
+            results.append(result)
+        else:
+            results.append(Result(entry.label, scenario, status, note=str(out)))
+        if progress:
+            progress.advance(task)
+
     try:
-        for scenario in args.scenarios:
-            http_plan = [c for c, s in plan if s == scenario and "kafka" not in c]
-            if http_plan:
+        for scenario in dict.fromkeys(s for s, _ in steps):
+            here = [e for s, e in steps if s == scenario]
+            if scenario == REAL:
+                for entry in here:
+                    run(scenario, entry, {}, None)
+                continue
+            http = [e for e in here if not e.kafka]
+            if http:
                 with http_backend(scenario, args.latency, args.error_rate) as (url, sink):
-                    for contender in http_plan:
-                        if progress:
-                            progress.update(task, description=f"{contender} / {scenario}")
-                        if sink is not None and contender != http_plan[0]:
+                    for entry in http:
+                        if sink is not None and entry is not http[0]:
                             sink.clear()
-                        status, out = run_child({**base, "contender": contender, "url": url}, args.timeout)
-                        if status == "ok":
-                            assert isinstance(out, dict)
-                            delivered = sink.received() if sink is not None else 0
-                            results.append(summarize(contender, scenario, out, delivered))
-                        else:
-                            results.append(Result(contender, scenario, status, note=str(out)))
-                        if progress:
-                            progress.advance(task)
-            for contender in [c for c, s in plan if s == scenario and "kafka" in c]:
-                if progress:
-                    progress.update(task, description=f"{contender} / {scenario}")
-                if contender == "openlineage-kafka" and not _has_confluent_kafka():
-                    results.append(
-                        Result(
-                            contender,
-                            scenario,
-                            "skipped",
-                            note="needs confluent-kafka: pip install 'lineage-outbox[bench-kafka]'",
+                        count = (
+                            (lambda out, sink=sink: sink.received()) if sink is not None else (lambda out: 0)
                         )
-                    )
+                        run(scenario, entry, {"url": url}, count)
+            for entry in [e for e in here if e.kafka]:
+                if entry.kind == "openlineage-kafka" and not _has_confluent_kafka():
+                    note = "needs confluent-kafka: pip install 'lineage-outbox[bench-kafka]'"
+                    results.append(Result(entry.label, scenario, "skipped", note=note))
                     if progress:
                         progress.advance(task)
                     continue
@@ -290,20 +355,16 @@ def bench(args: argparse.Namespace, progress: Any = None) -> list[Result]:
                 if scenario == "healthy":
                     assert broker is not None
                     bootstrap = broker.bootstrap_servers
+
+                    def count(out: dict[str, Any], bootstrap: str = bootstrap, topic: str = topic) -> int:
+                        return _count_topic(bootstrap, topic, out["emitted"])
+
+                    run(scenario, entry, {"bootstrap": bootstrap, "topic": topic}, count)
                 else:
                     from .faultproxy import free_port
 
                     bootstrap = f"127.0.0.1:{free_port()}"
-                spec = {**base, "contender": contender, "bootstrap": bootstrap, "topic": topic}
-                status, out = run_child(spec, args.timeout)
-                if status == "ok":
-                    assert isinstance(out, dict)
-                    delivered = _count_topic(bootstrap, topic, out["emitted"]) if scenario == "healthy" else 0
-                    results.append(summarize(contender, scenario, out, delivered))
-                else:
-                    results.append(Result(contender, scenario, status, note=str(out)))
-                if progress:
-                    progress.advance(task)
+                    run(scenario, entry, {"bootstrap": bootstrap, "topic": topic}, lambda out: 0)
     finally:
         if broker is not None:
             broker.stop()
@@ -312,118 +373,272 @@ def bench(args: argparse.Namespace, progress: Any = None) -> list[Result]:
 
 # -- output -----------------------------------------------------------------------------------
 
+#: Tables are drawn this wide (cells wrap), so they read in a terminal and in a document.
+WIDTH = 100
 
-def _fmt(value: float, digits: int = 1) -> str:
+
+def _fmt(value: float | None, digits: int = 1) -> str:
     return (
         "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
     )
 
 
-def render(results: Sequence[Result], args: argparse.Namespace) -> None:
+def silent_loss(r: Result) -> int:
+    """Events that neither arrived nor were reported lost by the contender."""
+    return r.lost.get("not_delivered", 0)
+
+
+def counted_loss(r: Result) -> dict[str, int]:
+    """Losses the contender itself reported, by reason (raised into the handler included)."""
+    return {k: v for k, v in r.lost.items() if k != "not_delivered"}
+
+
+def _settings_title(args: argparse.Namespace) -> str:
+    loop = f"open loop at {args.rate:g} calls/s" if args.rate else "closed loop"
+    return f"{args.invocations} invocations of {args.work_us:g} µs, {args.model} model, {loop}"
+
+
+def render(results: Sequence[Result], args: argparse.Namespace, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 170)
-    table = Table(
-        title=f"lineage cost per handler: {args.invocations} invocations, {args.work_us:g} µs of work each, "
-        f"{args.model} model, {'open loop at ' + str(args.rate) + '/s' if args.rate else 'closed loop'}",
-    )
-    columns = (
-        "scenario",
+    console = console or Console(width=WIDTH)
+    if args.policies:
+        render_policies(results, args, console)
+        return
+    table = Table(title=f"What lineage costs the handler: {_settings_title(args)}", title_justify="left")
+    for column in (
         "contender",
-        "emit µs p50 / p99 / p99.9 / max",
-        "+lineage µs (p50)",
-        "handler p99 ms off / on",
+        "+lineage µs p50",
+        "emit µs p50/p99",
+        "handler p99 ms without/with",
         "delivered",
-        "lost",
+        "counted loss",
+        "silent loss",
         "close s",
-        "CPU µs/event",
-        "RSS MiB",
-        "calls/s",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("scenario", "contender", "lost") else "right")
+    ):
+        table.add_column(column, justify="left" if column in ("contender", "counted loss") else "right")
+    for scenario in dict.fromkeys(r.scenario for r in results):
+        table.add_row(f"[bold]{scenario}[/]", end_section=False)
+        for r in (r for r in results if r.scenario == scenario):
+            if r.status != "ok":
+                table.add_row(f"  {r.contender}", f"[yellow]{r.status}[/]", "", "", "", r.note, "", "")
+                continue
+            counted = ", ".join(f"{k} {v:,}" for k, v in counted_loss(r).items()) or "0"
+            silent = silent_loss(r)
+            table.add_row(
+                f"  {r.contender}",
+                _fmt(r.overhead_us),
+                f"{_fmt(r.emit_us.get('p50'))}/{_fmt(r.emit_us.get('p99'), 0)}",
+                f"{_fmt(r.baseline_us['p99'] / 1000, 2)}/{_fmt(r.invocation_us['p99'] / 1000, 2)}",
+                f"{r.delivered:,}/{r.emitted:,}" + ("*" if r.note else ""),
+                counted,
+                f"[red]{silent:,}[/]" if silent else "0",
+                _fmt(r.close_seconds, 2),
+            )
+        table.add_section()
+    console.print(table)
+    resources = Table(title="What lineage costs the process", title_justify="left")
+    for column in ("scenario", "contender", "CPU µs per delivered event", "peak RSS MiB", "calls/s"):
+        resources.add_column(column, justify="left" if column in ("scenario", "contender") else "right")
     for r in results:
+        if r.status == "ok":
+            resources.add_row(
+                r.scenario,
+                r.contender,
+                _fmt(r.cpu_us_per_delivered),
+                _fmt(r.peak_rss_mib),
+                _fmt(r.throughput_per_s, 0),
+            )
+    console.print(resources)
+    console.print(
+        "+lineage: the handler's median latency with lineage minus without, in the same process. "
+        "blocked: killed after --timeout. counted loss: what the contender reported (raised_in_handler: "
+        "exceptions the handler saw); silent loss: never arrived and never reported. "
+        "*: delivered as the outbox reports it (its real backend was not counted)."
+    )
+
+
+def render_policies(results: Sequence[Result], args: argparse.Namespace, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"Overflow policies under overload: {_settings_title(args)}; the backend takes one event "
+        f"per request and answers after {args.latency:g} s",
+        title_justify="left",
+    )
+    for column in ("policy", "max_events", "handler ms p50/p99", "delivered", "dropped by reason", "close s"):
+        table.add_column(column, justify="left" if column in ("policy", "dropped by reason") else "right")
+    for r in results:
+        policy, _, size = r.contender.partition(" ")
         if r.status != "ok":
-            table.add_row(r.scenario, r.contender, f"[yellow]{r.status}[/]: {r.note}", *[""] * 8)
+            table.add_row(policy, size, f"[yellow]{r.status}[/]", "", r.note, "")
             continue
-        lost = ", ".join(f"{k} {v}" for k, v in r.lost.items()) or "0"
-        emit = " / ".join(
-            _fmt(r.emit_us.get(k, math.nan), 1 if k == "p50" else 0) for k in ("p50", "p99", "p99.9", "max")
-        )
-        tails = f"{_fmt(r.baseline_us['p99'] / 1000, 2)} / {_fmt(r.invocation_us['p99'] / 1000, 2)}"
         table.add_row(
-            r.scenario,
-            r.contender,
-            emit,
-            _fmt(r.overhead_us),
-            tails,
-            f"{r.delivered}/{r.emitted}",
-            lost,
+            policy,
+            f"{int(size):,}",
+            f"{_fmt(r.invocation_us['p50'] / 1000, 2)}/{_fmt(r.invocation_us['p99'] / 1000, 2)}",
+            f"{r.delivered:,}/{r.emitted:,}",
+            ", ".join(f"{k} {v:,}" for k, v in r.lost.items()) or "0",
             _fmt(r.close_seconds, 2),
-            _fmt(r.cpu_us_per_delivered),
-            _fmt(r.peak_rss_mib),
-            _fmt(r.throughput_per_s, 0),
         )
     console.print(table)
     console.print(
-        "'+lineage': the handler's median latency with lineage minus the same handler's without, measured "
-        "in the same process; 'handler p99': its tail without and with lineage. 'lost': what the contender "
-        "reported, or 'not_delivered' for what never reached the backend. 'CPU µs/event': the process's CPU "
-        "time with lineage minus without, per delivered event."
+        "drop_oldest/drop_newest never wait: a full buffer drops (dropped_oldest / dropped_full). block "
+        "waits up to block_timeout for room, then drops: the handler pays for it. A bigger buffer absorbs "
+        "a longer burst; what is still queued at close is dropped_shutdown."
     )
 
 
 def plot(results: Sequence[Result], path: str) -> None:
+    """One panel per scenario, one colour per contender: the handler's added median latency on
+    a log axis (a tick at the added p99), blocked contenders hatched to the top, and each
+    contender's loss written above its bar: counted (orange) or silent (red)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    ok = [r for r in results if r.status == "ok"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
-    labels = [f"{r.contender}\n{r.scenario}" for r in ok]
-    for key, marker in (("p50", "o"), ("p99", "s"), ("p99.9", "^")):
-        left.scatter(
-            range(len(ok)), [max(r.emit_us.get(key, math.nan), 0.01) for r in ok], marker=marker, label=key
-        )
-    left.set_yscale("log")
-    left.set_xticks(range(len(ok)), labels, rotation=75, fontsize=7)
-    left.set_ylabel("emit latency (µs, log)")
-    left.legend()
-    left.set_title("emit latency per contender")
-    delivered = [r.delivered for r in ok]
-    lost = [max(0, r.emitted - r.delivered) for r in ok]
-    right.bar(range(len(ok)), delivered, label="delivered")
-    right.bar(range(len(ok)), lost, bottom=delivered, label="lost", color="tab:red")
-    right.set_xticks(range(len(ok)), labels, rotation=75, fontsize=7)
-    right.set_title("delivered vs lost by close")
-    right.legend()
-    fig.tight_layout()
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    contenders = list(dict.fromkeys(r.contender for r in results))
+    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(contenders)}
+    floor = 0.1  # µs: what the log axis shows for "no measurable cost"
+    shown = [max(r.overhead_us, floor) for r in results if r.status == "ok" and not math.isnan(r.overhead_us)]
+    top = max([*shown, floor]) * 30
+    columns = min(3, len(scenarios))
+    rows = math.ceil(len(scenarios) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(scenarios) :]:
+        ax.set_visible(False)
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        ax.set_title(scenario)
+        ax.set_yscale("log")
+        ax.set_ylim(floor / 2, top)
+        for i, contender in enumerate(contenders):
+            r = next((r for r in results if r.scenario == scenario and r.contender == contender), None)
+            if r is None:
+                continue
+            colour = colours[contender]
+            if r.status == "blocked":
+                ax.bar(i, top, color=colour, alpha=0.3, hatch="//", edgecolor=colour)
+                ax.text(i, floor, "blocked", rotation=90, ha="center", va="bottom", fontsize=8)
+                continue
+            if r.status != "ok":
+                ax.text(i, floor, r.status, rotation=90, ha="center", va="bottom", fontsize=8, color="grey")
+                continue
+            value = max(r.overhead_us, floor)
+            ax.bar(i, value, color=colour)
+            tail = max(r.invocation_us["p99"] - r.baseline_us["p99"], floor)
+            ax.plot([i - 0.35, i + 0.35], [tail, tail], color="black", linewidth=1.5)
+            silent, counted = silent_loss(r), sum(counted_loss(r).values())
+            label, tint = (
+                (f"silent {silent:,}", "red")
+                if silent
+                else (f"lost {counted:,}", "darkorange")
+                if counted
+                else ("", "")
+            )
+            if label:
+                ax.text(
+                    i,
+                    max(value, tail) * 1.5,
+                    label,
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color=tint,
+                    rotation=90,
+                )
+        ax.set_xticks([])
+    for ax in axes[:, 0]:
+        ax.set_ylabel("added handler latency, µs (log)")
+    handles: list[Any] = [Patch(color=colours[c], label=c) for c in contenders]
+    handles += [
+        Line2D([], [], color="black", label="added p99"),
+        Patch(facecolor="white", edgecolor="grey", hatch="//", label="blocked (killed)"),
+        Patch(color="darkorange", label="lost: counted by the client"),
+        Patch(color="red", label="lost: silently"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * math.ceil(len(handles) / 5), 1, 1))
     fig.savefig(path, dpi=110)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="outbox bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    parser = argparse.ArgumentParser(
+        prog="outbox bench",
+        description="What lineage costs a handler, under a healthy, slow or dead backend, side by side "
+        "with openlineage-python's own transports. Each contender runs in a process of its own against "
+        "a backend started here on loopback; one that blocks is killed and shown as blocked.",
+        epilog="Needs the bench extra (rich); --plot needs the plot extra (matplotlib); the "
+        "openlineage-kafka contender needs confluent-kafka (the bench-kafka extra).",
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=[*SCENARIOS, REAL],
+        default=list(SCENARIOS),
+        metavar="SCENARIO",
+        help=f"backends to run against: {', '.join(SCENARIOS)} (default all), and with --from-env "
+        f"{REAL} (your configured backend, as it is)",
+    )
+    parser.add_argument(
+        "--contenders",
+        nargs="+",
+        choices=CONTENDERS,
+        default=list(CONTENDERS),
+        metavar="CONTENDER",
+        help=f"clients to compare: {', '.join(CONTENDERS)} (default all)",
+    )
+    parser.add_argument(
+        "--from-env",
+        action="store_true",
+        help="add your own configuration as a contender: the transport and OUTBOX_* settings of this "
+        "environment (as Outbox.from_env() reads them), pointed at each simulated backend; add the "
+        f"scenario {REAL} to run it against the configured backend itself",
+    )
+    parser.add_argument(
+        "--policies",
+        action="store_true",
+        help="compare the overflow policies (drop_oldest, drop_newest, block) and --buffer-sizes under "
+        "an overload at --rate, against a backend that takes one event per request after --latency",
+    )
+    parser.add_argument(
+        "--buffer-sizes",
+        nargs="+",
+        type=int,
+        default=[1000, 10_000],
+        metavar="N",
+        help="with --policies: the max_events values to compare (default 1000 10000)",
+    )
     parser.add_argument(
         "--invocations", type=int, default=2000, help="handler calls per contender (default 2000)"
     )
-    parser.add_argument("--work-us", type=float, default=200.0, help="the handler's own work per call, µs")
+    parser.add_argument(
+        "--work-us", type=float, default=200.0, help="the handler's own work per call, µs (default 200)"
+    )
     parser.add_argument(
         "--model",
         choices=["sync", "async"],
         default="sync",
-        help="sync: a thread pool of 4 handlers; async: an asyncio handler",
+        help="sync: a thread pool of 4 handlers (default); async: an asyncio handler",
     )
     parser.add_argument(
-        "--rate", type=float, default=0.0, help="open loop at this many calls/s (0: closed loop)"
+        "--rate",
+        type=float,
+        default=None,
+        help="open loop at this many calls/s (default: closed loop; 1000 with --policies)",
     )
-    parser.add_argument("--latency", type=float, default=0.5, help="the slow backend's answer delay, s")
-    parser.add_argument("--error-rate", type=float, default=0.5, help="the errors backend's share of 503s")
     parser.add_argument(
-        "--close-timeout", type=float, default=5.0, help="close() deadline given to contenders"
+        "--latency", type=float, default=0.5, help="the slow backends' answer delay in s (default 0.5)"
+    )
+    parser.add_argument(
+        "--error-rate", type=float, default=0.5, help="the errors backend's share of 503s (default 0.5)"
+    )
+    parser.add_argument(
+        "--close-timeout", type=float, default=5.0, help="the close() deadline given to contenders, s"
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds before a contender counts as blocked"
@@ -434,19 +649,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="healthy and down, outbox (auto) against openlineage-python's http and async_http, "
         "300 calls: under 45 s",
     )
-    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw latency and delivery charts (plot extra)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="draw one panel per scenario to FILE.png (the plot extra)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.quick:
         args.scenarios = ["healthy", "down"]
         args.contenders = ["outbox-http-auto", "openlineage-http", "openlineage-async_http"]
         args.invocations = 300
         args.timeout = 12.0
         args.close_timeout = 2.0
+    if args.rate is None:
+        args.rate = 1000.0 if args.policies else 0.0
+    if REAL in args.scenarios and not args.from_env:
+        parser.error(f"the scenario {REAL} runs your configuration: add --from-env")
+    if args.from_env:
+        kind = _env_transport_type()
+        if kind not in ("http", "async_http", "kafka") and args.scenarios != [REAL]:
+            parser.error(
+                f"--from-env: this environment's transport is {kind}, which has no simulated backend; "
+                f"run it with --scenarios {REAL}"
+            )
     try:
         from rich.progress import Progress
     except ImportError:

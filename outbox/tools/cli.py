@@ -142,6 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its own parser: outbox bench --help
         return _bench_passthrough(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    code: int = args.func(args)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``outbox`` command's parser (``bench`` is listed; its own parser is in bench.py)."""
     from .. import __version__
 
     parser = argparse.ArgumentParser(
@@ -258,10 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="load-test what lineage costs a handler, side by side with openlineage-python",
         add_help=False,
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    code: int = args.func(args)
-    return code
+    return parser
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -1,0 +1,108 @@
+"""Lifecycle hooks: what happens to a process's outboxes at interpreter exit and in a forked
+child.  (Signals are ``Outbox.close_on_signal``, in ``_signals``.)
+
+- Exit: every sidecar that runs and closes at exit is closed by one ``atexit`` hook, all at
+  once (one ``shutdown_timeout``, the longest, not their sum), so an outbox dropped without
+  ``close()`` still gets its events flushed.
+- Fork: a child gets a fresh, empty runtime and a fresh transport for every outbox; what it
+  inherited from the parent (loops, clients, sidecars) is kept referenced and never touched,
+  since it shares the parent's sockets and epoll instance.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from ._log import logger
+from ._metrics import forget_after_fork as metrics_after_fork
+
+if TYPE_CHECKING:
+    from ._outbox import Outbox
+    from ._sidecar import Sidecar
+
+__all__ = ["INHERITED", "close_all", "closes_at_exit", "no_longer_closes_at_exit", "track"]
+
+# -- exit ---------------------------------------------------------------------------------------
+
+# Sidecars that run and must be closed at interpreter exit (strong references: an outbox
+# dropped without close() still gets its events flushed).
+_OPEN: set[Sidecar] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def closes_at_exit(sidecar: Sidecar) -> None:
+    with _OPEN_LOCK:
+        _OPEN.add(sidecar)
+
+
+def no_longer_closes_at_exit(sidecar: Sidecar) -> None:
+    with _OPEN_LOCK:
+        _OPEN.discard(sidecar)
+
+
+def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
+    """Close several sidecars at once: every deadline starts now, so the whole takes one
+    ``shutdown_timeout`` (the longest), not their sum."""
+    now = time.monotonic()
+    deadlines = []
+    for sidecar in sidecars:
+        deadline = now + sidecar.shutdown_timeout
+        sidecar.request_close(deadline)
+        deadlines.append(deadline)
+    for sidecar, deadline in zip(sidecars, deadlines, strict=True):
+        if sidecar.worker is not None:
+            sidecar.wait(deadline)
+        report = sidecar.finish()
+        if report.lost:
+            logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    from ._sidecar import State
+
+    with _OPEN_LOCK:
+        sidecars = [s for s in _OPEN if s.state in (State.RUNNING, State.CLOSING)]
+    try:
+        close_all(sidecars)
+    except Exception as exc:  # never fail interpreter exit
+        logger.warning("closing the outboxes at exit failed: %r", exc)
+
+
+# -- fork -----------------------------------------------------------------------------------------
+
+# Every outbox of this process, for the fork hook (weak: it keeps none alive).
+_ALL: weakref.WeakSet[Outbox] = weakref.WeakSet()
+# What forked children inherited from their parent and must never touch nor collect: an
+# inherited event loop shares its epoll instance with the parent's (closing it would
+# unregister the parent's sockets), an inherited client its connections.
+INHERITED: list[Any] = []
+
+
+def track(outbox: Outbox) -> None:
+    """Give ``outbox`` a fresh runtime in every forked child."""
+    _ALL.add(outbox)
+
+
+def _forget_open_sidecars() -> list[Sidecar]:
+    """In a forked child: the parent's sidecars are not ours to close."""
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    inherited = list(_OPEN)
+    _OPEN.clear()
+    return inherited
+
+
+def _after_fork_in_child() -> None:
+    metrics_after_fork()
+    INHERITED.extend(_forget_open_sidecars())
+    for outbox in list(_ALL):
+        outbox._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
