@@ -136,11 +136,14 @@ def test_policies_compares_each_policy_and_buffer_size_under_overload(tmp_path):
     for row in rows.values():
         assert row["status"] == "ok"
         assert row["scenario"] == "overload"
-        # Every event is delivered or counted under a named reason; none is silent.
-        assert row["delivered"] + sum(row["lost"].values()) == row["emitted"] == 600
+        # Every event is delivered or counted under a named reason; none is silent. (The sink may
+        # have more: requests cut off at close's deadline arrive unacknowledged, at least once.)
+        assert row["reported_delivered"] + sum(row["lost"].values()) == row["emitted"] == 600
+        assert row["delivered"] >= row["reported_delivered"]
         assert "not_delivered" not in row["lost"]
-    # A small buffer under overload drops by the policy's own reason; a big one only at close.
-    assert rows["drop_oldest 50"]["lost"].get("dropped_oldest", 0) > 0
+    # A small buffer under overload drops (both drop policies count it as dropped_full); a big one
+    # holds the burst, and loses only what is still queued at close.
+    assert rows["drop_oldest 50"]["lost"].get("dropped_full", 0) > 0
     assert rows["drop_newest 50"]["lost"].get("dropped_full", 0) > 0
     assert set(rows["drop_oldest 2000"]["lost"]) <= {"dropped_shutdown"}
     # block makes the handler wait for room: its tail is the block timeout's, the others' are not.

@@ -1,4 +1,4 @@
-"""The README's examples run, and its commands exist."""
+"""The examples of the README and of docs/ run, and their commands exist."""
 
 import json
 import os
@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+# The README, then docs/: a marker is looked for in all of them.
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def block_after(marker: str) -> str:
     match = re.search(re.escape(f"<!-- {marker} -->") + r"\n```\w*\n(.*?)```", README, re.S)
-    assert match, f"no block after <!-- {marker} --> in README.md"
+    assert match, f"no block after <!-- {marker} --> in README.md or docs/"
     return match.group(1)
 
 
@@ -29,6 +31,53 @@ def test_quickstart_example(tmp_path):
     assert out.strip() == "2"
     lines = (tmp_path / "lineage.jsonl").read_text().splitlines()
     assert [json.loads(line)["eventType"] for line in lines] == ["START", "COMPLETE"]
+
+
+def test_front_page_example(tmp_path):
+    # The README's handler, as the platform calls it: in a span, one object that works and one
+    # whose work raises; the events go to a file transport configured by the environment.
+    code = block_after("example: front").replace("...  # the function's own work", "work(event)")
+    program = (
+        "import os, types\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "def work(event):\n"
+        "    if event.object_key.endswith('.bad'):\n"
+        "        raise ValueError('cannot process ' + event.object_key)\n"
+        + code
+        + "\nspans = trace.get_tracer('platform')\n"
+        "for key in ('orders.csv', 'orders.bad'):\n"
+        "    with spans.start_as_current_span('lineagefn') as span:\n"
+        "        print(f'{span.get_span_context().trace_id:032x}')\n"
+        "        try:\n"
+        "            handler(None, types.SimpleNamespace(bucket='docs-src', object_key=key))\n"
+        "        except ValueError:\n"
+        "            pass\n"
+        "print(outbox.close(5).delivered)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
+    env |= {"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": "runs.jsonl"}
+    env["OPENLINEAGE__TRANSPORT__APPEND"] = "true"
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    first_trace, second_trace, delivered = result.stdout.split()
+    assert delivered == "4"
+    events = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "FAIL"]
+    assert [e["run"]["runId"].replace("-", "") for e in events] == [first_trace] * 2 + [second_trace] * 2
+    assert events[3]["run"]["facets"]["errorMessage"]["message"] == "cannot process orders.bad"
+    assert {(e["inputs"][0]["namespace"], e["inputs"][0]["name"]) for e in events} == {
+        ("s3://docs-src", "orders.csv"),
+        ("s3://docs-src", "orders.bad"),
+    }
+
+
+def test_the_readme_front_page_fits_two_screens():
+    # What it is, why, the two commands, an example, where to read next: no more.
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 100
 
 
 def test_custom_transport_example(tmp_path):
@@ -46,6 +95,8 @@ def test_custom_transport_example(tmp_path):
         "forward-command",
         "e2e-command",
         "quick-bench-command",
+        "check-command",
+        "policies-command",
     ],
 )
 def test_commands_are_documented(marker):

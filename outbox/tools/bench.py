@@ -69,6 +69,8 @@ class Result:
     cpu_us_per_delivered: float = math.nan
     peak_rss_mib: float = math.nan
     throughput_per_s: float = math.nan
+    #: What an outbox contender's close report counted as delivered (None for the others).
+    reported_delivered: int | None = None
 
 
 def summarize(contender: str, scenario: str, child: dict[str, Any], delivered: int) -> Result:
@@ -102,6 +104,7 @@ def summarize(contender: str, scenario: str, child: dict[str, Any], delivered: i
         cpu_us_per_delivered=child["lineage_cpu_s"] * 1e6 / delivered if delivered else math.nan,
         peak_rss_mib=child["peak_rss_mib"],
         throughput_per_s=len(child["invocation_ns"]) / child["seconds"] if child["seconds"] else math.nan,
+        reported_delivered=child.get("delivered_reported"),
     )
 
 
@@ -484,9 +487,10 @@ def render_policies(results: Sequence[Result], args: argparse.Namespace, console
         )
     console.print(table)
     console.print(
-        "drop_oldest/drop_newest never wait: a full buffer drops (dropped_oldest / dropped_full). block "
-        "waits up to block_timeout for room, then drops: the handler pays for it. A bigger buffer absorbs "
-        "a longer burst; what is still queued at close is dropped_shutdown."
+        "drop_oldest and drop_newest never wait: a full buffer drops (dropped_full), the oldest queued "
+        "event or the new one. block waits up to block_timeout for room, then drops: the handler pays "
+        "for it. A bigger buffer absorbs a longer burst; what is still queued at close is "
+        "dropped_shutdown."
     )
 
 

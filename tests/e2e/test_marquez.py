@@ -266,7 +266,7 @@ def test_apache_kafka_to_outbox_forward_to_marquez(apache_kafka, marquez):
 
 
 def test_two_thousand_invocations_of_the_run_helpers_reach_marquez(marquez):
-    """``pytest -m e2e tests/e2e -k two_thousand -s`` prints the figure BENCHMARKS.md quotes."""
+    """``pytest -m e2e tests/e2e -k two_thousand -s`` prints the figure docs/benchmarks.md quotes."""
     namespace = f"e2e-volume-{uuid.uuid4().hex[:8]}"
     job = LineageJob(namespace, "volume", producer="https://example.com/tests")
     outbox = Outbox(HttpTransport(marquez.url, mode="auto"), max_events=100_000, close_at_exit=False)
