@@ -402,6 +402,7 @@ def _settings_title(args: argparse.Namespace) -> str:
 
 
 def render(results: Sequence[Result], args: argparse.Namespace, console: Any = None) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -409,40 +410,56 @@ def render(results: Sequence[Result], args: argparse.Namespace, console: Any = N
     if args.policies:
         render_policies(results, args, console)
         return
-    table = Table(title=f"What lineage costs the handler: {_settings_title(args)}", title_justify="left")
-    for column in (
-        "contender",
-        "+lineage µs p50",
-        "emit µs p50/p99",
-        "handler p99 ms without/with",
-        "delivered",
-        "counted loss",
-        "silent loss",
-        "close s",
+    events = 2 * args.invocations
+    table = Table(
+        title=f"What lineage costs the handler ({events:,} events per contender)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    # Headers on two lines, numbers never wrapped, the loss by reason wrapped: 100 columns.
+    for column, justify in (
+        ("contender", "left"),
+        ("+lineage\nµs p50", "right"),
+        ("emit µs\np99", "right"),
+        ("handler p99\nms off/on", "right"),
+        ("delivered", "right"),
+        ("counted\nloss", "left"),
+        ("silent\nloss", "right"),
     ):
-        table.add_column(column, justify="left" if column in ("contender", "counted loss") else "right")
+        loss = column == "counted\nloss"
+        table.add_column(
+            column,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=not loss,
+            min_width=16 if loss else None,
+        )
     for scenario in dict.fromkeys(r.scenario for r in results):
-        table.add_row(f"[bold]{scenario}[/]", end_section=False)
+        table.add_row(f"[bold]{scenario}[/]")
         for r in (r for r in results if r.scenario == scenario):
             if r.status != "ok":
-                table.add_row(f"  {r.contender}", f"[yellow]{r.status}[/]", "", "", "", r.note, "", "")
+                why = f"killed {r.note}" if r.status == "blocked" else r.note
+                table.add_row(r.contender, f"[yellow]{r.status}[/]", "", "", "", why, "")
                 continue
             counted = ", ".join(f"{k} {v:,}" for k, v in counted_loss(r).items()) or "0"
             silent = silent_loss(r)
             table.add_row(
-                f"  {r.contender}",
+                r.contender,
                 _fmt(r.overhead_us),
-                f"{_fmt(r.emit_us.get('p50'))}/{_fmt(r.emit_us.get('p99'), 0)}",
-                f"{_fmt(r.baseline_us['p99'] / 1000, 2)}/{_fmt(r.invocation_us['p99'] / 1000, 2)}",
-                f"{r.delivered:,}/{r.emitted:,}" + ("*" if r.note else ""),
+                _fmt(r.emit_us.get("p99"), 0),
+                f"{_fmt(r.baseline_us['p99'] / 1000, 1)}/{_fmt(r.invocation_us['p99'] / 1000, 1)}",
+                f"{r.delivered:,}" + ("*" if r.note else ""),
                 counted,
                 f"[red]{silent:,}[/]" if silent else "0",
-                _fmt(r.close_seconds, 2),
             )
         table.add_section()
+    console.print(_settings_title(args))
     console.print(table)
-    resources = Table(title="What lineage costs the process", title_justify="left")
-    for column in ("scenario", "contender", "CPU µs per delivered event", "peak RSS MiB", "calls/s"):
+    resources = Table(
+        title="What lineage costs the process", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    columns = ("scenario", "contender", "CPU µs per\ndelivered event", "peak RSS\nMiB", "calls/s", "close s")
+    for column in columns:
         resources.add_column(column, justify="left" if column in ("scenario", "contender") else "right")
     for r in results:
         if r.status == "ok":
@@ -452,6 +469,7 @@ def render(results: Sequence[Result], args: argparse.Namespace, console: Any = N
                 _fmt(r.cpu_us_per_delivered),
                 _fmt(r.peak_rss_mib),
                 _fmt(r.throughput_per_s, 0),
+                _fmt(r.close_seconds, 2),
             )
     console.print(resources)
     console.print(
@@ -463,12 +481,15 @@ def render(results: Sequence[Result], args: argparse.Namespace, console: Any = N
 
 
 def render_policies(results: Sequence[Result], args: argparse.Namespace, console: Any) -> None:
+    from rich import box
     from rich.table import Table
 
     table = Table(
         title=f"Overflow policies under overload: {_settings_title(args)}; the backend takes one event "
         f"per request and answers after {args.latency:g} s",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     for column in ("policy", "max_events", "handler ms p50/p99", "delivered", "dropped by reason", "close s"):
         table.add_column(column, justify="left" if column in ("policy", "dropped by reason") else "right")
@@ -496,18 +517,19 @@ def render_policies(results: Sequence[Result], args: argparse.Namespace, console
 
 def plot(results: Sequence[Result], path: str) -> None:
     """One panel per scenario, one colour per contender: the handler's added median latency on
-    a log axis (a tick at the added p99), blocked contenders hatched to the top, and each
-    contender's loss written above its bar: counted (orange) or silent (red)."""
+    a log axis; blocked contenders hatched to the top; above each bar, its loss: counted by the
+    client (black) or silent (red, a colour no contender has)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     scenarios = list(dict.fromkeys(r.scenario for r in results))
     contenders = list(dict.fromkeys(r.contender for r in results))
-    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(contenders)}
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    palette += ["tab:cyan", "tab:gray"]
+    colours = {c: palette[i % len(palette)] for i, c in enumerate(contenders)}
     floor = 0.1  # µs: what the log axis shows for "no measurable cost"
     shown = [max(r.overhead_us, floor) for r in results if r.status == "ok" and not math.isnan(r.overhead_us)]
     top = max([*shown, floor]) * 30
@@ -534,39 +556,35 @@ def plot(results: Sequence[Result], path: str) -> None:
                 continue
             value = max(r.overhead_us, floor)
             ax.bar(i, value, color=colour)
-            tail = max(r.invocation_us["p99"] - r.baseline_us["p99"], floor)
-            ax.plot([i - 0.35, i + 0.35], [tail, tail], color="black", linewidth=1.5)
             silent, counted = silent_loss(r), sum(counted_loss(r).values())
-            label, tint = (
-                (f"silent {silent:,}", "red")
-                if silent
-                else (f"lost {counted:,}", "darkorange")
-                if counted
-                else ("", "")
+            if silent:
+                label, tint, weight = f"silent {silent:,}", "red", "bold"
+            elif counted:
+                label, tint, weight = f"counted {counted:,}", "black", "normal"
+            else:
+                continue
+            ax.text(
+                i,
+                value * 1.5,
+                label,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color=tint,
+                rotation=90,
+                weight=weight,
             )
-            if label:
-                ax.text(
-                    i,
-                    max(value, tail) * 1.5,
-                    label,
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                    color=tint,
-                    rotation=90,
-                )
         ax.set_xticks([])
     for ax in axes[:, 0]:
-        ax.set_ylabel("added handler latency, µs (log)")
+        ax.set_ylabel("added handler latency p50, µs (log)")
     handles: list[Any] = [Patch(color=colours[c], label=c) for c in contenders]
     handles += [
-        Line2D([], [], color="black", label="added p99"),
         Patch(facecolor="white", edgecolor="grey", hatch="//", label="blocked (killed)"),
-        Patch(color="darkorange", label="lost: counted by the client"),
-        Patch(color="red", label="lost: silently"),
+        Patch(color="black", label="counted N: lost, reported by the client"),
+        Patch(color="red", label="silent N: lost, never reported"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06 + 0.03 * math.ceil(len(handles) / 5), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.025 * math.ceil(len(handles) / 4), 1, 1))
     fig.savefig(path, dpi=110)
 
 
