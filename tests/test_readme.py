@@ -75,6 +75,21 @@ def test_front_page_example(tmp_path):
     }
 
 
+def test_from_env_example(tmp_path):
+    event = '{"eventType": "START", "eventTime": "2026-12-03T10:00:00Z", "run": {"runId": "r"}}'
+    program = f"from outbox import Outbox\nevent = {event!r}\n" + block_after("example: from-env")
+    program += "print(report.delivered, outbox.stats().delivered)\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
+    env |= {"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": "out.jsonl"}
+    env |= {"OPENLINEAGE__TRANSPORT__APPEND": "true", "OUTBOX_MAX_EVENTS": "100"}
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1"]
+    assert json.loads((tmp_path / "out.jsonl").read_text())["eventType"] == "START"
+
+
 def test_the_readme_front_page_fits_two_screens():
     # What it is, why, the two commands, an example, where to read next: no more.
     assert len((ROOT / "README.md").read_text().splitlines()) <= 100

@@ -124,9 +124,9 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str) -
     if not isinstance(answer, httpx.Response):  # an Outcome: the request failed
         return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
     status = answer.status_code
-    said = f"POST {endpoint} with an empty event: {status}"
+    said = f"POST {endpoint} {{}}: {status}"
     if status in _REFUSES_EVENT:
-        return Check(name, True, f"{said}, refused as a lineage endpoint refuses it (nothing written)")
+        return Check(name, True, f"{said}, the empty event refused (nothing written)")
     if 200 <= status < 300:
         return Check(name, True, f"{said}: it took an empty event (a collector that does not validate)")
     if status in _AUTH:
@@ -142,7 +142,7 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str) -
         return Check(name, False, f"{said}: redirected to {location}; configure the URL it names")
     if status == 500:
         # Marquez and DataHub answer 500 to an event they cannot map: the endpoint is there.
-        return Check(name, True, f"{said}, refused as an event it cannot map (nothing written)")
+        return Check(name, True, f"{said}, the empty event refused as unmappable (nothing written)")
     return Check(name, False, f"{said}: the backend is not taking events ({transport._snippet(answer)})")
 
 
