@@ -486,6 +486,13 @@ SECTIONS: dict[str, Callable[[], Any]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["tail"]:
+        # A handler's tail in every backend state: a command of its own (its own options).
+        from outbox.tools.benchmarks import tail
+
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        return tail.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m outbox.tools.benchmarks", description=__doc__.split("\n")[0]
     )
@@ -507,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run one section: lanes (batches in flight against a slow sink), healthy (a healthy "
         "backend, lanes against one batch in flight), cpu (process CPU per delivered event against "
         "the floor), tail (a handler's invocation latency while the sidecar ships), kafka "
-        "(against the raw aiokafka producer)",
+        "(against the raw aiokafka producer); 'python -m outbox.tools.benchmarks tail --help' for "
+        "the tail in every backend state",
     )
     args = parser.parse_args(argv)
     if args.only:

@@ -1,0 +1,177 @@
+"""One row of ``python -m outbox.tools.benchmarks tail``, in a process of its own.
+
+Run by path (``python _tail_child.py SPEC_JSON``) so that ``PYTHONPATH`` can put another
+release's ``outbox`` first: it uses only the public API every release has had
+(``Outbox.from_env``, ``emit``, ``run``, ``LineageJob``, ``s3_dataset``, ``stats``, ``close``).
+
+A handler thread runs ``invocations`` invocations; each one's lineage is timed:
+
+* ``objects``: two pre-built openlineage-python ``RunEvent`` objects (START, COMPLETE) emitted;
+* ``dicts``: the same events as dicts, emitted;
+* ``helpers``: ``with outbox.run(job, inputs=[s3_dataset(...)])``, building included;
+* ``off``: nothing (the machine's own floor: the timer, the interpreter, the scheduler).
+
+Between invocations the handler does its own work: ``io`` sleeps ``work_us`` (a handler
+waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).
+Prints one JSON object: the sorted per-invocation samples' percentiles and the outbox's counts.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+
+def percentiles(samples: list[int]) -> dict[str, float]:
+    ordered = sorted(samples)
+    n = len(ordered)
+
+    def rank(p: float) -> float:  # nearest rank, in microseconds
+        return ordered[min(n - 1, max(0, math.ceil(p / 100 * n) - 1))] / 1000
+
+    return {"p50": rank(50), "p99": rank(99), "p99.9": rank(99.9), "max": ordered[-1] / 1000}
+
+
+def build_objects(count: int, tag: str) -> list[tuple[Any, Any]]:
+    from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
+
+    job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn")
+    pairs = []
+    for i in range(count):
+        run = Run(runId=str(uuid.uuid4()))
+        inputs = [InputDataset(namespace="s3://bench-src", name=f"{tag}/{i}.csv")]
+        now = "2026-12-03T10:00:00.000000+00:00"
+        pairs.append(
+            tuple(
+                RunEvent(
+                    eventType=state,
+                    eventTime=now,
+                    run=run,
+                    job=job,
+                    producer="https://example.com/lineage-outbox/benchmarks",
+                    inputs=inputs,
+                )
+                for state in (RunState.START, RunState.COMPLETE)
+            )
+        )
+    return pairs  # type: ignore[return-value]
+
+
+def build_dicts(count: int, tag: str) -> list[tuple[Any, Any]]:
+    pairs = []
+    for i in range(count):
+        run = {"runId": str(uuid.uuid4()), "facets": {}}
+        inputs = [{"namespace": "s3://bench-src", "name": f"{tag}/{i}.csv", "facets": {}}]
+        pairs.append(
+            tuple(
+                {
+                    "eventType": state,
+                    "eventTime": "2026-12-03T10:00:00.000000+00:00",
+                    "run": run,
+                    "job": {"namespace": "vast-dataengine://my-tenant", "name": "lineage-demo.lineagefn"},
+                    "producer": "https://example.com/lineage-outbox/benchmarks",
+                    "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+                    "inputs": inputs,
+                    "outputs": [],
+                }
+                for state in ("START", "COMPLETE")
+            )
+        )
+    return pairs  # type: ignore[return-value]
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    os.environ.update(spec.get("env", {}))
+    kind, threads, invocations = spec["kind"], spec["threads"], spec["invocations"]
+    work_s = spec["work_us"] / 1e6
+    cpu_work = spec["work"] == "cpu"
+    warmup = spec.get("warmup", 10)
+    outbox = None
+    if kind != "off":
+        from outbox import Outbox
+
+        outbox = Outbox.from_env()
+    per_thread = invocations + warmup
+    lineage: list[Any] = []
+    for t in range(threads):
+        if kind == "objects":
+            pairs = build_objects(per_thread, f"t{t}")
+        elif kind == "dicts":
+            pairs = build_dicts(per_thread, f"t{t}")
+        else:
+            pairs = []
+        lineage.append(pairs)
+    if kind == "helpers":
+        from outbox import LineageJob, s3_dataset
+
+        job = LineageJob("vast-dataengine://my-tenant", "lineage-demo.lineagefn")
+    gc.collect()
+    barrier = threading.Barrier(threads)
+    results: list[list[int]] = [[] for _ in range(threads)]
+    firsts: list[int] = [0] * threads
+    clock = time.perf_counter_ns
+
+    def handler(t: int) -> None:
+        pairs = lineage[t]
+        samples = results[t]
+        emit = outbox.emit if outbox is not None else None
+        barrier.wait()
+        for i in range(per_thread):
+            if kind == "objects" or kind == "dicts":
+                start, complete = pairs[i]
+                t0 = clock()
+                emit(start)  # type: ignore[misc]
+                emit(complete)  # type: ignore[misc]
+                t1 = clock()
+            elif kind == "helpers":
+                t0 = clock()
+                with outbox.run(job, inputs=[s3_dataset("bench-src", f"t{t}/{i}.csv")]):  # type: ignore[union-attr]
+                    pass
+                t1 = clock()
+            else:
+                t0 = clock()
+                t1 = clock()
+            if i == 0:
+                firsts[t] = t1 - t0
+            if i >= warmup:
+                samples.append(t1 - t0)
+            if cpu_work:
+                until = t1 + spec["work_us"] * 1000
+                while clock() < until:
+                    pass
+            else:
+                time.sleep(work_s)
+
+    workers = [threading.Thread(target=handler, args=(t,)) for t in range(threads)]
+    started = time.monotonic()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.monotonic() - started
+    out: dict[str, Any] = {
+        **percentiles([s for r in results for s in r]),
+        "first": max(firsts) / 1000,
+        "seconds": elapsed,
+        "samples": sum(len(r) for r in results),
+    }
+    if outbox is not None:
+        stats = outbox.stats()
+        out["delivered_while_measuring"] = stats.delivered
+        out["emitted"] = stats.emitted
+        report = outbox.close(spec.get("close_timeout", 2.0))
+        out["delivered"] = report.delivered
+        out["lost"] = dict(report.undelivered)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
