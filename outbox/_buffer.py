@@ -15,6 +15,8 @@ from collections.abc import Callable
 from itertools import accumulate, islice, repeat, starmap
 from typing import Any
 
+from ._serde import SerializedEvent
+
 __all__ = ["SIDE_MAX", "Buffer", "Policy", "Reason"]
 
 _INF = float("inf")
@@ -64,6 +66,19 @@ class Reason:
 # exact for str/bytes, an estimate for objects until the worker serializes them).
 Entry = tuple[int, Any, int]
 
+#: What an object counts for until the sidecar has measured one: emit never serializes, so
+#: the size of an object event is unknown until the sidecar does.  4 KiB is several times a
+#: typical event (0.5-1 KiB), and small enough that the default 64 MiB holds more objects than
+#: the default max_events (10,000): a burst at start-up is never dropped for its estimate.
+FIRST_ESTIMATE = 4096
+_TEXT = (str, bytes, bytearray)
+
+
+def is_exact(event: Any) -> bool:
+    """Whether an event's size is known exactly (text, or serialized by the sidecar), rather
+    than counted at the running estimate of an object's size."""
+    return event.__class__ is SerializedEvent or isinstance(event, _TEXT)
+
 
 class Buffer:
     def __init__(
@@ -92,11 +107,15 @@ class Buffer:
         self.async_waiters: set[Callable[[], None]] = set()
         # The queue is two parallel deques rather than one of tuples, so that emit allocates
         # no object the garbage collector tracks (and never triggers a collection).  The
-        # event at queue[i] has sequence number head_seq + i.
+        # event at queue[i] has sequence number head_seq + i; sizes[i] is its exact size, or 0
+        # for an object counted at the running ``estimate`` (emit never serializes).
         self.queue: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.head_seq = 0
-        self.queued_bytes = 0
+        # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
+        # queued object is re-priced at once, in O(1).
+        self.exact_bytes = 0
+        self.estimated = 0
         self.in_flight = 0
         self.in_flight_bytes = 0
         # Lowest sequence number among in-flight events (inf when none).
@@ -117,96 +136,147 @@ class Buffer:
         # The worker asks to be woken when the queue reaches these sizes.
         self.wake_at_events: float = 1
         self.wake_at_bytes: float = _INF
-        # Running estimate of a serialized object event's size, refined by the worker; measured
-        # once it has serialized an object event.
-        self.estimate = 1024
+        # Running estimate of a serialized object event's size, learnt by the sidecar (which
+        # serializes every object it sends, and samples the newest queued ones while it is
+        # behind); ``measured`` once it has measured one.  Until then the first object queued
+        # wakes the sidecar, which measures it at once.
+        self.estimate = FIRST_ESTIMATE
         self.measured = False
-        # With more than this many events queued (the sidecar is behind), emit measures one
-        # object event in SAMPLE_EVERY itself, so a change in what events weigh is seen at once.
-        self.sample_above = 1000
+        self.measure_asked = False
         # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
         self.side: deque[tuple[Any, Any]] = deque()
 
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued: exact sizes, and the estimate for each object not yet measured."""
+        return self.exact_bytes + self.estimated * self.estimate
+
+    def held_bytes_locked(self) -> int:
+        """Bytes held, queued and in flight: what ``max_bytes`` bounds."""
+        return self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+
     def learn_locked(self, observed: int) -> int:
-        """Take one observed size (of an object event, serialized) into the estimate: up at
-        once (an estimate that is short lets large events overrun ``max_bytes``), down slowly.
+        """Take an observed mean size (of object events, serialized) into the estimate: up at
+        once (an estimate that is short lets large events overrun ``max_bytes``), down slowly;
+        every queued object is re-priced with it, and the byte bound enforced by the policy.
         Returns the estimate before."""
         before = self.estimate
-        if not self.measured or observed >= before:
-            self.estimate = max(64, observed)
-        else:
-            self.estimate = max(64, (before * 7 + observed) // 8)
+        grew = not self.measured or observed >= before
+        estimate = observed if grew else (before * 7 + observed) // 8
+        # Within max_bytes, so that an object always fits an empty buffer.
+        self.estimate = min(max(64, estimate), self.max_bytes)
         self.measured = True
+        if self.estimate > before:
+            self.enforce_bound_locked()
         return before
+
+    def enforce_bound_locked(self) -> int:
+        """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
+        the estimate grew, or a serialized event was found larger than its estimate).
+        Returns the bytes still over the bound (in flight: only the queue can be shed)."""
+        over = self.held_bytes_locked() - self.max_bytes
+        if over > 0:
+            over -= self.shed_locked(over)
+        return max(0, over)
+
+    def replace_locked(self, index: int, ser: SerializedEvent) -> int:
+        """Put the serialized form of the queued object at ``index`` in its place, at its
+        exact size (the sidecar measured it).  Returns that size."""
+        size = len(ser.body)
+        old = self.sizes[index]
+        if old:
+            self.exact_bytes -= old
+        else:
+            self.estimated -= 1
+        self.exact_bytes += size
+        self.sizes[index] = size
+        self.queue[index] = ser
+        return size
 
     # -- emitters' side ----------------------------------------------------------------
 
     def put_locked(self, event: Any, nbytes: int) -> int:
-        """Try to add one event; the caller holds the lock and has counted it as emitted.
+        """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate);
+        the caller holds the lock and has counted it as emitted.
 
         Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
         no room (nothing counted: the caller applies the policy).
         """
         queue = self.queue
-        if (
-            len(queue) + self.in_flight >= self.max_events
-            or self.queued_bytes + self.in_flight_bytes + nbytes > self.max_bytes
-        ) and (
-            nbytes > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(nbytes)
+        price = nbytes or self.estimate
+        held = self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+        if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
+            price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
             return 0
         queue.append(event)
         self.sizes.append(nbytes)
-        self.queued_bytes += nbytes
         self.accepted += 1
-        if len(queue) >= self.wake_at_events or self.queued_bytes >= self.wake_at_bytes:
+        if nbytes:
+            self.exact_bytes += nbytes
+        else:
+            self.estimated += 1
+            if not self.measured and not self.measure_asked:
+                # The first object: the sidecar measures it now, so the estimate is not a guess.
+                self.measure_asked = True
+                self.wake_at_events = self.wake_at_bytes = _INF
+                return 2
+        if len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes:
             self.wake_at_events = self.wake_at_bytes = _INF
             return 2
         return 1
 
+    def _popleft_locked(self) -> int:
+        """Forget the oldest queued event; returns the bytes it counted for."""
+        self.queue.popleft()
+        size = self.sizes.popleft()
+        self.head_seq += 1
+        if size:
+            self.exact_bytes -= size
+            return size
+        self.estimated -= 1
+        return self.estimate
+
+    def _pop_locked(self) -> int:
+        """Forget the newest queued event; returns the bytes it counted for."""
+        self.queue.pop()
+        size = self.sizes.pop()
+        if size:
+            self.exact_bytes -= size
+            return size
+        self.estimated -= 1
+        return self.estimate
+
     def _evict_for(self, nbytes: int) -> bool:
         queue = self.queue
         evicted = 0
-        while queue and (
-            len(queue) + self.in_flight >= self.max_events
-            or self.queued_bytes + self.in_flight_bytes + nbytes > self.max_bytes
-        ):
-            queue.popleft()
-            self.queued_bytes -= self.sizes.popleft()
-            self.head_seq += 1
+        while queue and not self.has_room_locked(nbytes):
+            self._popleft_locked()
             evicted += 1
         if evicted:
             self.count_locked(Reason.DROPPED_FULL, evicted)
-        return len(queue) + self.in_flight < self.max_events and (
-            self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes
-        )
+        return self.has_room_locked(nbytes)
 
     def shed_locked(self, nbytes: int) -> int:
         """Drop queued events until ``nbytes`` are freed (or the queue is empty), by the
         policy: the oldest under ``drop_oldest``, else the newest.  Returns the bytes freed."""
-        queue, sizes = self.queue, self.sizes
         freed = 0
         n = 0
-        oldest = self.policy is Policy.DROP_OLDEST
-        while queue and freed < nbytes:
-            if oldest:
-                queue.popleft()
-                freed += sizes.popleft()
-                self.head_seq += 1
-            else:
-                queue.pop()
-                freed += sizes.pop()
+        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST else self._pop_locked
+        while self.queue and freed < nbytes:
+            freed += pop()
             n += 1
         if n:
-            self.queued_bytes -= freed
             self.count_locked(Reason.DROPPED_FULL, n)
         return freed
 
     def has_room_locked(self, nbytes: int) -> bool:
+        """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
+        held = self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
         return len(self.queue) + self.in_flight < self.max_events and (
-            self.queued_bytes + self.in_flight_bytes + nbytes <= self.max_bytes
+            held + (nbytes or self.estimate) <= self.max_bytes
         )
 
     def count_locked(self, reason: str, n: int = 1) -> None:
@@ -228,27 +298,25 @@ class Buffer:
         n = min(len(queue), max_events)
         if not n:
             return []
-        if n == len(queue) and self.queued_bytes <= max_bytes:
-            size = self.queued_bytes
-        else:
-            totals = list(accumulate(islice(sizes, n)))
+        estimate = self.estimate
+        # Each size as it counts: an object's 0 becomes the estimate ({0: e}.get(s, s), at C speed).
+        raw = list(islice(sizes, n))
+        priced = list(map({0: estimate}.get, raw, raw))
+        if n < len(queue) or self.queued_bytes > max_bytes:
+            totals = list(accumulate(priced))
             if totals[-1] > max_bytes:
                 n = max(1, bisect_right(totals, max_bytes))
-            size = totals[n - 1]
+                raw, priced = raw[:n], priced[:n]
         seq = self.head_seq
-        batch = list(
-            zip(
-                range(seq, seq + n),
-                starmap(queue.popleft, repeat((), n)),
-                starmap(sizes.popleft, repeat((), n)),
-                strict=False,
-            )
-        )
+        batch = list(zip(range(seq, seq + n), starmap(queue.popleft, repeat((), n)), priced, strict=False))
+        deque(starmap(sizes.popleft, repeat((), n)), maxlen=0)  # dropped, at C speed
+        objects = raw.count(0)
         self.in_flight_low = min(self.in_flight_low, seq)
         self.head_seq = seq + n
-        self.queued_bytes -= size
+        self.exact_bytes -= sum(raw)
+        self.estimated -= objects
         self.in_flight += n
-        self.in_flight_bytes += size
+        self.in_flight_bytes += sum(priced)
         return batch
 
     def untake_locked(self, entries: list[Entry]) -> bool:
@@ -262,13 +330,35 @@ class Buffer:
         size = 0
         for _, event, nbytes in reversed(entries):
             queue.appendleft(event)
-            sizes.appendleft(nbytes)
             size += nbytes
+            if is_exact(event):
+                sizes.appendleft(nbytes)
+                self.exact_bytes += nbytes
+            else:  # an object again, counted at the estimate
+                sizes.appendleft(0)
+                self.estimated += 1
         self.head_seq = entries[0][0]
-        self.queued_bytes += size
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
         return True
+
+    def reprice_in_flight_locked(self, delta: int) -> None:
+        """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
+        self.in_flight_bytes += delta
+
+    def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
+        """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted);
+        ``lowest`` is the sequence number of the oldest event still in flight (inf: none).
+        Wakes whoever waits for room or for a flush."""
+        self.in_flight -= n_events
+        self.in_flight_bytes -= n_bytes
+        self.in_flight_low = lowest
+        self.notify_locked()
+
+    def record_answer_locked(self, delivered: int, retried: int) -> None:
+        """Count what the backend took, and the events it asked to have sent again."""
+        self.delivered += delivered
+        self.retried += retried
 
     @property
     def next_seq(self) -> int:
@@ -281,7 +371,7 @@ class Buffer:
         self.head_seq += len(self.queue)
         self.queue.clear()
         self.sizes.clear()
-        self.queued_bytes = self.in_flight = self.in_flight_bytes = 0
+        self.exact_bytes = self.estimated = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
         return held
 

@@ -1,14 +1,13 @@
 """What ``emit`` takes: the :data:`Event` type (so mypy refuses ``outbox.emit(Foo())``), and how
-an event is admitted (an O(1) class check on the hot path) and sized for the buffer's bound."""
+an event is admitted (an O(1) class check on the hot path) and sized for the buffer's bound
+(text by its length; an object at the estimate the sidecar learns: never serialized here)."""
 
 from __future__ import annotations
 
 import warnings
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
-from ._buffer import Buffer
 from ._run import RunRecord
-from ._serde import serialize
 
 if TYPE_CHECKING:
     from openlineage.client import event_v2
@@ -64,47 +63,19 @@ def admit(event: Any) -> None:
     )
 
 
-def sized(buf: Buffer, event: Any) -> tuple[Any, int]:
-    """The event as it will be queued, and the bytes it counts for: what ``emit`` does inline
-    on its hot path, for ``emit_async``.
+def sized(event: Any) -> tuple[Any, int]:
+    """The bytes an event counts for, as ``emit`` computes them inline on its hot path (for
+    ``emit_async``): text by its length, an object 0 (counted at the estimate the sidecar
+    learns; nothing is serialized here).
 
     Raises:
         TypeError: ``event`` is not an event at all.
     """
     cls = event.__class__
     if cls in TEXT_CLASSES:
-        return event, len(event)
+        return event, len(event) or 1
     if cls not in EVENT_CLASSES:
         admit(event)
         if cls in TEXT_CLASSES:
-            return event, len(event)
-    if not buf.measured or (not buf.emitted & (SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above):
-        return measure(buf, event)
-    return event, buf.estimate
-
-
-# While the sidecar is behind, emit measures one object event in this many (a power of two).
-SAMPLE_EVERY = 128
-
-
-def measure(buf: Buffer, event: Any) -> tuple[Any, int]:
-    """Serialize an object event in ``emit``: the first one, and a sample while the sidecar
-    is behind.
-
-    Objects are counted by a running estimate that the sidecar learns by serializing them.
-    Before it has measured one, the estimate is a guess, and a burst emitted while the
-    sidecar's thread is still starting (its HTTP client loads certificates: tens of
-    milliseconds) was held at that guess: 100 KB dicts grew the process by up to 358 MiB with
-    ``max_bytes`` 64 MiB.  Later, when events grow (small ones, then large), a sidecar that
-    is behind learns it late: 272 MiB.  Serializing the first event here, and one in
-    ``SAMPLE_EVERY`` while more than a batch waits, bounds what is held at a short estimate;
-    the serialized event is queued as such (no work is done twice).  An event that cannot
-    be serialized is left for the worker to count."""
-    try:
-        ser = serialize(event)
-    except Exception:
-        return event, buf.estimate
-    size = len(ser.body)
-    with buf.lock:
-        buf.learn_locked(size)
-    return ser, size
+            return event, len(event) or 1
+    return event, 0

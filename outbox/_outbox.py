@@ -15,7 +15,7 @@ from typing import Any, Self
 from ._buffer import Buffer, Policy, Reason
 from ._deadletter import DeadLetter
 from ._errors import ConfigError
-from ._event import EVENT_CLASSES, SAMPLE_EVERY, TEXT_CLASSES, Event, admit, measure, sized
+from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._lifecycle import INHERITED, track
 from ._log import logger
 from ._metrics import Metrics
@@ -271,7 +271,6 @@ class Outbox:
             policy=limits.policy,
             block_timeout=limits.block_timeout,
         )
-        self._buffer.sample_above = self._settings.max_batch_events
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
         self._metrics = Metrics(self._name, self._buffer)
@@ -306,19 +305,17 @@ class Outbox:
         Raises:
             TypeError: ``event`` is not an event at all.  Nothing else, ever.
         """
+        # Sized without serializing: text by its length, an object (0) at the estimate the
+        # sidecar learns.  Nothing here walks the event: emit's cost is the same for any event.
         cls = event.__class__
-        buf = self._buffer
         if cls in TEXT_CLASSES:
-            nbytes = len(event)  # type: ignore[arg-type]  # str, bytes and their subclasses
+            nbytes = len(event) or 1  # type: ignore[arg-type]  # str, bytes and their subclasses
         elif cls in EVENT_CLASSES:
-            nbytes = buf.estimate
+            nbytes = 0
         else:
             admit(event)
-            nbytes = len(event) if cls in TEXT_CLASSES else buf.estimate  # type: ignore[arg-type]
-        if cls not in TEXT_CLASSES and (
-            not buf.measured or (not buf.emitted & (SAMPLE_EVERY - 1) and len(buf.queue) > buf.sample_above)
-        ):
-            event, nbytes = measure(buf, event)
+            nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
+        buf = self._buffer
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()
@@ -336,7 +333,7 @@ class Outbox:
             buf.emitted += 1
             result = buf.put_locked(event, nbytes)
             if not result:
-                if nbytes > buf.max_bytes:
+                if nbytes > buf.max_bytes:  # (an object is never refused for its estimate)
                     buf.count_locked(Reason.TOO_LARGE)
                 elif self._block and threading.get_ident() != sidecar.loop_thread:
                     result = self._wait_for_room_locked(event, nbytes)
@@ -379,7 +376,7 @@ class Outbox:
         if not self._block:
             return self.emit(event)
         buf = self._buffer
-        event, nbytes = sized(buf, event)
+        event, nbytes = sized(event)
         sidecar = self._sidecar
         if sidecar.state is State.NEW:
             sidecar.start_thread()

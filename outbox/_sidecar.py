@@ -24,6 +24,7 @@ from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
 from ._lifecycle import closes_at_exit, no_longer_closes_at_exit
 from ._log import logger
+from ._slices import install
 from ._stats import CloseReport
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
@@ -112,6 +113,8 @@ class Sidecar:
                 return
             loop = asyncio.get_running_loop()
             worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            # On the application's own loop a hand-off sleep would hold that loop up.
+            worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
             self.loop_thread = threading.get_ident()
             self.wake = _waker(loop, worker)
@@ -127,6 +130,7 @@ class Sidecar:
     def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
         block_async_signals()
         asyncio.set_event_loop(loop)
+        install(worker.slicer)  # transports' checkpoints on this thread hand the GIL over too
         why: str | None = None
         try:
             loop.run_until_complete(worker.run())

@@ -16,7 +16,6 @@ import enum
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -26,6 +25,8 @@ from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
+from ._slices import SLICE as _SLICE
+from ._slices import Slicer
 from .transports._base import DELIVERED, Outcome, OutcomeKind, Transport
 
 __all__ = ["CircuitState", "Worker", "WorkerSettings", "backoff_delay"]
@@ -47,9 +48,14 @@ _LAST_ATTEMPT_LEAD = 0.25
 _CLOSE_BACKOFF_CAP = 1.0
 # During close, attempts pulled forward by the deadline stay at least this far apart.
 _MIN_CLOSE_GAP = 0.1
-# Serializing a backlog ahead (objects in the queue, sized by an estimate until then): events
-# per step, and how often the worker looks for such work while it waits.
-_AHEAD_CHUNK = 64
+# Objects are counted at an estimate of their size until the worker serializes them: while
+# objects wait in the queue, the newest (at most _SAMPLE_MOST of the last _SAMPLE_SPAN) are
+# measured every _SAMPLE_INTERVAL, so that events that grow are re-priced within it.
+_SAMPLE_INTERVAL = 0.01
+_SAMPLE_MOST = 4
+_SAMPLE_SPAN = 64
+# While a request is on the wire, or a retry waits, the worker looks at the queue this often.
+_LOOK_AGAIN = 0.05
 # Lanes to start with (then: doubling while the latency holds, halving on overload).
 _FIRST_LANES = 4
 # A round in which the sending thread was on the CPU for more than this share of its time
@@ -57,7 +63,6 @@ _FIRST_LANES = 4
 _BUSY_SHARE = 0.5
 # Answers that say the backend is overloaded: fewer lanes.
 _OVERLOAD = frozenset({"http_429", "http_503", "timeout", "network"})
-_AHEAD_POLL = 0.05
 # How long a round cut by the close deadline gets to settle the lanes that did answer.
 _SETTLE_CANCELLED = 0.05
 # Exponent cap of the backoff: 2**62 seconds is already far beyond any cap.
@@ -148,6 +153,8 @@ class Worker:
         self.settings = settings
         self.metrics = metrics
         self.log = RateLimitedLog(settings.log_interval)
+        #: Ends the worker's slices of per-event work (off in attached mode: see ``_slices``).
+        self.slicer = Slicer(buffer, behind_above=settings.max_batch_events, on_handoff=self._sample)
         self.wakeup = asyncio.Event()
         self.circuit = CircuitState.CLOSED
         self.last_error: str | None = None
@@ -182,7 +189,8 @@ class Worker:
         self._suspects_only = False
         self._round_delivered = False  # the last round delivered something
         self._probe_at = 0.0
-        self._ahead_seq = 0  # serializing ahead: the next queued event to look at
+        self._sampled_at = 0.0  # when the newest queued objects were last measured
+        self._sampled_seq = -1  # the newest event then
         self._last_chance = False  # one immediate retry when close begins
         self._deadline = _INF
         self._drain_task: asyncio.Task[None] | None = None
@@ -358,11 +366,9 @@ class Worker:
                 if not sending.done():
                     self._prefetch()
                 while not sending.done():
-                    # A slow backend: meanwhile, give the queued objects their exact sizes.
-                    if self._serialize_ahead():
-                        await asyncio.sleep(0)
-                    else:
-                        await asyncio.wait({sending}, timeout=_AHEAD_POLL)
+                    # A slow backend: meanwhile, keep the estimate of what queued objects weigh.
+                    self._sample()
+                    await asyncio.wait({sending}, timeout=self._sample_wait(_INF, _LOOK_AGAIN))
             except Exception as exc:
                 error = exc
             await sending
@@ -379,6 +385,7 @@ class Worker:
     def _prefetch(self) -> None:
         if self._ready or self._pending:
             return
+        self._sample(fresh=True)
         buf, s = self.buffer, self.settings
         with buf.lock:
             if (
@@ -410,10 +417,9 @@ class Worker:
         buf, s = self.buffer, self.settings
         linger_until = _INF
         while True:
-            if not buf.measured and buf.queue:
-                # Until an object event has been serialized, emit sizes objects by a guess:
-                # serialize the first ones in place at once, so the guess becomes a measure.
-                self._serialize_ahead(force=True)
+            # Objects wait counted at an estimate (at once for the first one: then it is a
+            # guess); measure the newest, so that a batch is taken at their true weight.
+            self._sample(fresh=True)
             with buf.lock:
                 if buf.side:
                     buf.fold_side_locked()  # emitted from a signal handler
@@ -448,86 +454,71 @@ class Worker:
                     timeout = None
                 # Cleared under the lock: a wake-up posted after this point is not lost.
                 self.wakeup.clear()
-            if timeout is None:
+            timeout = self._sample_wait(_INF if timeout is None else timeout)
+            if timeout == _INF:
                 await self.wakeup.wait()
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wakeup.wait(), timeout)
 
-    def _serialize_ahead(self, force: bool = False) -> bool:
-        """Serialize a few queued objects in place, while more than a batch waits: an object is
-        sized by a running estimate when emitted, so a backlog of large dicts could hold far
-        more than ``max_bytes``.  With their exact sizes known, the byte bound is enforced by
-        the policy.  Returns True if it did some work (there may be more)."""
+    def _sample_wait(self, timeout: float, look_again: float = _INF) -> float:
+        """``timeout`` shortened to the next sampling of the queued objects, if any wait, else
+        to ``look_again`` (objects may come meanwhile: emit does not wake the worker for them)."""
+        if not self.buffer.estimated:
+            return min(timeout, look_again)
+        return min(timeout, max(0.0, self._sampled_at + _SAMPLE_INTERVAL - time.monotonic()))
+
+    def _sample(self, fresh: bool = False) -> None:
+        """Measure the newest queued objects, if new ones came since the last look and the
+        sampling interval has passed (at once for the very first object, and when ``fresh``:
+        before events are taken, at the price they count for): ``emit`` counts an object at
+        a running estimate of their size, so that it never serializes; the worker keeps that
+        estimate true.  They are serialized in place (the work is not lost), and
+        when they weigh more than estimated, every queued object is re-priced at once and the
+        byte bound enforced by the policy."""
         buf = self.buffer
+        now = time.monotonic()
         picked: list[tuple[int, Any]] = []
         with buf.lock:
-            queue = buf.queue
-            if len(queue) <= self.settings.max_batch_events and not force:
-                return False
-            head = buf.head_seq
-            index = min(max(self._ahead_seq, head), head + len(queue)) - head
-            while index < len(queue) and len(picked) < _AHEAD_CHUNK:
-                event = queue[index]
-                if event.__class__ is not SerializedEvent and not isinstance(event, (str, bytes, bytearray)):
-                    picked.append((head + index, event))
-                index += 1
-            self._ahead_seq = head + index
-        if not picked:
-            return False
+            if not buf.estimated or (
+                buf.measured and not fresh and now < self._sampled_at + _SAMPLE_INTERVAL
+            ):
+                return
+            queue, sizes = buf.queue, buf.sizes
+            newest = buf.next_seq - 1
+            if newest == self._sampled_seq:
+                return
+            self._sampled_at, self._sampled_seq = now, newest
+            head, index = buf.head_seq, len(queue) - 1
+            stop = max(-1, index - _SAMPLE_SPAN)
+            while index > stop and len(picked) < _SAMPLE_MOST:
+                if not sizes[index]:
+                    picked.append((head + index, queue[index]))
+                index -= 1
+        # In one stretch, without hand-offs (a few events: its length is bounded by what they
+        # weigh), so that the estimate is learnt from them at once: a flood of grown events
+        # would otherwise go on at the old estimate while the sidecar waits for the GIL.
         done: list[tuple[int, Any, SerializedEvent]] = []
+        started = time.perf_counter()
         for seq, event in picked:
             try:
                 done.append((seq, event, serialize(event)))
             except Exception:  # left as it is: the send path counts it as invalid_event
                 continue
+            if time.perf_counter() - started > _SLICE:
+                break
+        if not done:
+            return
         with buf.lock:
-            exact = 0
-            count = 0
-            queue, sizes = buf.queue, buf.sizes
+            total = count = 0
+            queue = buf.queue
             for seq, event, ser in done:
                 index = seq - buf.head_seq
                 if 0 <= index < len(queue) and queue[index] is event:
-                    size = len(ser.body)
-                    queue[index] = ser
-                    buf.queued_bytes += size - sizes[index]
-                    sizes[index] = size
-                    exact += size
+                    total += buf.replace_locked(index, ser)
                     count += 1
             if count:
-                self._set_estimate_locked(exact // count)
-            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
-            if over > 0:
-                buf.shed_locked(over)
-                self._ahead_seq = min(self._ahead_seq, buf.next_seq)
-        return True
-
-    def _set_estimate_locked(self, observed: int) -> None:
-        """Learn what object events weigh.  When that is far more than was assumed, the
-        objects already queued are re-counted at the new estimate (and the byte bound
-        enforced by the policy) at once, rather than as they are serialized one by one."""
-        buf = self.buffer
-        before = buf.learn_locked(observed)
-        if buf.estimate <= 2 * before:
-            return
-        estimate = buf.estimate
-        sizes = list(buf.sizes)
-        added = 0
-        for index, event in enumerate(buf.queue):
-            if (
-                sizes[index] < estimate
-                and event.__class__ is not SerializedEvent
-                and not isinstance(event, (str, bytes, bytearray))
-            ):
-                added += estimate - sizes[index]
-                sizes[index] = estimate
-        if added:
-            buf.sizes = deque(sizes)
-            buf.queued_bytes += added
-            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
-            if over > 0:
-                buf.shed_locked(over)
-                self._ahead_seq = min(self._ahead_seq, buf.next_seq)
+                buf.learn_locked(total // count)
 
     def _retry_batch(self) -> list[_InFlight]:
         """The next batch from the retry list (removed from it).  After a batch got a 5xx as a
@@ -581,6 +572,7 @@ class Worker:
         those of runs with nothing in the retry list.  The others join the retry list (a run's
         later events never overtake its earlier ones)."""
         buf, s = self.buffer, self.settings
+        self._sample(fresh=True)
         with buf.lock:
             taken = buf.take_locked(s.max_batch_events, s.max_batch_bytes) if buf.queue else []
         if not taken:
@@ -627,10 +619,9 @@ class Worker:
             raise
 
     def _serialize_taken(self, batch: list[tuple[int, Any, int]], batches: int = 1) -> list[_InFlight]:
-        """Serialize a batch (or a window of ``batches`` batches, for lanes) in one go.
-        Deliberately no yields to the loop in between: a thread that releases and retakes
-        the GIL often starves the application's threads of it (measured: 100+ ms stalls),
-        while one long run is preempted by CPython after its 5 ms switch interval."""
+        """Serialize a batch (or a window of ``batches`` batches, for lanes), in slices: between
+        two events, the GIL goes to the application's threads once a slice has lasted its
+        budget (see ``_slices``: a real hand-off, not a release that is taken back at once)."""
         ready: list[_InFlight] = []
         lost: dict[str, int] = {}
         lost_bytes = 0
@@ -643,10 +634,17 @@ class Worker:
         untaken: list[tuple[int, Any, int]] = []
         dead: list[tuple[str, str, bytes | None, Any]] = []
         append = ready.append
+        buf = self.buffer
+        slicer = self.slicer
+        slicer.begin()
+        checkpoint = slicer.checkpoint
+        count = len(batch)
         for position, (seq, event, estimate) in enumerate(batch):
-            if total > window:
-                # Taken by estimate, found larger: the rest goes back to the queue unserialized
-                # (serializing it now would hold it twice in memory).
+            checkpoint()
+            if total > window or (objects and total + (count - position) * (sizes // objects) > 2 * window):
+                # Taken by estimate, found larger (or about to be, at the weight of the objects
+                # serialized so far): the rest goes back to the queue unserialized, where the
+                # policy can shed it (serializing it now would hold it twice in memory).
                 untaken = batch[position:]
                 break
             cls = event.__class__
@@ -680,6 +678,11 @@ class Worker:
             if is_object:
                 sizes += size
                 objects += 1
+                if size > 2 * buf.estimate and sizes // objects > buf.estimate:
+                    # Objects grew: re-price the queue now (and shed by the policy), not once
+                    # this batch is done, which may be long with handlers taking the GIL.
+                    with buf.lock:
+                        buf.learn_locked(sizes // objects)
             if size > limit:
                 lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
                 lost_bytes += estimate
@@ -691,21 +694,19 @@ class Worker:
             adjust += size - estimate
             total += size
             append((seq, ser, size))
-        buf = self.buffer
         with buf.lock:
             if buf.finalized:
                 return []
             if untaken and not buf.untake_locked(untaken):
                 lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + len(untaken)
                 lost_bytes += sum(entry[2] for entry in untaken)
-            buf.in_flight_bytes += adjust
+            buf.reprice_in_flight_locked(adjust)
             if objects:
-                self._set_estimate_locked(sizes // objects)
-            over = buf.queued_bytes + buf.in_flight_bytes - buf.max_bytes
+                buf.learn_locked(sizes // objects)
+            # An estimate that was short: back within max_bytes by the policy, from the queue;
+            # then, if need be, from the newest of this batch (not yet sent).
+            over = buf.enforce_bound_locked()
             if over > 0:
-                # The estimate was short: back within max_bytes by the policy, from the queue;
-                # then, if need be, from the newest of this batch (not yet sent).
-                over -= buf.shed_locked(over)
                 while over > 0 and ready:
                     dropped = ready.pop()
                     over -= dropped[2]
@@ -720,12 +721,8 @@ class Worker:
         return ready
 
     def _settle_locked(self, n_events: int, n_bytes: int, also_held: list[_InFlight]) -> None:
-        buf = self.buffer
-        buf.in_flight -= n_events
-        buf.in_flight_bytes -= n_bytes
         heads = [held[0][0] for held in (*self._sending, self._pending, self._ready, also_held) if held]
-        buf.in_flight_low = min(heads) if heads else _INF
-        buf.notify_locked()
+        self.buffer.settle_locked(n_events, n_bytes, min(heads) if heads else _INF)
 
     async def _wait_backoff(self) -> None:
         """Wait until the retry time.  When close begins, one immediate last attempt; while
@@ -749,14 +746,12 @@ class Worker:
             if self.closing:
                 await asyncio.sleep(delay)
                 return
-            if self._serialize_ahead():
-                # A backend that is down: meanwhile, give the queued objects their exact sizes.
-                await asyncio.sleep(0)
-            else:
-                self.wakeup.clear()
-                # Wake early only when close begins (it grants one immediate last attempt).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._until_closing(), min(delay, _AHEAD_POLL))
+            # A backend that is down: meanwhile, keep the estimate of what queued objects weigh.
+            self._sample()
+            self.wakeup.clear()
+            # Wake early only when close begins (it grants one immediate last attempt).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until_closing(), self._sample_wait(delay, _LOOK_AGAIN))
             if self.closing and self._last_chance:
                 self._last_chance = False
                 return
@@ -796,6 +791,7 @@ class Worker:
         want = k * s.max_batch_events - len(window)
         if want > 0:
             buf = self.buffer
+            self._sample(fresh=True)
             with buf.lock:
                 # Leave a batch's worth of room to the queue, as _prefetch does: drop_oldest
                 # can only evict queued events, and must never have to refuse a new one.
@@ -815,7 +811,11 @@ class Worker:
         # other, so they are full and nothing is left for a round of its own.  Which lane a
         # run takes may change from round to round: a round starts when the last one settled.
         groups: dict[Any, list[_InFlight]] = {}
-        for item in window:
+        self.slicer.begin()
+        checkpoint = self.slicer.checkpoint
+        for position, item in enumerate(window):
+            if not position & 63:
+                checkpoint()
             key: Any = item[1].run_id or item[1].key
             if key is None:
                 key = item[0]  # neither run nor key: an event of its own
@@ -832,6 +832,7 @@ class Worker:
         lane: list[_InFlight] = []
         lane_bytes = 0
         for group in groups.values():
+            checkpoint()
             if len(lanes) == k:
                 rest += group
                 continue
@@ -1080,7 +1081,10 @@ class Worker:
             settled_bytes = sum(map(_SIZE, items))
         else:
             runs_seen: set[str | None] = set()
+            self.slicer.begin()
+            checkpoint = self.slicer.checkpoint
             for item, outcome in zip(items, outcomes):  # noqa: B905 - lengths checked in _send
+                checkpoint()
                 kind = outcome.kind
                 run = item[1].run_id
                 first_of_run = run is None or run not in runs_seen
@@ -1136,8 +1140,7 @@ class Worker:
             if buf.finalized:
                 self._sending, self._pending = [], []
                 return 0, 0, 0
-            buf.delivered += delivered
-            buf.retried += retries
+            buf.record_answer_locked(delivered, retries)
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
             # This lane is settled; the others (if any) are still on the wire.

@@ -27,6 +27,7 @@ from typing import Any
 from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs, logger
+from .._slices import checkpoint
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
@@ -217,6 +218,8 @@ class KafkaTransport:
         # several times cheaper than one send() and one future per record.
         lanes: dict[int, list[tuple[int, bytes | None]]] = {}
         for index, event in enumerate(batch):
+            if not index & 63:
+                checkpoint()
             key = self.message_key or (event.key.encode() if event.key else None)
             if len(event.body) + len(key or b"") + _RECORD_OVERHEAD > self._max_request_size:
                 outcomes[index] = Outcome.rejected(
@@ -259,6 +262,7 @@ class KafkaTransport:
         while position < len(members):
             builder, indexes = producer.create_batch(), list[int]()
             while position < len(members):
+                checkpoint()  # aiokafka encodes each record in Python: a slice at a time
                 index, key = members[position]
                 if builder.append(key=key, value=batch[index].body, timestamp=None) is None:
                     break  # full: the rest go in the next producer batch

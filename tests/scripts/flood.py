@@ -1,7 +1,11 @@
 """Floods an outbox whose backend is down with 100 KB events of one kind; prints how much the
 process grew (peak RSS) and what the outbox holds.  Used by tests/test_memory.py:
 
-    python tests/scripts/flood.py dict 20000
+    python tests/scripts/flood.py dict 20000 [HOLD]
+
+With HOLD, it waits (up to 10 s) until the outbox holds at most HOLD events before it reports
+what it holds: objects are counted at an estimate that the sidecar keeps true by sampling the
+newest ones, so when they grow, the byte bound is enforced within the sampling interval.
 """
 
 import resource
@@ -16,6 +20,7 @@ from outbox import Outbox
 from outbox.transports import HttpTransport
 
 kind, count = sys.argv[1], int(sys.argv[2])
+hold = int(sys.argv[3]) if len(sys.argv) > 3 else None
 
 
 class Text(str):
@@ -43,6 +48,8 @@ for i in range(count):
     body = pad[:-8] + f"{i:08d}"  # distinct 100 KB each
     if kind == "growing" and i < 2000:
         body = body[-200:]  # small ones first: the estimate learnt from them is short
+    if kind == "mix" and i % 4:
+        body = body[-200:]  # three small ones for each large one
     run = {"runId": str(uuid.uuid4()), "facets": {"p": {"_producer": "p", "_schemaURL": "s", "x": body}}}
     event = {
         "eventType": "START",
@@ -52,7 +59,7 @@ for i in range(count):
         "run": run,
         "job": {"namespace": "n", "name": "j"},
     }
-    if kind in ("dict", "growing"):
+    if kind in ("dict", "growing", "mix"):
         outbox.emit(event)
     elif kind in ("str", "strsub"):
         text = orjson.dumps(event).decode()
@@ -69,9 +76,16 @@ for i in range(count):
                 job=Job(namespace="n", name=body),
             )
         )
+took = time.monotonic() - started
+if hold is not None:
+    wait_until = time.monotonic() + 10
+    while time.monotonic() < wait_until:
+        st = outbox.stats()
+        if st.queued_events + st.in_flight <= hold:
+            break
+        time.sleep(0.01)
 grown = rss() - before
 st = outbox.stats()
-took = time.monotonic() - started
 held = st.queued_events + st.in_flight
 print(grown, held, st.dropped)
 print(

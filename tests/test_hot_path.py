@@ -1,0 +1,392 @@
+"""The hot path's promises that are not about time: ``emit`` never serializes (on any path, for
+any kind of event), objects are sized where it costs the handler nothing (the sidecar), and
+the sidecar's per-event work runs in slices that hand the GIL over.  What it costs in
+microseconds is measured by ``python -m outbox.tools.benchmarks tail``, not here."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import uuid
+import warnings
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+
+from outbox import LineageJob, Outbox, s3_dataset
+from outbox._buffer import FIRST_ESTIMATE
+from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+
+from helpers import ScriptedTransport, run_event, wait_until
+
+# Modules whose code serializes or walks an event: none may run on the caller's thread.
+SERIALIZING = ("outbox._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")
+
+
+def _openlineage_events(n: int) -> list[Any]:
+    from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from openlineage.client import run as legacy
+
+    job = Job(namespace="tests", name="job")
+    events: list[Any] = []
+    for i in range(n):
+        run = Run(runId=str(uuid.uuid4()))
+        events.append(
+            RunEvent(
+                eventType=RunState.START,
+                eventTime="2026-12-03T10:00:00+00:00",
+                run=run,
+                job=job,
+                producer="https://example.com/tests",
+                inputs=[InputDataset(namespace="s3://b", name=f"k/{i}")],
+            )
+        )
+        if i % 10 == 0:
+            events.append(
+                legacy.RunEvent(
+                    eventType=legacy.RunState.COMPLETE,
+                    eventTime="2026-12-03T10:00:01+00:00",
+                    run=legacy.Run(runId=str(uuid.uuid4())),
+                    job=legacy.Job(namespace="tests", name="job"),
+                    producer="https://example.com/tests",
+                )
+            )
+    return events
+
+
+class _Str(str):
+    pass
+
+
+def _mixed_events(n: int) -> list[Any]:
+    """Every kind emit takes: openlineage-python objects (event_v2 and legacy), dicts, str,
+    bytes, bytearray and a str subclass."""
+    events = _openlineage_events(n // 4)
+    for i in range(n - len(events)):
+        event = run_event(n=i)
+        match i % 5:
+            case 0 | 1:
+                events.append(event)
+            case 2:
+                events.append(orjson.dumps(event))
+            case 3:
+                events.append(orjson.dumps(event).decode())
+            case _:
+                events.append(_Str(orjson.dumps(event).decode()) if i % 2 else bytearray(orjson.dumps(event)))
+    return events
+
+
+class CallRecorder:
+    """A profiler of the calling thread only (``sys.setprofile`` is per thread): the module
+    of every Python function and C function called."""
+
+    def __init__(self) -> None:
+        self.modules: Counter[str] = Counter()
+
+    def __call__(self, frame: Any, what: str, arg: Any) -> None:
+        if what == "call":
+            self.modules[frame.f_globals.get("__name__", "?")] += 1
+        elif what == "c_call":
+            self.modules[
+                getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+            ] += 1
+
+    def __enter__(self) -> CallRecorder:
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+    def serializing(self) -> dict[str, int]:
+        return {m: n for m, n in self.modules.items() if m.split(".")[0] in SERIALIZING or m in SERIALIZING}
+
+
+def _stuck(**kw: Any) -> tuple[Outbox, ScriptedTransport]:
+    """An outbox whose backend never answers: after the first batch, everything queues (the
+    queue is behind, the case in which emit used to measure a sample itself)."""
+    transport = ScriptedTransport(open_gate=False)
+    kw.setdefault("max_events", 50_000)
+    kw.setdefault("max_bytes", 2**30)
+    outbox = Outbox(transport, linger=0, close_at_exit=False, **kw)
+    return outbox, transport
+
+
+def test_emit_never_serializes_on_the_callers_thread():
+    events = _mixed_events(20_000)
+    outbox, transport = _stuck()
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    first_of_each = {event.__class__: event for event in reversed(events)}
+    for event in first_of_each.values():  # every class seen once (admitted) beforehand
+        outbox.emit(event)
+    with CallRecorder() as calls:
+        accepted = [outbox.emit(event) for event in events]
+    assert all(accepted)
+    assert calls.serializing() == {}, calls.modules
+    # What emit does call: the outbox's hot path, and C methods of builtins, deques and locks.
+    called = set(calls.modules) - {__name__, "sys"}  # this list comprehension; setprofile(None)
+    assert called <= {"outbox._outbox", "outbox._buffer", "builtins", "collections", "_thread"}, calls.modules
+    assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
+    stats = outbox.stats()
+    assert stats.accepted == len(events) + len(first_of_each) + 1
+    outbox.close(0.1)
+
+
+def test_the_first_call_of_a_new_event_class_does_not_serialize_either():
+    outbox, transport = _stuck()
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    (event,) = _openlineage_events(1)[:1]
+    with CallRecorder() as calls:
+        assert outbox.emit(event)
+        assert outbox.emit(_Str('{"eventType": "START"}'))
+    assert calls.serializing() == {}, calls.modules
+    outbox.close(0.1)
+
+
+def test_the_run_helpers_never_serialize_on_the_callers_thread():
+    outbox, transport = _stuck()
+    job = LineageJob("tests", "job")
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    with CallRecorder() as calls:
+        for i in range(5_000):
+            with outbox.run(job, inputs=[s3_dataset("b", f"k/{i}")]):
+                pass
+    assert calls.serializing() == {}, calls.modules
+    assert outbox.stats().accepted == 10_001
+    outbox.close(0.1)
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "block"])
+def test_emit_async_never_serializes_on_the_callers_thread(policy):
+    events = _mixed_events(4_000)
+    outbox, transport = _stuck(policy=policy, block_timeout=0.01)
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+
+    async def main() -> list[bool]:
+        with CallRecorder() as calls:
+            accepted = [await outbox.emit_async(event) for event in events]
+        assert calls.serializing() == {}, calls.modules
+        return accepted
+
+    assert all(asyncio.run(main()))
+    outbox.close(0.1)
+
+
+def test_an_object_is_counted_at_a_conservative_estimate_until_the_sidecar_measures_it():
+    """The first object wakes the sidecar, which measures it: its exact size is what the
+    queue counts from then on, without the handler serializing anything."""
+    outbox, transport = _stuck(max_events=100)
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    big = run_event()
+    big["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": "x" * 50_000}
+    outbox.emit(big)
+    assert wait_until(lambda: outbox.stats().queued_bytes > 50_000, 10), outbox.stats()
+    size = len(orjson.dumps(big))
+    assert outbox.stats().queued_bytes == size
+    # Later objects are counted at that estimate at once (not at the first guess).
+    for _ in range(3):
+        outbox.emit(big)
+    assert outbox.stats().queued_bytes >= 4 * size * 0.9
+    assert size > FIRST_ESTIMATE
+    outbox.close(0.1)
+
+
+def test_objects_that_grow_are_re_priced_and_the_byte_bound_enforced():
+    """Small objects first, then large ones while the sidecar is behind: the sidecar samples
+    the newest, the estimate goes up at once, and every queued object is re-priced, so that
+    the policy brings the held bytes back within max_bytes."""
+    outbox, transport = _stuck(max_events=20_000, max_bytes=8 * 1024 * 1024)
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    for i in range(2_000):
+        outbox.emit(run_event(n=i))
+    pad = "x" * 20_000
+    for i in range(2_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        outbox.emit(event)
+
+    def within_bound() -> bool:
+        stats = outbox.stats()
+        # 8 MiB of ~20 KB events: at most ~420 large ones (and the 2,000 small) can be held.
+        return stats.queued_events + stats.in_flight <= 2_000 + 8 * 1024 * 1024 // 20_000 + 1
+
+    assert wait_until(within_bound, 10), outbox.stats()
+    stats = outbox.stats()
+    assert stats.queued_bytes <= 8 * 1024 * 1024
+    assert stats.dropped.get("dropped_full", 0) >= 1_500
+    assert stats.offered == stats.delivered + stats.lost + stats.queued_events + stats.in_flight
+    outbox.close(0.1)
+
+
+class _Buffer:
+    """What a Slicer reads of the buffer."""
+
+    def __init__(self) -> None:
+        self.emitted = 0
+        self.queue: list[Any] = []
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _slicer(buffer: _Buffer, clock: _Clock, **kw: Any) -> Slicer:
+    return Slicer(buffer, clock=clock, sleep=clock.sleep, **kw)  # type: ignore[arg-type]
+
+
+def test_a_slice_ends_in_a_hand_off_of_the_gil_while_handlers_emit():
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    slicer.begin()
+    for _ in range(10):  # work shorter than a slice: no hand-off
+        clock.now += SLICE / 20
+        slicer.checkpoint()
+    assert clock.sleeps == []
+    buffer.emitted = 5  # a handler emits meanwhile
+    clock.now += SLICE
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]
+    clock.now += SLICE / 2  # the next slice starts after the hand-off
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]
+
+
+def test_no_hand_off_when_nobody_emits_or_in_attached_mode():
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    buffer.emitted = 1
+    slicer.begin()
+    clock.now += SLICE
+    slicer.checkpoint()  # handlers emitted: hand off
+    assert len(clock.sleeps) == 1
+    clock.now += 1.0  # nobody has emitted for a second: the sidecar keeps the GIL
+    slicer.begin()
+    for _ in range(5):
+        clock.now += SLICE
+        slicer.checkpoint()
+    assert len(clock.sleeps) == 1
+    attached = _slicer(buffer, clock, enabled=False)
+    attached.begin()
+    buffer.emitted = 2
+    clock.now += SLICE
+    attached.checkpoint()
+    assert len(clock.sleeps) == 1
+
+
+class _SlowClock(_Clock):
+    """A hand-off that comes back late: a handler computed meanwhile."""
+
+    def __init__(self, late: float) -> None:
+        super().__init__()
+        self.late = late
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.now += self.late
+
+
+def test_slices_grow_while_the_sidecar_is_behind_a_handler_that_computes():
+    """Politeness must not starve the sidecar: behind (more than a batch queued) with slow
+    hand-offs, its slices double up to LONGEST_SLICE; caught up, they halve back."""
+    buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    buffer.queue = [None] * 50
+    budgets = []
+    slicer.begin()
+    for _ in range(12):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+        budgets.append(slicer.budget)
+    assert budgets[0] == 2 * SLICE
+    assert budgets[-1] == LONGEST_SLICE
+    assert all(b <= LONGEST_SLICE for b in budgets)
+    buffer.queue = []  # caught up
+    for _ in range(12):
+        buffer.emitted += 1  # handlers still emit
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget == SLICE
+    buffer.queue = [None] * 50  # behind again, then the handlers stop: short slices again
+    for _ in range(4):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget > SLICE
+    clock.now += 1.0
+    slicer.checkpoint()
+    assert slicer.budget == SLICE
+
+
+def test_no_growth_when_hand_offs_come_back_at_once():
+    """A handler waiting on I/O takes the GIL only briefly: the slices stay short, however far
+    behind the sidecar is (it gets the time it needs while the handler waits)."""
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    buffer.queue = [None] * 50
+    slicer.begin()
+    for _ in range(10):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget == SLICE
+    assert len(clock.sleeps) == 10
+
+
+def test_a_hand_off_first_lets_the_worker_sample_what_objects_weigh():
+    buffer, clock = _Buffer(), _Clock()
+    calls = []
+    slicer = _slicer(buffer, clock, on_handoff=lambda: calls.append(clock.now))
+    slicer.begin()
+    clock.now += SLICE / 2
+    slicer.checkpoint()
+    assert calls == []
+    clock.now += SLICE
+    slicer.checkpoint()
+    assert len(calls) == 1
+
+
+def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
+    """Every event the sidecar serializes passes a checkpoint: its work is sliced, on its
+    own thread, and the checkpoints run there (never on the emitting thread)."""
+    outbox, transport = _stuck()
+    worker = outbox._sidecar.worker
+    assert worker is not None
+    seen: Counter[int] = Counter()
+
+    class Counting(Slicer):
+        def checkpoint(self) -> None:
+            seen[threading.get_ident()] += 1
+            super().checkpoint()
+
+    worker.slicer = Counting(outbox._buffer)
+    transport.gate.set()
+    for event in _mixed_events(3_000):
+        outbox.emit(event)
+    report = outbox.close(30)
+    assert report.delivered == 3_000
+    assert threading.get_ident() not in seen
+    assert sum(seen.values()) >= 3_000
