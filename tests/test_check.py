@@ -1,20 +1,26 @@
 """``outbox check``, run as operators run it (a process, its environment), against a running sink,
 a refused URL, a TLS backend, a Kafka-protocol broker and a broker that is down."""
 
+import inspect
+import json
 import os
 import ssl
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from outbox.tools.faultproxy import free_port
+from outbox import Outbox
+from outbox._config import OUTBOX_VARIABLES
+from outbox.tools.check import datahub_refusal, openmetadata_verdict
+from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 
 from kafka_helpers import create_topic
 
 
-def check(env: dict[str, str], *args: str) -> tuple[int, list[str]]:
+def check(env: dict[str, str], *args: str, cwd: Path | None = None) -> tuple[int, list[str]]:
     """Run ``outbox check`` with only ``env`` (and PATH) set; (exit status, its lines)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
     done = subprocess.run(
@@ -23,6 +29,7 @@ def check(env: dict[str, str], *args: str) -> tuple[int, list[str]]:
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=cwd,
     )
     return done.returncode, (done.stdout + done.stderr).splitlines()
 
@@ -158,3 +165,209 @@ def test_a_broker_that_is_down_fails_naming_the_brokers():
     assert line(lines, "brokers").startswith("FAIL")
     assert bootstrap in line(lines, "brokers")
     assert not [entry for entry in lines if entry.startswith("ERROR")]  # aiokafka's own noise
+
+
+def test_nothing_configured_fails_and_says_what_to_set(tmp_path):
+    # No OPENLINEAGE_* variable, no openlineage.yml here or in the home folder: the console.
+    status, lines = check({"HOME": str(tmp_path)}, cwd=tmp_path)
+    assert status == 1, lines
+    failed = line(lines, "config")
+    assert failed.startswith("FAIL")
+    assert "no lineage backend is configured" in failed
+    for setting in ("OPENLINEAGE_URL", "OPENLINEAGE__TRANSPORT__TYPE", "openlineage.yml"):
+        assert setting in failed
+    assert lines[-1].endswith("failed: config")
+    # The console chosen on purpose is a configuration, and passes.
+    status, lines = check({"HOME": str(tmp_path), "OPENLINEAGE__TRANSPORT__TYPE": "console"}, cwd=tmp_path)
+    assert status == 0, lines
+    assert "printed to standard output" in line(lines, "reach")
+
+
+def settings_in(lines: list[str]) -> dict[str, str]:
+    """The settings lines of check's output, by keyword: ``value`` or ``value (VARIABLE)``."""
+    start = next(i for i, entry in enumerate(lines) if entry.startswith("settings "))
+    text = lines[start][len("settings") :]
+    for entry in lines[start + 1 :]:
+        if not entry.startswith(" " * 12):
+            break
+        text += " " + entry.strip()
+    pairs = [part.strip().split("=", 1) for part in text.split(", ")]
+    return {key: value for key, value in pairs}
+
+
+# A value other than the default for every OUTBOX_* variable, and how check prints it.
+NOT_DEFAULT = {
+    "OUTBOX_MAX_EVENTS": ("5000", "5000"),
+    "OUTBOX_MAX_BYTES": ("32MiB", "33554432"),
+    "OUTBOX_POLICY": ("block", "block"),
+    "OUTBOX_BLOCK_TIMEOUT": ("0.25", "0.25"),
+    "OUTBOX_MAX_BATCH_EVENTS": ("250", "250"),
+    "OUTBOX_MAX_BATCH_BYTES": ("512KiB", "524288"),
+    "OUTBOX_LINGER": ("0.05", "0.05"),
+    "OUTBOX_SHUTDOWN_TIMEOUT": ("7", "7.0"),
+    "OUTBOX_SEND_TIMEOUT": ("12", "12.0"),
+    "OUTBOX_BACKOFF_BASE": ("0.2", "0.2"),
+    "OUTBOX_BACKOFF_CAP": ("11", "11.0"),
+    "OUTBOX_MAX_RETRY_AFTER": ("120", "120.0"),
+    "OUTBOX_POISON_ATTEMPTS": ("3", "3"),
+    "OUTBOX_MAX_CONCURRENCY": ("2", "2"),
+    "OUTBOX_DEAD_LETTER": ("{tmp}/dead.jsonl", "{tmp}/dead.jsonl"),
+    "OUTBOX_CIRCUIT_THRESHOLD": ("9", "9"),
+    "OUTBOX_LOG_INTERVAL": ("3", "3.0"),
+    "OUTBOX_CLOSE_AT_EXIT": ("false", "False"),
+    "OUTBOX_NAME": ("checked", "checked"),
+}
+
+
+def test_every_setting_in_force_is_printed_with_the_variable_it_came_from(tmp_path):
+    # Every keyword of Outbox() is an OUTBOX_* variable, and this test knows a value for each:
+    # a setting added later fails here until check prints it.
+    keywords = set(inspect.signature(Outbox).parameters) - {"transport"}
+    assert {keyword for keyword, _ in OUTBOX_VARIABLES.values()} == keywords
+    assert set(NOT_DEFAULT) == set(OUTBOX_VARIABLES)
+    with Sink() as sink:
+        env = {var: raw.format(tmp=tmp_path) for var, (raw, _) in NOT_DEFAULT.items()}
+        status, lines = check({"OPENLINEAGE_URL": sink.url, **env})
+        assert status == 0, lines
+        shown = settings_in(lines)
+        assert set(shown) == keywords
+        for var, (_, printed) in NOT_DEFAULT.items():
+            keyword = OUTBOX_VARIABLES[var][0]
+            assert shown[keyword] == f"{printed.format(tmp=tmp_path)} ({var})"
+        # Nothing set: each keyword with the default Outbox() gives it.
+        status, lines = check({"OPENLINEAGE_URL": sink.url})
+        assert status == 0, lines
+        shown = settings_in(lines)
+    assert set(shown) == keywords
+    defaults = {k: p.default for k, p in inspect.signature(Outbox).parameters.items() if k in keywords}
+    defaults |= {"max_batch_events": 1000, "max_batch_bytes": 1024 * 1024, "policy": "drop_oldest"}
+    assert shown == {k: str(v) for k, v in defaults.items()}
+
+
+def event(**changes: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "eventType": "COMPLETE",
+        "eventTime": "2026-12-02T10:00:00Z",
+        "producer": "https://example.com/pipeline",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+        "run": {"runId": "0190ac5e-0000-7000-8000-000000000001", "facets": {}},
+        "job": {"namespace": "vast-dataengine://t", "name": "fn"},
+        "inputs": [{"namespace": "s3://b", "name": "k.csv"}],
+        "outputs": [],
+    }
+    return base | changes
+
+
+ENGINE = {"processing_engine": {"name": "VAST_DATAENGINE", "version": "5.3"}}
+
+
+@pytest.mark.parametrize(
+    ("changes", "refused"),
+    [
+        ({}, "names no orchestrator"),
+        ({"run": {"runId": "r", "facets": ENGINE}}, None),
+        ({"producer": "https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python"}, None),
+        # DataHub's regex wants two more path segments: .../OpenLineage/OpenLineage/client fails.
+        ({"producer": "https://github.com/OpenLineage/OpenLineage/client"}, "names no orchestrator"),
+        ({"producer": "https://github.com/apache/airflow/tree/2.9/openlineage"}, None),
+        ({"eventType": None}, "no eventType"),
+        ({"run": None}, "not a RunEvent"),
+    ],
+)
+def test_what_datahub_refuses(changes, refused):
+    value = {k: v for k, v in event(**changes).items() if v is not None}
+    reason = datahub_refusal(value)
+    assert reason is None if refused is None else refused in (reason or "")
+
+
+def test_what_openmetadata_draws_lineage_from():
+    start = event(eventType="START")
+    no_outputs = event()
+    complete = event(outputs=[{"namespace": "trino://h:443", "name": "c.s.t"}])
+    assert openmetadata_verdict([start, complete]) == (True, "1 of 2 events draws lineage")
+    ok, detail = openmetadata_verdict([start, no_outputs])
+    assert not ok
+    assert "no outputs" in detail
+    ok, detail = openmetadata_verdict([start])
+    assert not ok
+    assert "COMPLETE" in detail
+
+
+def write_events(path: Path, *events: dict[str, object]) -> str:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return str(path)
+
+
+def test_datahub_is_judged_by_the_orchestrator_its_events_must_name(tmp_path):
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        env = {"OPENLINEAGE_URL": sink.url, "OPENLINEAGE_ENDPOINT": "openapi/openlineage/api/v1/lineage"}
+        # The endpoint answers, but whether events arrive depends on them: not judged is no pass.
+        status, lines = check(env)
+        assert status == 1, lines
+        needs = line(lines, "events")
+        assert needs.startswith("FAIL")
+        assert "DataHub" in needs
+        assert "processing_engine" in needs
+        assert "--events" in needs
+        # A sample without an orchestrator fails, named; one with the facet passes.
+        bad = write_events(tmp_path / "bad.jsonl", event(eventType="START"), event())
+        status, lines = check(env, "--events", bad)
+        assert status == 1, lines
+        assert "event 1 of 2 (START of vast-dataengine://t/fn) names no orchestrator" in line(lines, "events")
+        good = write_events(tmp_path / "good.jsonl", event(run={"runId": "r", "facets": ENGINE}))
+        status, lines = check(env, "--events", good)
+        assert status == 0, lines
+        assert line(lines, "events").startswith("ok")
+        assert sink.events == []  # judged here, never sent
+
+
+def test_openmetadata_is_judged_by_the_outputs_its_events_must_have(tmp_path):
+    with Sink(behaviour=SinkBehaviour(flavor="openmetadata")) as sink:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": sink.url,
+            "OPENLINEAGE__TRANSPORT__ENDPOINT": "api/v1/openlineage/lineage",
+            "OPENLINEAGE__TRANSPORT__BATCH_FORMAT": "openmetadata",
+        }
+        status, lines = check(env)
+        assert status == 1, lines
+        assert "OpenMetadata" in line(lines, "events")
+        assert "outputs" in line(lines, "events")
+        sample = write_events(tmp_path / "s.jsonl", event(eventType="START"), event())
+        status, lines = check(env, "--events", sample)
+        assert status == 1, lines
+        assert "no outputs" in line(lines, "events")
+        output = {"namespace": "trino://h:443", "name": "c.s.t"}
+        sample = write_events(tmp_path / "s.jsonl", event(eventType="START"), event(outputs=[output]))
+        status, lines = check(env, "--events", sample)
+        assert status == 0, lines
+        assert "1 of 2 events draws lineage" in line(lines, "events")
+        assert sink.events == []
+
+
+def test_an_events_file_that_cannot_be_read_fails_naming_it(tmp_path):
+    with Sink() as sink:
+        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", str(tmp_path / "missing.jsonl"))
+        assert status == 1
+        assert "missing.jsonl" in line(lines, "events")
+        (tmp_path / "bad.jsonl").write_text("{not json\n")
+        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", str(tmp_path / "bad.jsonl"))
+        assert status == 1
+        assert "line 1" in line(lines, "events")
+        # Against a backend with no needs of its own, the spec's required fields are judged.
+        sample = write_events(tmp_path / "s.jsonl", event(), {"eventType": "START"})
+        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", sample)
+        assert status == 1
+        assert "event 2 of 2" in line(lines, "events")
+
+
+def test_a_probe_that_waits_says_what_it_waits_for():
+    with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="blackhole") as proxy:
+        url = proxy.url
+        status, lines = check({"OPENLINEAGE_URL": url})
+    assert status == 1
+    answer = line(lines, "answer")
+    assert answer.startswith("FAIL")
+    waiting = [entry for entry in lines if "waiting" in entry]
+    assert waiting == [f"...   waiting up to 3 s for the answer of POST {url}/api/v1/lineage"]
+    assert lines.index(waiting[0]) < lines.index(answer)

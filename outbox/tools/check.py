@@ -8,28 +8,49 @@ outbox's settings (secrets redacted), then reaches the backend once without writ
   answers 422), so nothing is written;
 - Kafka: the brokers' metadata, and the topic's partitions in it (no record is produced).
 
-One line per check; the exit status is 0 when every check passed, 1 otherwise.
+Nothing configured (the console fallback) fails, naming what to set.  A backend with needs of its
+own (DataHub: an orchestrator in every event; OpenMetadata: COMPLETE events with inputs and
+outputs) is judged by them on a sample of the pipeline's events (``--events FILE``), which is read
+here and never sent; without a sample that check fails, saying what the backend needs.
+
+One line per check; a probe still waiting after half a second says what it waits for; the exit
+status is 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
+import logging
+import re
 import ssl
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 
 from .. import ConfigError, Outbox
 from .._config import resolve_transport_config
-from ..transports import CompositeTransport, FileTransport, HttpTransport, KafkaTransport
+from ..transports import (
+    CompositeTransport,
+    ConsoleTransport,
+    FileTransport,
+    HttpTransport,
+    KafkaTransport,
+)
 from ..transports.http import _environment_proxy, redact_url
 
-__all__ = ["Check", "check_transport", "run"]
+__all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]
+
+T = TypeVar("T")
+Say = Callable[[str], None]
+#: A probe still waiting after this many seconds says what it waits for.
+QUIET = 0.5
 
 # Answers of a lineage endpoint to an event it cannot take: it is there, and it read the body.
 _REFUSES_EVENT = frozenset({400, 415, 422})
@@ -47,20 +68,43 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'}  {self.name:<10} {self.detail}"
 
 
-async def check_transport(transport: Any, timeout: float, prefix: str = "") -> list[Check]:
-    """The checks of one transport (each member of a composite in turn)."""
+async def check_transport(
+    transport: Any,
+    timeout: float,
+    prefix: str = "",
+    say: Say | None = None,
+    events: Sequence[Any] | str | None = None,
+) -> list[Check]:
+    """The checks of one transport (each member of a composite in turn).
+
+    ``say`` gets a line when a probe is still waiting after :data:`QUIET` seconds; ``events``
+    is a sample of the pipeline's events (or why it could not be read), judged against what
+    the backend needs."""
+    say = say or (lambda line: None)
     if isinstance(transport, HttpTransport):
-        return await _check_http(transport, timeout, prefix)
+        return await _check_http(transport, timeout, prefix, say, events)
     if isinstance(transport, KafkaTransport):
-        return await _check_kafka(transport, timeout, prefix)
+        return await _check_kafka(transport, timeout, prefix, say)
     if isinstance(transport, CompositeTransport):
         checks: list[Check] = []
         for name, member in transport.members.items():
-            checks += await check_transport(member, timeout, f"{prefix}{name}/")
+            checks += await check_transport(member, timeout, f"{prefix}{name}/", say, events)
         return checks
     if isinstance(transport, FileTransport):
         return [_check_file(transport, prefix)]
+    if isinstance(transport, ConsoleTransport):
+        return [Check(f"{prefix}reach", True, f"{transport!r}: events are printed to standard output")]
     return [Check(f"{prefix}reach", True, f"{transport!r}: nothing to reach")]
+
+
+async def _waiting(probe: Awaitable[T], what: str, timeout: float, say: Say) -> T:
+    """``probe``'s result; if it has not answered within :data:`QUIET` seconds, one line says
+    what it waits for and for how long at most (``timeout`` bounds the probe itself)."""
+    task = asyncio.ensure_future(probe)
+    done, _ = await asyncio.wait({task}, timeout=QUIET)
+    if not done:
+        say(f"...   waiting up to {timeout:g} s for {what}")
+    return await task
 
 
 def _failure(exc: BaseException) -> str:
@@ -70,7 +114,9 @@ def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
-async def _check_http(transport: HttpTransport, timeout: float, prefix: str) -> list[Check]:
+async def _check_http(
+    transport: HttpTransport, timeout: float, prefix: str, say: Say, events: Sequence[Any] | str | None
+) -> list[Check]:
     url = urlsplit(transport.single_url)
     secure = url.scheme == "https"
     host, port = url.hostname or "", url.port or (443 if secure else 80)
@@ -83,7 +129,12 @@ async def _check_http(transport: HttpTransport, timeout: float, prefix: str) -> 
     where = f"{connect_host}:{connect_port}" + (f" (the proxy {redact_url(proxy)})" if proxy else "")
     started = time.monotonic()
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(connect_host, connect_port), timeout)
+        _, writer = await _waiting(
+            asyncio.wait_for(asyncio.open_connection(connect_host, connect_port), timeout),
+            f"{where} to accept a connection",
+            timeout,
+            say,
+        )
     except (OSError, TimeoutError) as exc:
         detail = f"cannot connect to {where} for {redact_url(transport.single_url)}: {_failure(exc)}"
         return [Check(f"{prefix}connect", False, detail)]
@@ -97,8 +148,13 @@ async def _check_http(transport: HttpTransport, timeout: float, prefix: str) -> 
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
+            _, writer = await _waiting(
+                asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
+                ),
+                f"the TLS handshake with {host}:{port}",
+                timeout,
+                say,
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             hint = (
@@ -114,13 +170,24 @@ async def _check_http(transport: HttpTransport, timeout: float, prefix: str) -> 
         )
         checks.append(Check(f"{prefix}tls", True, f"{version}, {verified} for {host}"))
     # 3. An answer from the endpoint the events go to, to an event it must refuse.
-    checks.append(await _check_answer(transport, timeout, prefix))
+    answer = await _check_answer(transport, timeout, prefix, say)
+    checks.append(answer)
+    # 4. The events, judged by what this backend needs (when it has needs of its own).
+    if answer.ok:
+        judged = _check_events(transport, prefix, events)
+        if judged is not None:
+            checks.append(judged)
     return checks
 
 
-async def _check_answer(transport: HttpTransport, timeout: float, prefix: str) -> Check:
+async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, say: Say) -> Check:
     name, endpoint = f"{prefix}answer", redact_url(transport.single_url)
-    answer = await transport._post(transport.single_url, b"{}", time.monotonic() + timeout + 0.1)
+    answer = await _waiting(
+        transport._post(transport.single_url, b"{}", time.monotonic() + timeout + 0.1),
+        f"the answer of POST {endpoint}",
+        timeout,
+        say,
+    )
     if not isinstance(answer, httpx.Response):  # an Outcome: the request failed
         return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
     status = answer.status_code
@@ -144,6 +211,152 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str) -
         # Marquez and DataHub answer 500 to an event they cannot map: the endpoint is there.
         return Check(name, True, f"{said}, the empty event refused as unmappable (nothing written)")
     return Check(name, False, f"{said}: the backend is not taking events ({transport._snippet(answer)})")
+
+
+# -- what a backend needs of the events --------------------------------------------------------
+
+# DataHub's OpenLineageToDataHub.getOrchestrator: the processing_engine run facet's name, else a
+# producer this regex matches whole (Java's Matcher.matches), else one under Airflow's repository.
+_DATAHUB_PRODUCER = re.compile(r"https://github.com/OpenLineage/OpenLineage/.*/(.*)$")
+_DATAHUB_NEEDS = (
+    "DataHub takes only RunEvents naming an orchestrator: a processing_engine run facet, or a producer "
+    "https://github.com/OpenLineage/OpenLineage/<path>/<name> or under https://github.com/apache/airflow/ "
+    "(others get 500 and never arrive)"
+)
+_OPENMETADATA_NEEDS = (
+    "OpenMetadata draws lineage only from COMPLETE RunEvents with inputs and outputs, between datasets "
+    "it knows as tables (START, RUNNING and FAIL are taken and draw nothing)"
+)
+
+
+def _backend(transport: HttpTransport) -> str | None:
+    """The backend an HTTP transport's endpoint belongs to, when it has needs of its own."""
+    path = urlsplit(transport.single_url).path.rstrip("/")
+    if path.endswith("/openapi/openlineage/api/v1/lineage"):
+        return "datahub"
+    if path.endswith("/api/v1/openlineage/lineage") or transport.batch_format == "openmetadata":
+        return "openmetadata"
+    return None
+
+
+def _named(event: Any, index: int, count: int) -> str:
+    """``event 2 of 5 (COMPLETE of namespace/name)``, for a line naming one event."""
+    where = f"event {index + 1} of {count}"
+    if not isinstance(event, dict):
+        return where
+    job = event.get("job")
+    job = job if isinstance(job, dict) else {}
+    kind = event.get("eventType", "no eventType")
+    return f"{where} ({kind} of {job.get('namespace', '?')}/{job.get('name', '?')})"
+
+
+def datahub_refusal(event: Any) -> str | None:
+    """Why released DataHub refuses ``event`` (it answers 500), or None when it takes it."""
+    if not isinstance(event, dict):
+        return "is not a JSON object"
+    if not isinstance(event.get("run"), dict) or not isinstance(event.get("job"), dict):
+        return "is not a RunEvent (DataHub takes no JobEvent or DatasetEvent)"
+    if "eventType" not in event:
+        return "has no eventType"
+    facets = event["run"].get("facets")
+    engine = facets.get("processing_engine") if isinstance(facets, dict) else None
+    if isinstance(engine, dict) and isinstance(engine.get("name"), str):
+        return None
+    producer = event.get("producer")
+    if isinstance(producer, str) and (
+        _DATAHUB_PRODUCER.fullmatch(producer) or producer.startswith("https://github.com/apache/airflow/")
+    ):
+        return None
+    return (
+        f"names no orchestrator (producer {producer!r}, no processing_engine run facet): add the facet, "
+        "as LineageJob(run_facets=...) does"
+    )
+
+
+def openmetadata_verdict(events: Sequence[Any]) -> tuple[bool, str]:
+    """(whether OpenMetadata would draw lineage from these events, why): every COMPLETE RunEvent
+    (a missing eventType counts as COMPLETE there) needs inputs and outputs, and one at least
+    must be there; JobEvents and DatasetEvents are refused (400)."""
+    count, drawing = len(events), 0
+    for index, event in enumerate(events):
+        if not isinstance(event, dict) or not isinstance(event.get("run"), dict):
+            return False, f"{_named(event, index, count)} is not a RunEvent: OpenMetadata refuses it (400)"
+        if event.get("eventType", "COMPLETE") != "COMPLETE":
+            continue
+        missing = [part for part in ("inputs", "outputs") if not event.get(part)]
+        if missing:
+            return False, (
+                f"{_named(event, index, count)} has no {' and no '.join(missing)}: OpenMetadata draws "
+                "no lineage for its run"
+            )
+        drawing += 1
+    if not drawing:
+        return False, f"none of the {count} events is a COMPLETE: OpenMetadata draws no lineage from them"
+    events_word = "event" if count == 1 else "events"
+    return True, f"{drawing} of {count} {events_word} draw{'s' if drawing == 1 else ''} lineage"
+
+
+def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] | str | None) -> Check | None:
+    """The sample of events judged by what the backend needs; None when there is nothing to judge
+    (no sample, and a backend with no needs beyond the spec's)."""
+    name, backend = f"{prefix}events", _backend(transport)
+    needs = {"datahub": _DATAHUB_NEEDS, "openmetadata": _OPENMETADATA_NEEDS}.get(backend or "")
+    if isinstance(events, str):  # the sample could not be read
+        return Check(name, False, events)
+    if events is None:
+        if needs is None:
+            return None
+        return Check(name, False, f"{needs}; judge yours: --events FILE, a sample (read, never sent)")
+    count = len(events)
+    if backend == "openmetadata":
+        ok, why = openmetadata_verdict(events)
+        return Check(name, ok, f"{why}{'' if ok else '; ' + _OPENMETADATA_NEEDS}")
+    if backend == "datahub":
+        for index, event in enumerate(events):
+            refused = datahub_refusal(event)
+            if refused:
+                return Check(name, False, f"{_named(event, index, count)} {refused}; {_DATAHUB_NEEDS}")
+        return Check(name, True, f"DataHub takes all {count}: each is a RunEvent naming an orchestrator")
+    from .sink import validate_event
+
+    for index, event in enumerate(events):
+        errors = validate_event(event) if isinstance(event, dict) else ["not a JSON object"]
+        if errors:
+            return Check(
+                name, False, f"{_named(event, index, count)} misses what the spec requires: {errors[0]}"
+            )
+    return Check(name, True, f"all {count} have what the OpenLineage spec requires")
+
+
+def read_sample(path: str) -> list[Any] | str:
+    """The events of ``path``: one JSON event, a JSON array of them, or JSON lines (a dead-letter
+    file's lines give their ``event``); or why they cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read the events in {path}: {exc}"
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, list):
+        events = whole
+    elif isinstance(whole, dict):
+        events = [whole]
+    else:
+        events = []
+        for number, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                events.append(json.loads(raw))
+            except json.JSONDecodeError as exc:
+                return f"{path} line {number} is not JSON ({exc.msg}); give JSON lines of events"
+    events = [e["event"] if isinstance(e, dict) and isinstance(e.get("event"), dict) else e for e in events]
+    if not events:
+        return f"{path} holds no event"
+    return events
 
 
 def _check_file(transport: FileTransport, prefix: str) -> Check:
@@ -174,9 +387,7 @@ _CLIENT_KEYS = (
 )
 
 
-async def _check_kafka(transport: KafkaTransport, timeout: float, prefix: str) -> list[Check]:
-    import logging
-
+async def _check_kafka(transport: KafkaTransport, timeout: float, prefix: str, say: Say) -> list[Check]:
     from aiokafka.client import AIOKafkaClient
     from aiokafka.errors import KafkaError
 
@@ -187,8 +398,14 @@ async def _check_kafka(transport: KafkaTransport, timeout: float, prefix: str) -
     client = AIOKafkaClient(**settings)
     try:
         try:
-            await asyncio.wait_for(client.bootstrap(), timeout)
-            metadata = await asyncio.wait_for(client.fetch_all_metadata(), timeout)
+            bootstrap = asyncio.wait_for(client.bootstrap(), timeout)
+            await _waiting(bootstrap, f"the brokers {servers} to answer", timeout, say)
+            metadata = await _waiting(
+                asyncio.wait_for(client.fetch_all_metadata(), timeout),
+                f"the metadata of {servers}",
+                timeout,
+                say,
+            )
         except (KafkaError, OSError, TimeoutError) as exc:
             return [Check(f"{prefix}brokers", False, f"cannot reach the brokers {servers}: {_failure(exc)}")]
         brokers = sorted(f"{b.host}:{b.port}" for b in metadata.brokers())
@@ -212,19 +429,69 @@ async def _check_kafka(transport: KafkaTransport, timeout: float, prefix: str) -
         await client.close()
 
 
-def _settings_lines(outbox: Outbox, origins: Mapping[str, str]) -> list[str]:
+def settings_in_force(outbox: Outbox, configured: Mapping[str, Any]) -> dict[str, Any]:
+    """Every ``Outbox`` keyword with the value in force: what the built outbox holds, and for a
+    keyword it keeps nowhere readable (``close_at_exit``, which check overrides for itself) what
+    the environment set (``configured``), else the default."""
+    built = outbox._effective_settings()
+    worker = outbox._settings
+    held = {"name": outbox._name}
+    values: dict[str, Any] = {}
+    for keyword, parameter in inspect.signature(Outbox).parameters.items():
+        if keyword == "transport":
+            continue
+        if keyword in built:
+            values[keyword] = built[keyword]
+        elif hasattr(worker, keyword):
+            values[keyword] = getattr(worker, keyword)
+        elif keyword in held:
+            values[keyword] = held[keyword]
+        else:
+            values[keyword] = configured.get(keyword, parameter.default)
+    return values
+
+
+def _settings_lines(settings: Mapping[str, Any], origins: Mapping[str, str]) -> list[str]:
     import textwrap
 
     parts = []
-    for key, value in outbox._effective_settings().items():
+    for key, value in settings.items():
         origin = f" ({origins[key]})" if key in origins else ""
         parts.append(f"{key}={value}{origin}")
-    return textwrap.wrap(", ".join(parts), 88, initial_indent="settings    ", subsequent_indent=" " * 12)
+    return textwrap.wrap(
+        ", ".join(parts),
+        88,
+        initial_indent="settings    ",
+        subsequent_indent=" " * 12,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
-def run(environ: Mapping[str, str], timeout: float = 5.0, out: TextIO | None = None) -> int:
-    """Check the configuration ``environ`` gives; print to ``out``; 0 when all checks pass."""
+_NOTHING_CONFIGURED = (
+    "no lineage backend is configured (events would go to the console): set OPENLINEAGE_URL (e.g. "
+    "http://marquez:5000), or OPENLINEAGE__TRANSPORT__TYPE and its settings, or an openlineage.yml; "
+    "OPENLINEAGE__TRANSPORT__TYPE=console prints them on purpose"
+)
+
+
+class _QuietConsoleFallback(logging.Filter):
+    """Drops the library's "no transport is configured" warning: check says it, as a failure."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("no OpenLineage transport is configured")
+
+
+def run(
+    environ: Mapping[str, str],
+    timeout: float = 5.0,
+    out: TextIO | None = None,
+    events_file: str | None = None,
+) -> int:
+    """Check the configuration ``environ`` gives; print to ``out``; 0 when all checks pass.
+    ``events_file``: a sample of the pipeline's events, judged by what the backend needs."""
     from .._config import outbox_settings
+    from .._log import logger
     from ..transports import transport_from_config
 
     stream = out or sys.stdout
@@ -232,13 +499,23 @@ def run(environ: Mapping[str, str], timeout: float = 5.0, out: TextIO | None = N
     def say(line: str) -> None:
         print(line, file=stream, flush=True)
 
+    quiet = _QuietConsoleFallback()
+    logger.addFilter(quiet)
     try:
-        outbox = Outbox.from_env(environ, close_at_exit=False)
-    except ConfigError as exc:
-        say(Check("config", False, str(exc)).line())
-        return 1
+        try:
+            outbox = Outbox.from_env(environ, close_at_exit=False)
+        except ConfigError as exc:
+            say(Check("config", False, str(exc)).line())
+            return 1
+        try:
+            resolved = resolve_transport_config(environ)
+        except ConfigError as exc:  # pragma: no cover - from_env resolved the same a moment ago
+            outbox.close(0)
+            say(Check("config", False, str(exc)).line())
+            return 1
+    finally:
+        logger.removeFilter(quiet)
     try:
-        resolved = resolve_transport_config(environ)
         if resolved.disabled:
             say(
                 Check(
@@ -248,18 +525,26 @@ def run(environ: Mapping[str, str], timeout: float = 5.0, out: TextIO | None = N
             return 0
         origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
         say(f"transport   {outbox._transport!r} (from {origin})")
-        for line in _settings_lines(outbox, outbox_settings(environ)[1]):
+        configured, origins = outbox_settings(environ)
+        for line in _settings_lines(settings_in_force(outbox, configured), origins):
             say(line)
-        config = Check("config", True, "resolved as Outbox.from_env() resolves it")
+        if resolved.origins.get("type") == "the default":
+            config = Check("config", False, _NOTHING_CONFIGURED)
+        else:
+            config = Check("config", True, "resolved as Outbox.from_env() resolves it")
         say(config.line())
     finally:
         outbox.close(0)
+    if not config.ok:
+        say(f"0 of 1 checks passed; failed: {config.name}")
+        return 1
+    events = read_sample(events_file) if events_file is not None else None
     # A transport of our own for the probe: the outbox's belongs to its sidecar's loop.
     transport = transport_from_config(resolved)
 
     async def probe() -> list[Check]:
         try:
-            return await check_transport(transport, timeout)
+            return await check_transport(transport, timeout, say=say, events=events)
         finally:
             await transport.aclose()
 

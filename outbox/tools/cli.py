@@ -16,6 +16,17 @@ from pathlib import Path
 __all__ = ["main"]
 
 
+def _positive_float(raw: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds above 0, such as 5")
+    return value
+
+
 def _demo(args: argparse.Namespace) -> int:
     from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
 
@@ -163,12 +174,25 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="check this environment's lineage configuration and reach its backend once",
         description="Resolves the configuration as Outbox.from_env() does (OPENLINEAGE_URL, "
-        "OPENLINEAGE__TRANSPORT__*, openlineage.yml, OUTBOX_*), prints the transport and the settings "
-        "with secrets redacted, then reaches the backend without writing lineage: HTTP, a connection, "
-        "TLS and the endpoint's answer to an empty event; Kafka, the brokers' metadata and the topic. "
-        "One line per check; exits 0 when all pass, 1 otherwise.",
+        "OPENLINEAGE__TRANSPORT__*, openlineage.yml, OUTBOX_*), prints the transport and every setting "
+        "in force with secrets redacted (nothing configured fails, naming what to set), then reaches the "
+        "backend without writing lineage: HTTP, a connection, TLS and the endpoint's answer to an empty "
+        "event; Kafka, the brokers' metadata and the topic. DataHub and OpenMetadata are judged by what "
+        "they need of the events, on a sample given with --events. One line per check; exits 0 when all "
+        "pass, 1 otherwise.",
     )
-    check.add_argument("--timeout", type=float, default=5.0, help="seconds each check may take (default 5)")
+    check.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        help="seconds each check may take (default 5)",
+    )
+    check.add_argument(
+        "--events",
+        metavar="FILE",
+        help="a sample of the events the pipeline sends (a JSON event, a JSON array, JSON lines or a "
+        "dead-letter file), judged against what the backend needs; read here, never sent",
+    )
     check.set_defaults(func=_check)
     demo = commands.add_parser(
         "demo",
@@ -298,7 +322,7 @@ def _check(args: argparse.Namespace) -> int:
 
     from .check import run
 
-    return run(os.environ, timeout=args.timeout)
+    return run(os.environ, timeout=args.timeout, events_file=args.events)
 
 
 def _bench_passthrough(argv: Sequence[str]) -> int:
