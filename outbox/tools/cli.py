@@ -16,6 +16,17 @@ from pathlib import Path
 __all__ = ["main"]
 
 
+def _run_count(raw: str) -> int:
+    """An argparse type: a whole number of runs, 1 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of runs; give 1 or more")
+    return value
+
+
 def _positive_float(raw: str) -> float:
     """An argparse type: a finite number of seconds above 0."""
     try:
@@ -200,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Emits START and COMPLETE for a few runs through an Outbox with the file "
         "transport, closes it, and prints emit()'s cost, the close report and the first event.",
     )
-    demo.add_argument("--runs", type=int, default=3, help="runs to emit (START and COMPLETE each)")
+    demo.add_argument(
+        "--runs", type=_run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
+    )
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
 
