@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -136,11 +137,23 @@ def test_policies_compares_each_policy_and_buffer_size_under_overload(tmp_path):
     for row in rows.values():
         assert row["status"] == "ok"
         assert row["scenario"] == "overload"
-        # Every event is delivered or counted under a named reason; none is silent. (The sink may
-        # have more: requests cut off at close's deadline arrive unacknowledged, at least once.)
-        assert row["reported_delivered"] + sum(row["lost"].values()) == row["emitted"] == 600
-        assert row["delivered"] >= row["reported_delivered"]
+        # Each event counted once, by the outbox's report: delivered or dropped under a named
+        # reason, adding up to what was sent. The sink's count is beside it, and may be more:
+        # requests cut off at close's deadline arrive unacknowledged (at least once).
+        assert row["delivered"] == row["reported_delivered"]
+        assert row["delivered"] + sum(row["lost"].values()) == row["emitted"] == 600
+        assert row["received"] >= row["delivered"]
         assert "not_delivered" not in row["lost"]
+    # The table says the same: each row's delivered and dropped add up to the 600 events sent.
+    assert "delivered + dropped = the 600 events sent" in " ".join(result.stdout.split())
+    for contender, row in rows.items():
+        policy, size = contender.split()
+        cells = policy_row(result.stdout, policy, f"{int(size):,}")
+        dropped = sum(int(n.replace(",", "")) for n in re.findall(r"[a-z_]+ ([\d,]+)", cells["dropped"]))
+        assert int(cells["delivered"].replace(",", "")) == row["delivered"]
+        assert int(cells["delivered"].replace(",", "")) + dropped == 600
+        assert int(cells["sink"].replace(",", "")) == row["received"]
+        assert "unaccounted" not in cells["dropped"]
     # A small buffer under overload drops (both drop policies count it as dropped_full); a big one
     # holds the burst, and loses only what is still queued at close.
     assert rows["drop_oldest 50"]["lost"].get("dropped_full", 0) > 0
@@ -150,6 +163,21 @@ def test_policies_compares_each_policy_and_buffer_size_under_overload(tmp_path):
     assert rows["block 50"]["invocation_us"]["p99"] > 50_000 > rows["drop_newest 50"]["invocation_us"]["p50"]
     for policy in ("drop_oldest", "drop_newest", "block"):
         assert policy in result.stdout
+
+
+def policy_row(table: str, policy: str, size: str) -> dict[str, str]:
+    """The cells of one row of --policies' table, its dropped reasons joined across the lines
+    they wrap onto."""
+    lines = table.splitlines()
+    start = next(i for i, text in enumerate(lines) if text.split()[:2] == [policy, size])
+    cells = lines[start].split()
+    dropped = " ".join(cells[4:-2])
+    for text in lines[start + 1 :]:
+        parts = text.split()
+        if not parts or parts[0] in ("drop_oldest", "drop_newest", "block") or not text.startswith(" " * 20):
+            break
+        dropped += " " + " ".join(parts)
+    return {"delivered": cells[3], "dropped": dropped, "sink": cells[-2]}
 
 
 def test_from_env_runs_the_environments_own_configuration_as_a_contender(tmp_path):
