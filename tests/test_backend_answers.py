@@ -314,3 +314,42 @@ def test_order_per_run_holds_through_413_splits_under_a_flaky_backend():
     assert any(status == 413 for _, status, _ in sink.requests)  # it did split
     firsts = list(dict.fromkeys(arrived))
     assert firsts == sorted(firsts) == list(range(400))
+
+
+def test_a_credential_in_a_custom_header_echoed_by_the_backend_is_redacted(caplog):
+    backend = EchoingBackend()
+    try:
+        headers = {"Authorization": "Token abcd-s3cret-value"}
+        outbox = Outbox(HttpTransport(backend.url, custom_headers=headers), linger=0, close_at_exit=False)
+        with caplog.at_level(logging.DEBUG):
+            outbox.emit(run_event())
+            report = outbox.close(5)
+        assert report.undelivered == {"rejected_by_backend": 1}
+        seen = (outbox.stats().last_error or "") + caplog.text
+        assert "Authorization: ***" in seen  # the echo is kept, its credential is not (longest first)
+        assert "s3cret" not in seen
+    finally:
+        backend.close()
+
+
+def test_a_header_that_slipped_past_the_checks_is_never_quoted_in_a_log(caplog):
+    """White box, the last line of defence: a header value changed after construction (the
+    constructor refuses such values) makes h11 raise an error that quotes it; the transport
+    returns a retry naming the problem, never the text, and the worker logs no exception."""
+    with Sink() as sink:
+        transport = HttpTransport(sink.url, mode="single")
+        transport._headers["X-Api-Key"] = "abc\r\nd-s3cret"
+        outbox = Outbox(transport, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+        with caplog.at_level(logging.DEBUG):
+            outbox.emit(run_event())
+            assert wait_until(lambda: outbox.stats().retried >= 1, 5)
+            last_error = outbox.stats().last_error or ""
+            report = outbox.close(0.3)
+        assert sink.events == []
+    assert report.undelivered == {"dropped_shutdown": 1}
+    assert "could not be sent: LocalProtocolError" in last_error
+    # The outbox's own log (httpcore's DEBUG trace quotes its exceptions, as it does for anyone).
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name == "outbox")
+    assert "could not be sent: LocalProtocolError" in ours
+    assert "raised" not in ours
+    assert "s3cret" not in ours + last_error

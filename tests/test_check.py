@@ -371,3 +371,14 @@ def test_a_probe_that_waits_says_what_it_waits_for():
     waiting = [entry for entry in lines if "waiting" in entry]
     assert waiting == [f"...   waiting up to 3 s for the answer of POST {url}/api/v1/lineage"]
     assert lines.index(waiting[0]) < lines.index(answer)
+
+
+def test_an_api_key_a_header_cannot_carry_fails_the_config_check_naming_the_variable_only():
+    status, lines = check({"OPENLINEAGE_URL": "http://127.0.0.1:1", "OPENLINEAGE_API_KEY": "sécret-ключ-42"})
+    assert status == 1, lines
+    failed = line(lines, "config")
+    assert failed.startswith("FAIL")
+    assert "OPENLINEAGE_API_KEY contains a character an HTTP header cannot carry" in failed
+    output = "\n".join(lines)
+    for part in ("sécret", "ключ", "-42"):
+        assert part not in output

@@ -1,5 +1,6 @@
 """HTTP settings from the environment, exactly as openlineage-python reads them, plus ours."""
 
+import json
 import logging
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.transports import HttpTransport
 
-from helpers import run_event
+from helpers import run_event, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -304,3 +305,139 @@ def test_custom_headers_override_the_auth_header_as_in_openlineage_python():
         assert outbox.close(5).delivered == 1
         headers = {k.lower(): v for k, v in sink.last_headers.items()}
     assert headers["authorization"] == "Basic dXNlcjpwdw=="
+
+
+# -- header values a request cannot carry --------------------------------------------------
+
+# Each secret is refused whole; none of its parts may appear in the message.
+UNSENDABLE = ["sécret-key-1", "s3cret\u00a0key", "ключ-s3cret", "s3cret\nkey", "s3cret\x7fkey"]
+
+
+def assert_hidden(text: str, secret: str) -> None:
+    for part in ("s3cret", "cret-key", "ключ", "key-1"):
+        if part in secret:
+            assert part not in text, text
+
+
+@pytest.mark.parametrize("secret", UNSENDABLE)
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("keyword", "api_key"),
+        ("OPENLINEAGE_API_KEY", "OPENLINEAGE_API_KEY"),
+        ("OPENLINEAGE__TRANSPORT__AUTH", "OPENLINEAGE__TRANSPORT__AUTH"),
+        ("custom_headers", "'X-Api-Key'"),
+    ],
+)
+def test_a_secret_a_header_cannot_carry_is_a_config_error_naming_the_setting_not_the_value(
+    secret, how, named
+):
+    def build() -> object:
+        if how == "keyword":
+            return HttpTransport("http://127.0.0.1:9", api_key=secret)
+        if how == "custom_headers":
+            return HttpTransport("http://127.0.0.1:9", custom_headers={"X-Api-Key": secret})
+        if how == "OPENLINEAGE_API_KEY":
+            return Outbox.from_env(
+                {"OPENLINEAGE_URL": "http://127.0.0.1:9", how: secret}, close_at_exit=False
+            )
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": "http://127.0.0.1:9",
+            how: json.dumps({"type": "api_key", "apiKey": secret}),
+        }
+        return Outbox.from_env(env, close_at_exit=False)
+
+    with pytest.raises(ConfigError) as caught:
+        build()
+    message = str(caught.value)
+    assert named in message
+    assert "cannot carry" in message or "control character" in message
+    assert "not shown" in message
+    assert_hidden(message, secret)
+
+
+@pytest.mark.parametrize("name", ["X-Kéy", "X Key", "X-Key\n", ""])
+def test_a_custom_header_name_that_is_not_one_is_a_config_error(name):
+    with pytest.raises(ConfigError, match="is not an HTTP header name"):
+        HttpTransport("http://127.0.0.1:9", custom_headers={name: "v"})
+
+
+def test_a_plain_custom_header_with_inner_spaces_and_a_tab_is_sent():
+    from outbox.tools.sink import Sink
+
+    with Sink() as sink:
+        value = "a value\twith spaces"
+        outbox = Outbox(HttpTransport(sink.url, custom_headers={"X-Note": value}), close_at_exit=False)
+        outbox.emit(run_event())
+        assert outbox.close(5).delivered == 1
+        assert sink.last_headers["X-Note"] == value
+
+
+def outbox_records(caplog) -> str:
+    return "\n".join(
+        f"{r.levelname} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records if r.name == "outbox"
+    )
+
+
+def test_a_token_a_header_cannot_carry_is_never_logged_and_the_events_are_counted(caplog):
+    """openlineage-python's jwt provider, fed a token with a non-ASCII letter by its endpoint:
+    the transport does not raise (the worker would log the exception's text, token and all),
+    keeps the events, says what is wrong without the token, and close counts them."""
+    from outbox.tools.sink import Sink
+
+    endpoint = TokenEndpoint("token", "tökén-s3cret-token")
+    with Sink() as sink:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": sink.url,
+            "OPENLINEAGE__TRANSPORT__AUTH": json.dumps(
+                {"type": "jwt", "apiKey": "ibm-key", "tokenEndpoint": endpoint.url}
+            ),
+        }
+        with caplog.at_level(logging.DEBUG):
+            outbox = Outbox.from_env(env, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+            outbox.emit(run_event())
+            assert wait_until(lambda: outbox.stats().retried >= 2, 10)
+            last_error = outbox.stats().last_error or ""
+            report = outbox.close(0.5)
+        assert sink.events == []
+    endpoint.server.shutdown()
+    assert report.undelivered == {"dropped_shutdown": 1}
+    assert "cannot be sent in an HTTP header" in last_error
+    assert "JwtTokenProvider" in last_error
+    logged = outbox_records(caplog)
+    assert "cannot be sent in an HTTP header" in logged
+    assert "raised" not in logged  # not the worker's "transport raised" with its exception text
+    for seen in (logged, last_error, repr(outbox)):
+        assert "s3cret" not in seen
+        assert "tökén" not in seen
+
+
+def test_a_token_endpoint_that_fails_is_retried_without_its_credentials_in_the_log(caplog):
+    """A token endpoint that refuses connections, named with a password in its URL: the
+    provider's error (which quotes the URL) reaches the outbox's log and stats redacted."""
+    from outbox.tools.faultproxy import free_port
+    from outbox.tools.sink import Sink
+
+    endpoint = f"http://svc:pw-s3cret@127.0.0.1:{free_port()}/token"
+    with Sink() as sink:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": sink.url,
+            "OPENLINEAGE__TRANSPORT__AUTH": json.dumps(
+                {"type": "jwt", "apiKey": "ibm-s3cret-key", "tokenEndpoint": endpoint}
+            ),
+        }
+        with caplog.at_level(logging.DEBUG):
+            outbox = Outbox.from_env(env, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+            outbox.emit(run_event())
+            assert wait_until(lambda: outbox.stats().retried >= 2, 20)
+            last_error = outbox.stats().last_error or ""
+            outbox.close(0.5)
+    assert "JwtTokenProvider" in last_error
+    assert "svc:***@127.0.0.1" in last_error
+    logged = outbox_records(caplog)
+    assert "raised" not in logged
+    for seen in (logged, last_error):
+        assert "s3cret" not in seen

@@ -31,6 +31,7 @@ import copy
 import difflib
 import email.utils
 import gzip
+import re
 import socket
 import ssl
 import time
@@ -65,7 +66,13 @@ _SINGLE_SLICE = 1.0
 #: The most of an answer's body the transport reads (the rest is never read).
 MAX_ANSWER_BYTES = 1024 * 1024
 # RETRY reasons that mean every request would fail alike (unreachable, misconfigured).
-_STOP_REASONS = frozenset({"network", "timeout"} | {f"http_{status}" for status in _MISCONFIGURED})
+_STOP_REASONS = frozenset({"network", "timeout", "token"} | {f"http_{status}" for status in _MISCONFIGURED})
+# RFC 9110's token: what a header name may hold.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Custom headers whose values are credentials (redacted wherever a backend may echo them).
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|credential|session", re.I)
+# The user information of any URL in a text (a token endpoint's, in its provider's error).
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -101,18 +108,77 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
-def _secret_text(name: str, value: str | None) -> str | None:
+def _redact_userinfo(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``."""
+    return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def _header_problem(value: str, *, tabs: bool = True) -> str | None:
+    """What keeps ``value`` out of an HTTP header as httpx sends it (ASCII only, no control
+    character), or None.  Never quotes the value."""
+    if any((ord(c) < 32 and not (tabs and c == "\t")) or ord(c) == 127 for c in value):
+        return "a control character (a line break inside the value?)"
+    if not value.isascii():
+        return (
+            "a character an HTTP header cannot carry (a letter outside ASCII, such as é, or a "
+            "non-breaking space)"
+        )
+    return None
+
+
+def _secret_text(name: str, value: str | None, *, header: bool = False) -> str | None:
     """A credential as it will be sent: surrounding whitespace stripped (mounted secrets often
-    end in a newline), control characters refused (the value itself is never quoted)."""
+    end in a newline), control characters refused, and with ``header`` (sent as it is in a
+    header) anything outside ASCII too.  The value itself is never quoted."""
     if value is None:
         return None
     value = value.strip()
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    problem = _header_problem(value, tabs=False)
+    if problem is not None and (header or problem.startswith("a control")):
         raise ConfigError(
-            f"{name} contains a control character (a line break inside the value?); "
-            "fix the secret it is read from (the value is not shown)"
+            f"{name} contains {problem}; fix the secret it is read from (the value is not shown)"
         )
     return value or None
+
+
+def _check_headers(headers: Mapping[str, str], named: str) -> None:
+    """Every custom header's name and value as HTTP can carry them; a ConfigError naming the
+    setting (``named``) and the header, never the value."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{named}: {name!r} is not an HTTP header name; use letters, digits and '-' "
+                "(such as X-Api-Key)"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"{named}: the value of the header {name!r} must be a string")
+        problem = _header_problem(value)
+        if problem is not None:
+            raise ConfigError(
+                f"{named}: the value of the header {name!r} contains {problem}; fix it "
+                "(the value is not shown)"
+            )
+
+
+def _provider_secrets(provider: Any) -> list[str]:
+    """The credentials a token provider holds (openlineage-python's keep them as attributes),
+    so that its errors reach the log without them."""
+    found = []
+    for attribute in ("api_key", "client_secret", "password", "secret", "token"):
+        value = getattr(provider, attribute, None)
+        if isinstance(value, str) and len(value) >= 4:
+            found.append(value)
+    endpoint = getattr(provider, "token_endpoint", None)
+    if isinstance(endpoint, str):
+        password = urlsplit(endpoint).password
+        if password:
+            found += [password, unquote(password)]
+    return found
+
+
+class _NoBearer(Exception):
+    """The token provider failed, or gave a token no header can carry; the message names the
+    provider and holds no credential (safe to log)."""
 
 
 class HttpTransport:
@@ -185,7 +251,8 @@ class HttpTransport:
                 f"url={redact_url(url.strip())!r} has a port that is not a number from 0 to 65535; "
                 "use e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
             ) from None
-        api_key = _secret_text("api_key (OPENLINEAGE_API_KEY or auth.apiKey)", api_key)
+        api_key = _secret_text("api_key (OPENLINEAGE_API_KEY or auth.apiKey)", api_key, header=True)
+        _check_headers(custom_headers or {}, "custom_headers")
         # Credentials in the URL become a Basic authorization header, and httpx gets the URL
         # without them (its own log prints the URL of every request).
         basic: str | None = None
@@ -199,6 +266,11 @@ class HttpTransport:
             self._secrets = []
         if api_key:
             self._secrets.append(api_key)
+        for header, text in (custom_headers or {}).items():
+            if _CREDENTIAL_HEADER.search(header):  # "Authorization: Basic xyz": the value, and xyz
+                self._secrets += [part for part in {text, text.rsplit(" ", 1)[-1]} if len(part) >= 4]
+        if token_provider is not None:
+            self._secrets += _provider_secrets(token_provider)
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is not a mode; use one of {', '.join(_MODES)}")
         if batch_format not in _FORMATS:
@@ -356,6 +428,18 @@ class HttpTransport:
             return Outcome.retry(reason, f"POST {redact_url(url)} took longer than {budget:.3g} s")
         except httpx.TimeoutException as exc:
             return Outcome.retry("timeout", f"POST {redact_url(url)} timed out ({type(exc).__name__})")
+        except _NoBearer as exc:
+            self._log.error("token", "%s; the events stay buffered", exc)
+            return Outcome.retry("token", str(exc))
+        except (httpx.LocalProtocolError, UnicodeError) as exc:
+            # A request this side could not write: the text of such an error can quote a
+            # header (h11's "Illegal header value ..."), so it is never passed on.
+            detail = (
+                f"POST {redact_url(url)} could not be sent: {type(exc).__name__} (a header value HTTP "
+                "cannot carry?; the value is not shown)"
+            )
+            self._log.error("unsendable", "%s; the events stay buffered", detail)
+            return Outcome.retry("unsendable", detail)
         except httpx.HTTPError as exc:
             # ConnectError, ReadError, RemoteProtocolError, ...: the backend is unreachable.
             # The message names the URL, never the headers (so never the API key).
@@ -365,7 +449,7 @@ class HttpTransport:
     def _redact(self, text: str) -> str:
         """``text`` with every credential this transport sends replaced by ``***`` (a backend
         may echo the header it refused)."""
-        for secret in (*self._secrets, *self._tokens):
+        for secret in sorted((*self._secrets, *self._tokens), key=len, reverse=True):  # whole first
             text = text.replace(secret, "***")
         return text
 
@@ -386,12 +470,9 @@ class HttpTransport:
         it, can answer gigabytes).  A longer answer is cut there, its connection closed."""
         auth = None
         if self._token_provider is not None:
-            bearer = await asyncio.get_running_loop().run_in_executor(None, self._token_provider.get_bearer)
+            bearer = await self._bearer()
             if bearer:
                 auth = {"Authorization": bearer}
-                token = bearer.split(" ", 1)[-1]
-                if token not in self._tokens:  # redacted from answers and logs like the API key
-                    self._tokens = [*self._tokens[-3:], token]
         async with self._client_now().stream("POST", url, content=body, headers=auth) as response:
             chunks: list[bytes] = []
             size = 0
@@ -407,6 +488,32 @@ class HttpTransport:
         return httpx.Response(
             response.status_code, headers=headers, content=content, request=response.request
         )
+
+    async def _bearer(self) -> str | None:
+        """The token provider's ``Authorization`` value (its blocking ``get_bearer()`` on the
+        loop's executor); :class:`_NoBearer`, never the provider's own exception, when it fails
+        or gives a token a header cannot carry."""
+        assert self._token_provider is not None
+        kind = type(self._token_provider).__name__
+        try:
+            bearer = await asyncio.get_running_loop().run_in_executor(None, self._token_provider.get_bearer)
+        except Exception as exc:  # requests' errors, RuntimeError, a custom provider's anything
+            text = self._redact(_redact_userinfo(f"{type(exc).__name__}: {exc}"))
+            raise _NoBearer(f"the {kind} token provider failed: {text}") from None
+        if not bearer:
+            return None
+        if not isinstance(bearer, str):
+            raise _NoBearer(f"the {kind} token provider gave {type(bearer).__name__}, not a str")
+        token = bearer.split(" ", 1)[-1]
+        if token not in self._tokens:  # redacted from answers and logs like the API key
+            self._tokens = [*self._tokens[-3:], token]
+        problem = _header_problem(bearer, tabs=False)
+        if problem is not None:
+            raise _NoBearer(
+                f"the token the {kind} token provider gave cannot be sent in an HTTP header: it "
+                f"contains {problem}; check its token endpoint (the token is not shown)"
+            )
+        return bearer
 
     def _status_outcome(self, response: httpx.Response, url: str) -> Outcome:
         """What a non-2xx answer means for one event (or a whole batch)."""
@@ -725,6 +832,7 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
         headers = config["custom_headers"]
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ConfigError(f"{origin('custom_headers')} must map header names to strings")
+        _check_headers(headers, origin("custom_headers"))
         kwargs["custom_headers"] = headers
     if "auth" in config:
         auth = config["auth"]
@@ -760,9 +868,17 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
     try:
         return create_token_provider(dict(auth))
     except Exception as exc:  # KeyError for a missing field, TypeError, ImportError, ...
+        text = _redact_userinfo(f"{type(exc).__name__}: {exc}")
+        for key, value in auth.items():  # a provider of one's own may quote its settings
+            if (
+                isinstance(value, str)
+                and len(value) >= 4
+                and re.search(r"key|secret|passw|^token$", key, re.I)
+            ):
+                text = text.replace(value, "***")
         raise ConfigError(
             f"{name}: openlineage-python cannot build the {auth.get('type')!r} token provider: "
-            f"{type(exc).__name__}: {exc} (the credentials are never logged)"
+            f"{text} (the credentials are never logged)"
         ) from None
 
 
@@ -780,4 +896,6 @@ def _api_key(name: str, auth: Any) -> str | None:
     key = auth.get("apiKey") or auth.get("apikey") or auth.get("api_key")
     if not isinstance(key, str) or not key:
         raise ConfigError(f"{name}: auth type api_key needs apiKey (the value is never logged)")
+    # Checked here to name where it came from (the constructor knows only its keyword).
+    _secret_text(name if name == "OPENLINEAGE_API_KEY" else f"{name}: apiKey", key, header=True)
     return key
