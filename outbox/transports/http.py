@@ -31,6 +31,7 @@ import copy
 import difflib
 import email.utils
 import gzip
+import logging
 import re
 import socket
 import ssl
@@ -38,7 +39,7 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -174,6 +175,26 @@ def _provider_secrets(provider: Any) -> list[str]:
         if password:
             found += [password, unquote(password)]
     return found
+
+
+class _RedactingFilter(logging.Filter):
+    """On openlineage-python's HTTP logger, whose token providers log their failures quoting
+    the token endpoint's URL as configured: each record's text without URL passwords or the
+    credentials of the providers built here."""
+
+    secrets: ClassVar[set[str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        redacted = _redact_userinfo(text)
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            redacted = redacted.replace(secret, "***")
+        if redacted != text:
+            record.msg, record.args = redacted, None
+        return True
+
+
+_OPENLINEAGE_FILTER = _RedactingFilter()
 
 
 class _NoBearer(Exception):
@@ -866,7 +887,7 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
     from openlineage.client.transport.http import create_token_provider
 
     try:
-        return create_token_provider(dict(auth))
+        provider = create_token_provider(dict(auth))
     except Exception as exc:  # KeyError for a missing field, TypeError, ImportError, ...
         text = _redact_userinfo(f"{type(exc).__name__}: {exc}")
         for key, value in auth.items():  # a provider of one's own may quote its settings
@@ -880,6 +901,11 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
             f"{name}: openlineage-python cannot build the {auth.get('type')!r} token provider: "
             f"{text} (the credentials are never logged)"
         ) from None
+    _RedactingFilter.secrets.update(_provider_secrets(provider))
+    ol_logger = logging.getLogger("openlineage.client.transport.http")
+    if _OPENLINEAGE_FILTER not in ol_logger.filters:
+        ol_logger.addFilter(_OPENLINEAGE_FILTER)
+    return provider
 
 
 def _api_key(name: str, auth: Any) -> str | None:
