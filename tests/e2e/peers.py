@@ -9,6 +9,10 @@ Marquez 0.51.1: through the scripts of ``../shared/peers/marquez`` beside the ch
 ``$MARQUEZ_PEER_DIR``), which build it from its sources with Maven (cached) and run it with a
 throwaway PostgreSQL on free loopback ports; or any running Marquez named by ``MARQUEZ_URL``
 (which the suite then neither starts nor stops).
+
+Each long step (resolving jars with Maven, building Marquez, starting and stopping a peer) says
+what it waits for first, through ``say`` (the conftest passes one that reaches the terminal
+past pytest's capture).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +48,30 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
+Say = Callable[[str], None]
+
+
+def say_to_stderr(line: str) -> None:
+    print(f"[e2e set-up] {line}", file=sys.stderr, flush=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def maven_classpath(group: str, artifact: str, version: str) -> str:
+def maven_classpath(group: str, artifact: str, version: str, say: Say = say_to_stderr) -> str:
     """The runtime jars of ``group:artifact:version`` and its dependencies, resolved once."""
     lib = CACHE / f"{artifact}-{version}" / "lib"
     done = lib.parent / "resolved"
     if not done.exists():
         if shutil.which("mvn") is None:
             raise RuntimeError("the e2e suite needs Maven (mvn) to resolve the peers' jars")
+        say(
+            f"resolving {group}:{artifact}:{version} and its dependencies with Maven (a first run "
+            f"downloads them from Maven Central, which can take minutes; kept in {lib})"
+        )
         lib.parent.mkdir(parents=True, exist_ok=True)
         (lib.parent / "pom.xml").write_text(_POM.format(group=group, artifact=artifact, version=version))
         result = subprocess.run(
@@ -82,13 +99,14 @@ def maven_classpath(group: str, artifact: str, version: str) -> str:
 class ApacheKafka:
     """One KRaft node (broker and controller) on free loopback ports."""
 
-    def __init__(self) -> None:
+    def __init__(self, say: Say = say_to_stderr) -> None:
+        self.say = say
         self.port = _free_port()
         self.controller_port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
         self.log_path = self.dir / "kafka.log"
         self._process: subprocess.Popen[bytes] | None = None
-        self._classpath = maven_classpath("org.apache.kafka", "kafka_2.13", KAFKA_VERSION)
+        self._classpath = maven_classpath("org.apache.kafka", "kafka_2.13", KAFKA_VERSION, say)
         self._java = shutil.which("java") or "java"
 
     @property
@@ -126,6 +144,7 @@ class ApacheKafka:
     def start(self, timeout: float = 90.0) -> ApacheKafka:
         properties = self._properties()
         if not (self.dir / "data").exists():
+            self.say(f"formatting Kafka {KAFKA_VERSION}'s storage in {self.dir / 'data'} (two JVM starts)")
             cluster = (
                 subprocess.run(
                     [self._java, "-cp", self._classpath, "kafka.tools.StorageTool", "random-uuid"],
@@ -154,12 +173,18 @@ class ApacheKafka:
                 check=True,
             )
         command = [self._java, "-Xmx512m", "-cp", self._classpath, "kafka.Kafka", str(properties)]
+        self.say(
+            f"starting Apache Kafka {KAFKA_VERSION}: waiting up to {timeout:g} s for it to listen on "
+            f"{self.bootstrap_servers} (log: {self.log_path})"
+        )
         self._process = start_server(command, self.port, str(self.log_path), timeout, "Kafka")
         return self
 
     def stop(self) -> None:
         """A clean shutdown (SIGTERM); the logs stay for the next start."""
         process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            self.say(f"stopping Apache Kafka on {self.bootstrap_servers}: up to 60 s for a clean shutdown")
         stop_process(process, grace=60.0)
 
     def kill(self) -> None:
@@ -183,7 +208,8 @@ class Marquez:
     """A Marquez for the suite: started by the peer scripts in a run directory of its own, or
     the one ``MARQUEZ_URL`` names (``external``: never stopped or restarted by the suite)."""
 
-    def __init__(self) -> None:
+    def __init__(self, say: Say = say_to_stderr) -> None:
+        self.say = say
         self.external = os.environ.get("MARQUEZ_URL")
         self.url = self.external or ""
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-marquez-"))
@@ -219,7 +245,12 @@ class Marquez:
                 "MARQUEZ_ADMIN_PORT": str(_free_port()),
                 "MARQUEZ_PG_PORT": str(_free_port()),
             }
+            self.say(
+                f"building Marquez 0.51.1 with {MARQUEZ_SCRIPTS / 'build.sh'} (from its sources with "
+                "Maven: minutes the first time, then cached; up to 600 s)"
+            )
             self._script("build.sh")
+        self.say(f"starting Marquez and its PostgreSQL with {MARQUEZ_SCRIPTS / 'start.sh'} (up to 600 s)")
         self._script("start.sh")
         env = dict(line.split("=", 1) for line in (self.dir / "env").read_text().splitlines() if "=" in line)
         self.url = env["MARQUEZ_URL"]
@@ -232,6 +263,7 @@ class Marquez:
     def stop(self) -> None:
         """Marquez and its PostgreSQL stop; the database stays for the next start."""
         if not self.external:
+            self.say(f"stopping Marquez and its PostgreSQL with {MARQUEZ_SCRIPTS / 'stop.sh'} (up to 120 s)")
             self._script("stop.sh", timeout=120)
 
     def remove(self, keep_logs: bool) -> None:
@@ -242,6 +274,7 @@ class Marquez:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def wait_ready(self, timeout: float) -> None:
+        self.say(f"waiting up to {timeout:g} s for Marquez at {self.url} to answer")
         deadline = time.monotonic() + timeout
         while True:
             try:
