@@ -354,6 +354,12 @@ def test_an_events_file_that_cannot_be_read_fails_naming_it(tmp_path):
         status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", str(tmp_path / "bad.jsonl"))
         assert status == 1
         assert "line 1" in line(lines, "events")
+        # A dead-letter file is a sample too: its lines' events (one never serialized is skipped).
+        dead = [{"time": "t", "reason": "poison", "answer": "500", "event": event()}]
+        dead.append({"time": "t", "reason": "invalid_event", "event_repr": "<object>"})
+        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", write_events(tmp_path / "d", *dead))
+        assert status == 0, lines
+        assert "1 event, each with what the OpenLineage spec requires" in line(lines, "events")
         # Against a backend with no needs of its own, the spec's required fields are judged.
         sample = write_events(tmp_path / "s.jsonl", event(), {"eventType": "START"})
         status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", sample)

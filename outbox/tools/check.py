@@ -296,6 +296,10 @@ def openmetadata_verdict(events: Sequence[Any]) -> tuple[bool, str]:
     return True, f"{drawing} of {count} {events_word} draw{'s' if drawing == 1 else ''} lineage"
 
 
+def _count(count: int) -> str:
+    return f"{count:,} event{'' if count == 1 else 's'}"
+
+
 def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] | str | None) -> Check | None:
     """The sample of events judged by what the backend needs; None when there is nothing to judge
     (no sample, and a backend with no needs beyond the spec's)."""
@@ -316,7 +320,9 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
             refused = datahub_refusal(event)
             if refused:
                 return Check(name, False, f"{_named(event, index, count)} {refused}; {_DATAHUB_NEEDS}")
-        return Check(name, True, f"DataHub takes all {count}: each is a RunEvent naming an orchestrator")
+        return Check(
+            name, True, f"{_count(count)}, each a RunEvent naming an orchestrator: DataHub takes them"
+        )
     from .sink import validate_event
 
     for index, event in enumerate(events):
@@ -325,7 +331,7 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
             return Check(
                 name, False, f"{_named(event, index, count)} misses what the spec requires: {errors[0]}"
             )
-    return Check(name, True, f"all {count} have what the OpenLineage spec requires")
+    return Check(name, True, f"{_count(count)}, each with what the OpenLineage spec requires")
 
 
 def read_sample(path: str) -> list[Any] | str:
@@ -353,7 +359,13 @@ def read_sample(path: str) -> list[Any] | str:
                 events.append(json.loads(raw))
             except json.JSONDecodeError as exc:
                 return f"{path} line {number} is not JSON ({exc.msg}); give JSON lines of events"
-    events = [e["event"] if isinstance(e, dict) and isinstance(e.get("event"), dict) else e for e in events]
+    # A dead-letter line: its event; one that holds only event_repr (never serialized) is no sample.
+    dead = [isinstance(e, dict) and {"time", "reason"} <= e.keys() for e in events]
+    events = [
+        e["event"] if is_dead else e
+        for e, is_dead in zip(events, dead, strict=True)
+        if not is_dead or isinstance(e.get("event"), dict)
+    ]
     if not events:
         return f"{path} holds no event"
     return events
