@@ -370,12 +370,12 @@ def test_an_events_file_that_cannot_be_read_fails_naming_it(tmp_path):
 def test_a_probe_that_waits_says_what_it_waits_for():
     with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="blackhole") as proxy:
         url = proxy.url
-        status, lines = check({"OPENLINEAGE_URL": url})
+        status, lines = check({"OPENLINEAGE_URL": url}, "--timeout", "1.5")
     assert status == 1
     answer = line(lines, "answer")
     assert answer.startswith("FAIL")
     waiting = [entry for entry in lines if "waiting" in entry]
-    assert waiting == [f"...   waiting up to 3 s for the answer of POST {url}/api/v1/lineage"]
+    assert waiting == [f"...   waiting up to 1.5 s for the answer of POST {url}/api/v1/lineage"]
     assert lines.index(waiting[0]) < lines.index(answer)
 
 
