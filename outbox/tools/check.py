@@ -314,7 +314,8 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
     count = len(events)
     if backend == "openmetadata":
         ok, why = openmetadata_verdict(events)
-        return Check(name, ok, f"{why}{'' if ok else '; ' + _OPENMETADATA_NEEDS}")
+        tail = " (where their datasets are tables OpenMetadata knows)" if ok else f"; {_OPENMETADATA_NEEDS}"
+        return Check(name, ok, why + tail)
     if backend == "datahub":
         for index, event in enumerate(events):
             refused = datahub_refusal(event)
