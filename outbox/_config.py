@@ -135,6 +135,7 @@ OUTBOX_VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "OUTBOX_POISON_ATTEMPTS": ("poison_attempts", _parse_int),
     "OUTBOX_MAX_CONCURRENCY": ("max_concurrency", _parse_int),
     "OUTBOX_DEAD_LETTER": ("dead_letter", _parse_str),
+    "OUTBOX_DEAD_LETTER_MAX_BYTES": ("dead_letter_max_bytes", parse_size),
     "OUTBOX_CIRCUIT_THRESHOLD": ("circuit_threshold", _parse_int),
     "OUTBOX_LOG_INTERVAL": ("log_interval", _parse_float),
     "OUTBOX_CLOSE_AT_EXIT": ("close_at_exit", parse_bool),

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ._buffer import Buffer, Policy, Reason
+from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._deadletter import DeadLetter
 from ._errors import ConfigError
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
@@ -86,6 +87,10 @@ class Outbox:
         dead_letter: A JSON-lines file to which every event settled as ``rejected_by_backend``,
             ``poison``, ``too_large`` or ``invalid_event`` is appended, with its reason, the
             backend's answer and the time (``outbox replay FILE`` sends it again).  Off by default.
+            The path is checked for writing at construction.
+        dead_letter_max_bytes: The dead-letter file's size at which it is rotated to ``FILE.1``
+            (never overwritten: while it exists and the file is full, records are not written,
+            counted as ``dead_letter_full``); at most twice this on disk.  Default 64 MiB.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
         name: Names the sidecar thread, log lines and the ``outbox.name`` metric attribute.
 
@@ -114,6 +119,7 @@ class Outbox:
         circuit_threshold: int = 5,
         log_interval: float = 30.0,
         dead_letter: str | os.PathLike[str] | None = None,
+        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         close_at_exit: bool = True,
         name: str = "outbox",
     ) -> None:
@@ -156,19 +162,16 @@ class Outbox:
                 f"max_batch_bytes={max_batch_bytes} exceeds max_bytes={max_bytes}; "
                 "a batch must fit in the buffer: lower max_batch_bytes or raise max_bytes"
             )
+        check_number("dead_letter_max_bytes", dead_letter_max_bytes, minimum=1, integer=True)
         self._dead_letter: DeadLetter | None = None
+        self._dead_letter_max_bytes = dead_letter_max_bytes
         if dead_letter is not None:
             if not isinstance(dead_letter, (str, os.PathLike)) or not os.fspath(dead_letter):
                 raise ConfigError(
                     f"dead_letter={dead_letter!r} is not a path; pass the path of a JSON-lines file"
                 )
-            folder = os.path.dirname(os.path.abspath(os.fspath(dead_letter)))
-            if not os.path.isdir(folder):
-                raise ConfigError(
-                    f"dead_letter={os.fspath(dead_letter)!r}: the folder {folder!r} does not exist; "
-                    "create it or choose another path (OUTBOX_DEAD_LETTER)"
-                )
-            self._dead_letter = DeadLetter(dead_letter, float(log_interval))
+            # A directory, a missing folder, an unwritable one: a ConfigError naming the path.
+            self._dead_letter = DeadLetter(dead_letter, float(log_interval), dead_letter_max_bytes)
         self._transport = transport
         self._name = name
         self._shutdown_timeout = float(shutdown_timeout)
@@ -235,6 +238,7 @@ class Outbox:
             "send_timeout": s.send_timeout,
             "shutdown_timeout": self._shutdown_timeout,
             "dead_letter": self._dead_letter.path if self._dead_letter is not None else None,
+            "dead_letter_max_bytes": self._dead_letter_max_bytes,
         }
 
     @classmethod

@@ -46,6 +46,7 @@ def validate_one(keyword: str, value: Any) -> None:
         "circuit_threshold",
         "poison_attempts",
         "max_concurrency",
+        "dead_letter_max_bytes",
     }
     if keyword in integers:
         check_number(keyword, value, minimum=1, integer=True)

@@ -285,16 +285,34 @@ def build_parser() -> argparse.ArgumentParser:
     fwd.set_defaults(func=_forward)
     replay = commands.add_parser(
         "replay",
-        help="send a dead-letter file (or any JSON-lines file of events) through the configured transport",
-        description="Sends every event of FILE through Outbox.from_env() (OPENLINEAGE_URL, "
-        "OPENLINEAGE__TRANSPORT__*, OUTBOX_*), then closes it and prints what happened to each. "
-        "Exits 0 when all were delivered, 1 otherwise.",
+        help="send a dead-letter file (or any JSON-lines file of events) to the configured backend again",
+        description="Sends the events of FILE through the transport Outbox.from_env() configures "
+        "(OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__*, openlineage.yml, OUTBOX_*), at least once: "
+        "what the backend acknowledges is recorded in FILE.replayed as it goes, so a second run "
+        "sends only the rest; an event whose acknowledgement was not seen (the deadline, a crash) "
+        "goes again next time. Torn records (a writer cut off mid-record) are skipped with one "
+        "warning. Prints one summary line; exits 0 when nothing is left to send, 1 when events "
+        "remain (run it again), 2 for bad input or no configured backend.",
     )
     replay.add_argument(
         "file", metavar="FILE", help="a dead-letter file, or JSON lines of OpenLineage events"
     )
     replay.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to deliver everything at the end (default 30)"
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds the whole replay may take, whatever the file's size (default 30); what is "
+        "not delivered by then is left for the next run",
+    )
+    replay.add_argument(
+        "--console",
+        action="store_true",
+        help="print the events to standard output instead of sending them (records nothing)",
+    )
+    replay.add_argument(
+        "--progress",
+        metavar="PATH",
+        help="where to record what was delivered (default FILE.replayed)",
     )
     replay.set_defaults(func=_replay)
     # Listed in --help; parsed by its own parser (outbox bench --help), above.
@@ -307,27 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .. import ConfigError, Outbox
-    from .._deadletter import read_events
+    from .replay import replay
 
-    try:
-        # Not into the same file: what fails again must not be appended to what is being read.
-        outbox = Outbox.from_env(dead_letter=None, name="replay", policy="block", block_timeout=60.0)
-    except ConfigError as exc:
-        print(f"outbox replay: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with open(args.file, "rb") as file:
-            for event in read_events(file):
-                outbox.emit(event)
-    except OSError as exc:
-        print(f"outbox replay: cannot read {args.file}: {exc}", file=sys.stderr)
-        outbox.close(0)
-        return 2
-    report = outbox.close(args.timeout)
-    lost = dict(report.undelivered) or "none"
-    print(f"replayed {report.emitted} events: delivered {report.delivered}, lost {lost}")
-    return 0 if report.complete else 1
+    return replay(
+        args.file,
+        timeout=args.timeout,
+        console=args.console,
+        progress=args.progress,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
 
 
 def _check(args: argparse.Namespace) -> int:

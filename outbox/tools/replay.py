@@ -1,0 +1,305 @@
+"""``outbox replay FILE``: send a dead-letter file (or any JSON-lines file of events) again,
+through the transport ``Outbox.from_env()`` configures, at least once, resumable.
+
+* What was delivered is recorded, as it is acknowledged, in ``FILE.replayed`` (one digest of a
+  record per line): a second run sends only the rest.  An event whose acknowledgement was not
+  seen (cut off by the deadline, or replay itself killed) is sent again by the next run: at
+  least once, never "at most".
+* ``--timeout`` bounds the whole run, whatever the file's size and the buffer's: events go in
+  chunks that fit the outbox's buffer (``OUTBOX_MAX_EVENTS``, ``OUTBOX_MAX_BYTES``), each
+  flushed before the next, so ``emit`` never waits for room; what is not delivered by the
+  deadline is left for the next run.
+* Torn records (a writer cut off mid-record) are skipped, with one warning; records that hold no
+  JSON event (``event_text``, ``event_repr``) are counted, not sent.
+* It refuses to run without a configured backend (the console fallback would print every event
+  and call it delivered) unless asked for the console (``console=True``); a console run reads
+  the record of what was delivered but never writes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from .._deadletter import Entry, Torn, progress_path, scan
+from .._errors import ConfigError
+from ..transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
+
+__all__ = ["Progress", "replay"]
+
+_KEY_LEN = 32
+# Losses that a setting of the replaying outbox can avoid.
+_HINTS = {
+    "too_large": "raise OUTBOX_MAX_BATCH_BYTES to send larger events",
+}
+
+
+class Progress:
+    """``FILE.replayed``: the digests of the records delivered, one a line, appended as the
+    backend acknowledges them.  A torn last line (replay killed mid-write) is ignored, and the
+    next write starts a new line."""
+
+    def __init__(self, path: str, *, write: bool = True) -> None:
+        self.path = path
+        self.done: Counter[str] = Counter()
+        self.recorded = 0
+        #: Why recording stopped, if it did.
+        self.error: str | None = None
+        try:
+            with open(path, "rb") as file:
+                for raw in file:
+                    key = raw.strip().decode("ascii", "replace")
+                    if len(key) == _KEY_LEN and all(c in "0123456789abcdef" for c in key):
+                        self.done[key] += 1
+        except FileNotFoundError:
+            pass
+        self._fd: int | None = None
+        if write:
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            size = os.fstat(self._fd).st_size
+            if size and os.pread(self._fd, 1, size - 1) != b"\n":
+                os.write(self._fd, b"\n")
+
+    def add(self, keys: Sequence[str]) -> None:
+        """Record ``keys`` as delivered.  Never raises (it runs inside the transport's send): a
+        record that cannot be written is kept in ``error``, and those events go again next run."""
+        if self._fd is None or not keys:
+            return
+        data = memoryview("".join(key + "\n" for key in keys).encode())
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as exc:
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+            return
+        self.recorded += len(keys)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class _Recording:
+    """The configured transport, noting which of the replayed records the backend took."""
+
+    def __init__(self, inner: Transport, progress: Progress) -> None:
+        self.inner = inner
+        self.progress = progress
+        #: Event body -> the keys of the records (in file order) emitted with that body.
+        self.pending: dict[bytes, deque[str]] = {}
+
+    def expect(self, body: bytes, key: str) -> None:
+        self.pending.setdefault(body, deque()).append(key)
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        outcomes = await self.inner.send(batch, deadline)
+        keys = []
+        for event, outcome in zip(batch, outcomes, strict=False):
+            if outcome.kind is OutcomeKind.DELIVERED:
+                waiting = self.pending.get(event.body)
+                if waiting:
+                    keys.append(waiting.popleft())
+                    if not waiting:
+                        del self.pending[event.body]
+        self.progress.add(keys)
+        return outcomes
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # the transport's hints (lane_events, ...)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+class _DropFallbackWarning(logging.Filter):
+    """Replay says itself what to do when nothing is configured."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("no OpenLineage transport is configured")
+
+
+def _transport(env: Mapping[str, str], console: bool) -> Transport:
+    from .._config import resolve_transport_config
+    from .._log import logger
+    from ..transports import ConsoleTransport, transport_from_config
+
+    if console:
+        return ConsoleTransport()
+    quiet = _DropFallbackWarning()
+    logger.addFilter(quiet)
+    try:
+        resolved = resolve_transport_config(env)
+    finally:
+        logger.removeFilter(quiet)
+    config = resolved.config or {}
+    if resolved.disabled or config.get("type") == "noop":
+        raise ConfigError(
+            "lineage is disabled (OPENLINEAGE_DISABLED=true, or a noop transport): nothing would be "
+            "sent; unset it, or configure the backend to replay into"
+        )
+    if config == {"type": "console"} and resolved.origins.get("type") == "the default":
+        raise ConfigError(
+            "no lineage backend is configured: set OPENLINEAGE_URL (or OPENLINEAGE__TRANSPORT__*, "
+            "or an openlineage.yml) to the backend to replay into, or pass --console to print the "
+            "events instead"
+        )
+    return transport_from_config(resolved)
+
+
+def _settings(env: Mapping[str, str]) -> dict[str, Any]:
+    from .._config import outbox_settings
+    from .._settings import validate_one
+
+    settings, origins = outbox_settings(env)
+    for keyword, var in origins.items():
+        try:
+            validate_one(keyword, settings[keyword])
+        except ConfigError as exc:
+            raise ConfigError(f"{var}: {exc}") from None
+    # Not into a dead-letter file: what fails again stays in FILE (not recorded as delivered).
+    # Chunks fit the buffer, so "block" never waits; it is there should an estimate be off.
+    settings.update(dead_letter=None, name="replay", policy="block", block_timeout=1.0, close_at_exit=False)
+    return settings
+
+
+def replay(
+    path: str,
+    *,
+    timeout: float,
+    console: bool = False,
+    progress: str | None = None,
+    env: Mapping[str, str] | None = None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Replay ``path``; print a summary to ``out``, problems to ``err``.  Returns the exit
+    code: 0 when nothing is left that a rerun would send, 1 otherwise, 2 for bad input."""
+    from .. import Outbox
+
+    env = os.environ if env is None else env
+    deadline = time.monotonic() + timeout
+    progress_file = progress or progress_path(path)
+    try:
+        file = open(path, "rb")  # noqa: SIM115 (closed below, after the outbox)
+    except OSError as exc:
+        print(f"outbox replay: cannot read {path}: {exc.strerror or exc}", file=err)
+        return 2
+    try:
+        try:
+            inner = _transport(env, console)
+            settings = _settings(env)
+        except ConfigError as exc:
+            print(f"outbox replay: {exc}", file=err)
+            return 2
+        try:
+            record = Progress(progress_file, write=not console)
+        except OSError as exc:
+            print(
+                f"outbox replay: cannot write {progress_file}, where replay records what it delivered "
+                f"({exc.strerror or exc}); give --progress PATH somewhere writable",
+                file=err,
+            )
+            return 2
+        try:
+            transport = _Recording(inner, record)
+            outbox = Outbox(transport, **settings)
+            return _run(path, file, outbox, transport, record, deadline, timeout, out, err)
+        except ConfigError as exc:
+            print(f"outbox replay: {exc}", file=err)
+            return 2
+        finally:
+            record.close()
+    finally:
+        file.close()
+
+
+def _run(
+    path: str,
+    file: Any,
+    outbox: Any,
+    transport: _Recording,
+    record: Progress,
+    deadline: float,
+    timeout: float,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    limits = outbox._effective_settings()
+    max_events, max_bytes = int(limits["max_events"]), int(limits["max_bytes"])
+    done = record.done
+    torn: list[Torn] = []
+    already = not_replayable = sent = unsent = 0
+    chunk: list[Entry] = []
+    chunk_bytes = 0
+    stopped = False
+
+    def send_chunk() -> bool:
+        nonlocal sent
+        for entry in chunk:
+            assert entry.event is not None
+            transport.expect(entry.event, entry.key)
+            outbox.emit(entry.event)
+        sent += len(chunk)
+        chunk.clear()
+        return bool(outbox.flush(max(0.0, deadline - time.monotonic())))
+
+    for item in scan(file):
+        if isinstance(item, Torn):
+            torn.append(item)
+            continue
+        if item.event is None:
+            not_replayable += 1
+            continue
+        if done[item.key] > 0:
+            done[item.key] -= 1
+            already += 1
+            continue
+        if stopped:
+            unsent += 1
+            continue
+        size = len(item.event)
+        if chunk and (len(chunk) >= max_events or chunk_bytes + size > max_bytes):
+            chunk_bytes = 0
+            if not send_chunk():
+                stopped = True  # the deadline: the rest is left for the next run
+                unsent += 1
+                continue
+        chunk.append(item)
+        chunk_bytes += size
+    if chunk:
+        send_chunk()
+    report = outbox.close(max(0.0, deadline - time.monotonic()))
+    if torn:
+        lines = ", ".join(str(t.line) for t in torn[:10]) + (", ..." if len(torn) > 10 else "")
+        print(
+            f"outbox replay: skipped {len(torn)} torn record(s) in {path} (line {lines}): a writer was "
+            "cut off mid-record (a crash or a full disk); what they held cannot be recovered",
+            file=err,
+        )
+    lost = dict(report.undelivered)
+    parts = [
+        f"replayed {sent} events from {path}: delivered {report.delivered}, lost {lost or 'none'}"
+        + "".join(f" ({_HINTS[r]})" for r in lost if r in _HINTS)
+    ]
+    if already:
+        parts.append(f"{already} delivered by an earlier run, skipped (see {record.path})")
+    if unsent:
+        parts.append(f"{unsent} not sent by the deadline (--timeout {timeout:g}): run again to send them")
+    if not_replayable:
+        parts.append(f"{not_replayable} record(s) hold no JSON event (event_text, event_repr): not sent")
+    if record.error:
+        print(
+            f"outbox replay: {record.error}: events delivered since are not recorded, and a rerun "
+            "sends them again",
+            file=err,
+        )
+    print("; ".join(parts), file=out, flush=True)
+    return 0 if report.complete and not unsent else 1
