@@ -10,6 +10,8 @@ import time
 
 import orjson
 
+from outbox.tools.broker import EmbeddedBroker
+from outbox.tools.faultproxy import free_port
 from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -136,7 +138,7 @@ def test_a_down_backend_holds_the_offsets_until_delivered(kafka_bootstrap, topic
     assert committed_offsets(kafka_bootstrap, topic, "g-down") == 10
 
 
-def start_cli(kafka_bootstrap, topic, url, group, session_timeout):
+def start_cli(kafka_bootstrap, topic, url, group, session_timeout, *more, stderr=subprocess.DEVNULL):
     return subprocess.Popen(
         [
             sys.executable,
@@ -157,9 +159,10 @@ def start_cli(kafka_bootstrap, topic, url, group, session_timeout):
             "0.2",
             "--session-timeout",
             str(session_timeout),
+            *more,
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
     )
 
@@ -202,3 +205,217 @@ def test_sigterm_drains_and_commits(kafka_bootstrap, topic, session_timeout):
     assert "delivered 20" in out.splitlines()[-1]
     assert committed_offsets(kafka_bootstrap, topic, "g-term") == 20
     assert len(read_topic(kafka_bootstrap, topic, 20)) == 20
+
+
+# -- a backend down for long, a stop while it is down, brokers that are not there --------------
+
+
+def test_a_backend_down_for_over_a_thousand_attempts_is_retried_until_it_comes_back(
+    kafka_bootstrap, topic, session_timeout
+):
+    # Hours of failure in attempts rather than hours: the old formula overflowed at 1,025.
+    produce(kafka_bootstrap, topic, [orjson.dumps(run_event(n=i)) for i in range(5)])
+    with Sink() as sink:
+        sink.behaviour.fail_status = 503
+        forwarder = Forwarder(
+            {"bootstrap.servers": kafka_bootstrap},
+            topic,
+            HttpTransport(sink.url, mode="batch"),
+            group_id="g-long",
+            session_timeout=session_timeout,
+            progress_interval=0,
+            backoff_base=1e-4,
+            backoff_cap=1e-4,
+        )
+        loop = asyncio.new_event_loop()
+        failure = []
+
+        def main():
+            try:
+                loop.run_until_complete(forwarder.run())
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=main)
+        thread.start()
+        try:
+            assert wait_until(lambda: len(sink.requests) >= 1100 or not thread.is_alive(), 120)
+            assert not failure
+            assert thread.is_alive()
+            sink.behaviour.fail_status = None
+            assert wait_until(lambda: forwarder.stats.delivered == 5, 30)
+        finally:
+            loop.call_soon_threadsafe(forwarder.stop)
+            thread.join(30)
+            loop.close()
+    assert not failure
+    assert committed_offsets(kafka_bootstrap, topic, "g-long") == 5
+
+
+def test_progress_lines_go_on_during_an_outage_with_the_true_lag(kafka_bootstrap, topic, session_timeout):
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    produce(kafka_bootstrap, topic, [orjson.dumps(run_event(n=i)) for i in range(30)])
+    lines: list[str] = []
+    with Sink() as sink:
+        sink.behaviour.fail_status = 503
+        forwarder = Forwarder(
+            {"bootstrap.servers": kafka_bootstrap},
+            topic,
+            HttpTransport(sink.url, mode="batch"),
+            group_id="g-lag",
+            session_timeout=session_timeout,
+            progress_interval=0.2,
+            backoff_base=0.05,
+            backoff_cap=0.1,
+            print_line=lines.append,
+        )
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=lambda: loop.run_until_complete(forwarder.run()))
+        thread.start()
+        try:
+            # Never committed, nothing delivered: the lag is every record, not 0.
+            def outage():
+                return [line for line in lines if "lag 30; the backend failing for" in line]
+
+            assert wait_until(lambda: len(outage()) >= 3, 30), lines[-3:]
+            assert "503" in outage()[-1]
+            assert "delivered 0" in outage()[-1]
+            assert forwarder.stats.delivered == 0
+            sink.behaviour.fail_status = None
+            assert wait_until(lambda: forwarder.stats.delivered == 30, 30)
+            assert wait_until(lambda: any(line.endswith("lag 0") for line in lines), 30), lines[-3:]
+        finally:
+            loop.call_soon_threadsafe(forwarder.stop)
+            thread.join(30)
+            loop.close()
+
+
+def test_sigterm_with_the_backend_down_paces_its_last_attempts_and_commits_nothing(
+    kafka_bootstrap, topic, session_timeout
+):
+    produce(kafka_bootstrap, topic, [orjson.dumps(run_event(n=i)) for i in range(10)])
+    with Sink() as sink:
+        sink.behaviour.fail_status = 503
+        process = start_cli(
+            kafka_bootstrap,
+            topic,
+            sink.url,
+            "g-pace",
+            session_timeout,
+            "--drain-timeout",
+            "2",
+            stderr=subprocess.PIPE,
+        )
+        assert wait_until(lambda: len(sink.requests) >= 3, 30)
+        before = len(sink.requests)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+        during = len(sink.requests) - before
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    # One at once, then at least 0.1 s apart for 2 s (it sent about 1,020 before).
+    assert 2 <= during <= 2 / 0.1 + 3, during
+    assert "delivered 0" in out.splitlines()[-1]
+    assert committed_offsets(kafka_bootstrap, topic, "g-pace") == 0  # at least once: sent again
+
+
+def test_sigterm_uses_the_drain_time_a_backend_that_comes_back_gets_the_events(
+    kafka_bootstrap, topic, session_timeout
+):
+    produce(kafka_bootstrap, topic, [orjson.dumps(run_event(n=i)) for i in range(10)])
+    with Sink() as sink:
+        sink.behaviour.fail_status = 503
+        process = start_cli(
+            kafka_bootstrap, topic, sink.url, "g-back", session_timeout, "--drain-timeout", "4"
+        )
+        assert wait_until(lambda: len(sink.requests) >= 3, 30)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the outage outlasts the signal, by a margin: part of the scenario
+        sink.behaviour.fail_status = None
+        out, _ = process.communicate(timeout=30)
+        arrived = sorted(e["n"] for e in sink.events)
+    assert process.returncode == 0
+    assert arrived == list(range(10))
+    assert "delivered 10" in out.splitlines()[-1]
+    assert committed_offsets(kafka_bootstrap, topic, "g-back") == 10
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "outbox.tools.cli", "forward", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_forward_without_a_reachable_broker_says_so_in_one_line():
+    brokers = f"127.0.0.1:{free_port()}"
+    result = run_cli("--bootstrap-servers", brokers, "--topic", "t", "--url", "http://127.0.0.1:9")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"outbox forward: cannot reach the Kafka brokers {brokers} (")
+    assert "--wait-for-brokers" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert "Unclosed" not in result.stderr
+
+
+def test_forward_waits_for_the_brokers_when_asked_with_progress_lines_then_forwards(topic, session_timeout):
+    broker = EmbeddedBroker()  # its port chosen, not started yet
+    with Sink() as sink:
+        process = start_cli(
+            broker.bootstrap_servers,
+            topic,
+            sink.url,
+            "g-wait",
+            session_timeout,
+            "--wait-for-brokers",
+            stderr=subprocess.PIPE,
+        )
+        try:
+            first = process.stdout.readline()
+            assert first.startswith(
+                f"forward {topic}: waiting for the Kafka brokers {broker.bootstrap_servers}"
+            )
+            assert "(attempt 1, next in" in first
+            broker.start()
+            produce(broker.bootstrap_servers, topic, [orjson.dumps(run_event(n=i)) for i in range(5)])
+            assert sink.wait_for(5, 60)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=30)
+            broker.stop()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "Unclosed" not in err
+    assert "delivered 5" in out.splitlines()[-1]
+
+
+def test_forward_waiting_for_brokers_stops_at_sigterm():
+    brokers = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "outbox.tools.cli",
+            "forward",
+            "--bootstrap-servers",
+            brokers,
+            "--topic",
+            "t",
+            "--url",
+            "http://127.0.0.1:9",
+            "--wait-for-brokers",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert "waiting for the Kafka brokers" in process.stdout.readline()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "Unclosed" not in err

@@ -116,7 +116,7 @@ def _forward(args: argparse.Namespace) -> int:
 
     from .._errors import ConfigError
     from ..transports import HttpTransport
-    from .forward import Forwarder
+    from .forward import BrokersUnreachable, Forwarder
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")
     if not url:
@@ -144,6 +144,7 @@ def _forward(args: argparse.Namespace) -> int:
             progress_interval=args.progress_interval,
             drain_timeout=args.drain_timeout,
             session_timeout=args.session_timeout,
+            wait_for_brokers=args.wait_for_brokers,
             print_line=lambda line: print(line, flush=True),
         )
     except ConfigError as exc:
@@ -156,7 +157,11 @@ def _forward(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, forwarder.stop)
         await forwarder.run()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except BrokersUnreachable as exc:
+        print(f"outbox forward: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -247,7 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
     sink.set_defaults(func=_sink)
 
-    fwd = commands.add_parser("forward", help="consume OpenLineage events from Kafka and post them over HTTP")
+    fwd = commands.add_parser(
+        "forward",
+        help="consume OpenLineage events from Kafka and post them over HTTP, at least once",
+        description="Consumes TOPIC in a consumer group and posts its events through HttpTransport. "
+        "At least once: a partition's offsets are committed only after its events were delivered or "
+        "rejected, so a forwarder that dies (or is stopped while the backend is down) leaves them to "
+        "be sent again. Retries are paced by the outbox's bounded backoff, for as long as the backend "
+        "fails; SIGTERM drains for --drain-timeout seconds and exits 0. Exits 1 when the brokers "
+        "cannot be reached (unless --wait-for-brokers), 2 for bad input.",
+    )
     fwd.add_argument(
         "--bootstrap-servers", default="localhost:9092", help="Kafka brokers (default localhost:9092)"
     )
@@ -282,10 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="consumer group session in seconds (default 10; Kafka needs >= 6)",
     )
+    fwd.add_argument(
+        "--wait-for-brokers",
+        action="store_true",
+        help="brokers unreachable at start: retry, with a progress line, until they answer or "
+        "SIGTERM (default: exit 1 at once, naming them)",
+    )
     fwd.set_defaults(func=_forward)
     replay = commands.add_parser(
         "replay",
-        help="send a dead-letter file (or any JSON-lines file of events) to the configured backend again",
+        help="send a dead-letter file (or any JSON-lines file of events) to the configured backend "
+        "again, at least once",
         description="Sends the events of FILE through the transport Outbox.from_env() configures "
         "(OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__*, openlineage.yml, OUTBOX_*), at least once: "
         "what the backend acknowledges is recorded in FILE.replayed as it goes, so a second run "

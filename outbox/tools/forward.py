@@ -9,17 +9,25 @@ HTTP backend (Marquez, OpenMetadata, DataHub, ...) through :class:`HttpTransport
 * A record that is not an OpenLineage event (not a JSON object with ``eventTime`` and a
   ``run``, ``job`` or ``dataset``) is skipped and counted, or, with a dead-letter topic,
   produced there with an ``outbox-error`` header.
-* SIGTERM (or ``stop``) drains: the batch in hand is finished (within ``drain_timeout``),
-  offsets are committed, and it exits.
-* A progress line every ``progress_interval`` seconds: consumed, delivered, rejected,
-  skipped, lag.
+* Retries are paced by the worker's own bounded backoff (:func:`outbox._worker.backoff_delay`,
+  full jitter up to ``backoff_cap``; a server's ``Retry-After`` up to ``max_retry_after``), for
+  as long as the backend fails: hours, any number of attempts.
+* SIGTERM (or ``stop``) drains: the batch in hand is tried until ``drain_timeout``, paced as
+  the worker paces its close (one immediate attempt, then waits bounded by a second and by the
+  time left, at least 0.1 s apart, the last a quarter of a second before the deadline); what
+  was delivered is committed, the rest is left for whoever owns the partition next, and it exits.
+* A progress line every ``progress_interval`` seconds, during an outage too: consumed,
+  delivered, rejected, skipped, dead-lettered, the lag (from the first record not yet settled
+  to the partition's end, committed or not), and while failing, for how long and why.
+* Brokers that cannot be reached at start: :class:`BrokersUnreachable` (one sentence naming
+  them), or with ``wait_for_brokers`` retries, paced, with a progress line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -27,12 +35,45 @@ from typing import Any
 
 import orjson
 
-from .._log import logger
+from .._log import RateLimitedLog, limit_library_logs, logger
 from .._serde import SerializedEvent, serialize
+
+# The worker's backoff and close pacing: one implementation, one set of numbers.
+from .._worker import _CLOSE_BACKOFF_CAP, _LAST_ATTEMPT_LEAD, _MIN_CLOSE_GAP, _NO_TIME_LEFT, backoff_delay
 from ..transports._base import OutcomeKind, Transport
 from ..transports.kafka import producer_settings
 
-__all__ = ["ForwardStats", "Forwarder"]
+__all__ = ["BrokersUnreachable", "ForwardStats", "Forwarder"]
+
+# aiokafka's loggers: an ERROR per failed connection.  Quiet while connecting (the forwarder
+# says it in one line), rate-limited after.
+_AIOKAFKA_LOGGERS = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.client",
+    "aiokafka.cluster",
+    "aiokafka.consumer.consumer",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.producer.producer",
+    "aiokafka.producer.sender",
+)
+
+
+class BrokersUnreachable(Exception):
+    """The Kafka brokers could not be reached at start (the message names them)."""
+
+
+class _Quiet(logging.Filter):
+    """Holds aiokafka's records back while connecting, keeping the last error's text."""
+
+    last_error = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.last_error = record.getMessage()
+        return False
+
 
 # Producer settings that a consumer takes too.
 _CONSUMER_KEYS = {
@@ -74,8 +115,11 @@ class Forwarder:
         progress_interval: seconds between progress lines (0: none).
         drain_timeout: seconds to finish the batch in hand when stopping.
         backoff_base, backoff_cap: retry pacing for a backend that fails (full jitter).
+        max_retry_after: the longest ``Retry-After`` honoured, in seconds.
         session_timeout: the consumer group session, in seconds: a forwarder that dies
             gives its partitions up after this long (Kafka brokers require >= 6 by default).
+        wait_for_brokers: brokers unreachable at start: retry (paced, with progress lines)
+            instead of raising :class:`BrokersUnreachable`.
         print_line: where progress lines go (default: the ``outbox`` logger at INFO).
     """
 
@@ -92,12 +136,15 @@ class Forwarder:
         drain_timeout: float = 10.0,
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
+        max_retry_after: float = 300.0,
         session_timeout: float = 10.0,
+        wait_for_brokers: bool = False,
         print_line: Callable[[str], None] | None = None,
     ) -> None:
         settings = producer_settings(kafka_config)
         self._consumer_settings = {k: v for k, v in settings.items() if k in _CONSUMER_KEYS}
         self._producer_settings = settings
+        self.brokers = str(kafka_config.get("bootstrap.servers", "?"))
         self.topic = topic
         self.transport = transport
         self.group_id = group_id
@@ -107,12 +154,24 @@ class Forwarder:
         self.drain_timeout = drain_timeout
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
+        self.max_retry_after = max_retry_after
         self.session_timeout = session_timeout
+        self.wait_for_brokers = wait_for_brokers
         self._print = print_line or (lambda line: logger.info("%s", line))
+        self._log = RateLimitedLog(30.0)
         self.stats = ForwardStats()
+        #: Per partition: the offset after the last one committed.
         self._positions: dict[Any, int] = {}
+        #: Per partition: the first offset fetched and not yet settled.
+        self._held: dict[Any, int] = {}
+        self._consumer: Any = None
         self._stopping = asyncio.Event()
         self._drain_deadline = float("inf")
+        self._last_progress = time.monotonic()
+        #: While the backend fails: since when, how many attempts, and why.
+        self._failing_since: float | None = None
+        self._attempts = 0
+        self._last_error = ""
 
     def stop(self) -> None:
         """Finish the batch in hand, commit, and return from :meth:`run` (call in its loop)."""
@@ -121,52 +180,121 @@ class Forwarder:
             self._stopping.set()
 
     async def run(self) -> ForwardStats:
+        """Forward until :meth:`stop`.
+
+        Raises:
+            BrokersUnreachable: the brokers cannot be reached at start (unless ``wait_for_brokers``).
+        """
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-        consumer = AIOKafkaConsumer(
-            self.topic,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=int(self.session_timeout * 1000),
-            # How long a rebalance waits for members to rejoin; a dead one never does.
-            rebalance_timeout_ms=int(self.session_timeout * 1000),
-            heartbeat_interval_ms=max(100, int(self.session_timeout * 1000 / 4)),
-            **self._consumer_settings,
-        )
-        dead_letters = AIOKafkaProducer(**self._producer_settings) if self.dead_letter_topic else None
-        await consumer.start()
-        if dead_letters is not None:
-            await dead_letters.start()
-        last_progress = time.monotonic()
+        def consumer() -> Any:
+            return AIOKafkaConsumer(
+                self.topic,
+                group_id=self.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=int(self.session_timeout * 1000),
+                # How long a rebalance waits for members to rejoin; a dead one never does.
+                rebalance_timeout_ms=int(self.session_timeout * 1000),
+                heartbeat_interval_ms=max(100, int(self.session_timeout * 1000 / 4)),
+                **self._consumer_settings,
+            )
+
+        def producer() -> Any:
+            return AIOKafkaProducer(**self._producer_settings)
+
         try:
-            while not self._stopping.is_set():
-                poll = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=self.max_records))
-                stopping = asyncio.ensure_future(self._stopping.wait())
-                await asyncio.wait({poll, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                stopping.cancel()
-                if not poll.done():
-                    poll.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await poll
-                    break
-                for partition, records in poll.result().items():
-                    if not await self._forward(records, dead_letters):
-                        break  # stopping before this batch was settled: leave it uncommitted
-                    await self._commit(consumer, partition, records[-1].offset + 1)
-                    self._positions[partition] = records[-1].offset + 1
-                if self.progress_interval and time.monotonic() - last_progress >= self.progress_interval:
-                    await self._progress(consumer)
-                    last_progress = time.monotonic()
+            self._consumer = await self._start(consumer)
+            dead_letters = None
+            if self._consumer is not None and self.dead_letter_topic:
+                dead_letters = await self._start(producer)
+                if dead_letters is None:
+                    await self._consumer.stop()
+                    self._consumer = None
+        except BaseException:
+            await self.transport.aclose()
+            raise
+        if self._consumer is None:  # stopped while waiting for the brokers
+            await self.transport.aclose()
+            return self.stats
+        limit_library_logs(*_AIOKAFKA_LOGGERS)
+        try:
+            await self._loop(self._consumer, dead_letters)
         finally:
             if self.progress_interval:
                 with contextlib.suppress(Exception):
-                    await self._progress(consumer)
-            await consumer.stop()
+                    await self._progress()
+            await self._consumer.stop()
             if dead_letters is not None:
                 await dead_letters.stop()
             await self.transport.aclose()
         return self.stats
+
+    async def _start(self, make: Callable[[], Any]) -> Any:
+        """A started consumer or producer; None if stopped while waiting for the brokers."""
+        from aiokafka.errors import KafkaError
+
+        quiet = _Quiet()
+        for name in _AIOKAFKA_LOGGERS:
+            logging.getLogger(name).addFilter(quiet)
+        try:
+            attempt = 0
+            while True:
+                client = make()
+                try:
+                    await client.start()
+                    return client
+                except KafkaError as exc:
+                    await client.stop()  # else aiokafka warns of an unclosed client
+                    error = quiet.last_error or str(exc).removeprefix(f"{type(exc).__name__}: ")
+                    quiet.last_error = ""
+                    if not self.wait_for_brokers:
+                        raise BrokersUnreachable(
+                            f"cannot reach the Kafka brokers {self.brokers} ({error}); start them or fix "
+                            "--bootstrap-servers (--wait-for-brokers retries until they answer)"
+                        ) from None
+                    attempt += 1
+                    delay = backoff_delay(attempt, self.backoff_base, self.backoff_cap)
+                    if attempt == 1 or self._progress_due():
+                        self._last_progress = time.monotonic()
+                        self._print(
+                            f"forward {self.topic}: waiting for the Kafka brokers {self.brokers} "
+                            f"(attempt {attempt}, next in {delay:.1f} s): {error}"
+                        )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), delay)
+                    if self._stopping.is_set():
+                        return None
+        finally:
+            for name in _AIOKAFKA_LOGGERS:
+                logging.getLogger(name).removeFilter(quiet)
+
+    async def _loop(self, consumer: Any, dead_letters: Any) -> None:
+        while not self._stopping.is_set():
+            poll = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=self.max_records))
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({poll, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not poll.done():
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poll
+                break
+            batches = poll.result()
+            for partition, records in batches.items():
+                self._held.setdefault(partition, records[0].offset)
+            for partition, records in batches.items():
+                if not await self._forward(records, dead_letters):
+                    return  # stopping before this batch was settled: leave it uncommitted
+                await self._commit(consumer, partition, records[-1].offset + 1)
+                self._positions[partition] = records[-1].offset + 1
+                self._held.pop(partition, None)
+            if self._progress_due():
+                await self._progress()
+
+    def _progress_due(self) -> bool:
+        interval = self.progress_interval
+        return bool(interval) and time.monotonic() - self._last_progress >= interval
 
     async def _forward(self, records: Sequence[Any], dead_letters: Any) -> bool:
         """Deliver or reject every event in ``records``; False if stopping cut it short."""
@@ -193,62 +321,145 @@ class Forwarder:
                 self.stats.dead_lettered += 1
             else:
                 self.stats.skipped += 1
-                logger.warning(
-                    "skipping record %s-%d@%d: %s", self.topic, record.partition, record.offset, reason
+                self._log.warning(
+                    "skip",
+                    "skipping record %s-%d@%d: %s",
+                    self.topic,
+                    record.partition,
+                    record.offset,
+                    reason,
                 )
         attempt = 0
         while events:
-            deadline = min(self._drain_deadline, time.monotonic() + 60.0)
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            deadline = min(self._drain_deadline, now + 60.0)
+            if now >= self._drain_deadline - _NO_TIME_LEFT:
                 return False
             outcomes = await self.transport.send(events, deadline)
             retry = []
+            moved = False
             for event, outcome in zip(events, outcomes, strict=True):
                 if outcome.kind is OutcomeKind.DELIVERED:
                     self.stats.delivered += 1
+                    moved = True
                 elif outcome.kind is OutcomeKind.REJECTED:
                     self.stats.rejected += 1
-                    logger.warning("the backend rejected an event: %s", outcome.detail or outcome.reason)
+                    moved = True
+                    self._log.warning(
+                        "rejected", "the backend rejected an event: %s", outcome.detail or outcome.reason
+                    )
                 else:
                     retry.append((event, outcome))
             if not retry:
+                self._failing_since = None
+                self._attempts = 0
                 return True
             events = [event for event, _ in retry]
             if all(outcome.kind is OutcomeKind.DEFERRED for _, outcome in retry):
-                continue  # handed back unsent by the transport: again at once
+                # Handed back unsent by the transport: again at once, after a pause if nothing
+                # at all moved (a transport that only defers must not spin the loop).
+                if not moved:
+                    await self._wait(self._paced(min(self.backoff_base, 0.05)))
+                continue
+            if moved:
+                attempt = 0
             attempt += 1
-            retry_after = max((o.retry_after or 0.0) for _, o in retry)
-            delay = retry_after or random.uniform(
-                0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
+            self._attempts += 1
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+            self._last_error = retry[0][1].detail or retry[0][1].reason
+            retry_after = max((o.retry_after or 0.0) for _, o in retry) or None
+            if retry_after is not None:
+                retry_after = min(retry_after, self.max_retry_after)
+            delay = self._paced(backoff_delay(attempt, self.backoff_base, self.backoff_cap, retry_after))
+            self._log.warning(
+                "retry",
+                "could not deliver %d event(s), retrying in %.2f s: %s",
+                len(retry),
+                delay,
+                self._last_error,
             )
-            logger.warning(
-                "could not deliver %d event(s), retrying in %.2f s: %s", len(retry), delay, retry[0][1].detail
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-            if self._stopping.is_set() and time.monotonic() >= self._drain_deadline:
+            if not await self._wait(delay):
+                # Stopping began during the wait: one attempt at once (as the worker's close).
+                continue
+            if self._stopping.is_set() and time.monotonic() >= self._drain_deadline - _NO_TIME_LEFT:
                 return False
         return True
 
+    def _paced(self, delay: float) -> float:
+        """While stopping, the worker's close pacing: bounded by a second and by the time
+        left, the last attempt a little before the deadline, attempts at least 0.1 s apart."""
+        if not self._stopping.is_set():
+            return delay
+        latest = min(self._drain_deadline - _LAST_ATTEMPT_LEAD - time.monotonic(), _CLOSE_BACKOFF_CAP)
+        return max(latest, _MIN_CLOSE_GAP) if delay > latest else delay
+
+    async def _wait(self, delay: float) -> bool:
+        """Wait ``delay`` seconds, printing progress lines when due.  False if stopping began
+        meanwhile (the wait is cut short)."""
+        was_stopping = self._stopping.is_set()
+        end = time.monotonic() + delay
+        while True:
+            if self._progress_due():
+                await self._progress()
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            step = min(left, self.progress_interval) if self.progress_interval else left
+            if was_stopping:
+                await asyncio.sleep(step)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), step)
+            if self._stopping.is_set():
+                return False
+
     async def _commit(self, consumer: Any, partition: Any, offset: int) -> None:
-        from aiokafka.errors import CommitFailedError, IllegalStateError
+        from aiokafka.errors import KafkaError
 
         try:
             await consumer.commit({partition: offset})
             self.stats.commits += 1
-        except (CommitFailedError, IllegalStateError) as exc:
-            # The partition moved to another forwarder: it will send these again (at least once).
-            logger.warning("could not commit %s at %d: %s", partition, offset, exc)
+        except KafkaError as exc:
+            # The partition moved to another forwarder, or the broker is away: these records
+            # are sent again by whoever owns the partition next (at least once).
+            self._log.warning("commit", "could not commit %s at %d: %s", partition, offset, exc)
 
-    async def _progress(self, consumer: Any) -> None:
-        # Lag from what the last fetch said (highwater) and where we are; no broker round trip,
-        # which would hold up the poll loop (and, measured, a group join by seconds).
-        lag = 0
+    async def _lag(self) -> tuple[int, int]:
+        """(records from the first one not yet settled to the partition's end, summed over the
+        assigned partitions whose end is known; partitions whose end is not known yet).  No
+        broker round trip: the end is what the last fetch said."""
+        from aiokafka.errors import KafkaError
+
+        consumer = self._consumer
+        lag = unknown = 0
         for partition in consumer.assignment():
             highwater = consumer.highwater(partition)
-            position = self._positions.get(partition)
-            if highwater is not None and position is not None:
-                lag += max(0, highwater - position)
+            if highwater is None:
+                unknown += 1
+                continue
+            first = self._held.get(partition)
+            if first is None:
+                try:  # known (no round trip) once the partition has been fetched
+                    first = await asyncio.wait_for(consumer.position(partition), 1.0)
+                except (KafkaError, TimeoutError):
+                    unknown += 1
+                    continue
+            lag += max(0, highwater - first)
+        return lag, unknown
+
+    async def _progress(self) -> None:
+        self._last_progress = time.monotonic()
+        if self._consumer is None:
+            return
+        lag, unknown = await self._lag()
         self.stats.lag = lag
         line = ", ".join(f"{k} {v}" for k, v in asdict(self.stats).items() if k != "commits")
+        if unknown:
+            line += f" (+ {unknown} partition(s) not fetched yet)"
+        if self._failing_since is not None:
+            line += (
+                f"; the backend failing for {time.monotonic() - self._failing_since:.0f} s, "
+                f"{self._attempts} attempt(s): {self._last_error}"
+            )
         self._print(f"forward {self.topic} -> {self.transport!r}: {line}")
