@@ -42,6 +42,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import weakref
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ class DeadLetter:
         self._written = 0
         self._lost: dict[str, int] = {}
         _check_writable(self.path)
+        _instances.add(self)
 
     def stats(self) -> dict[str, Any]:
         """Records written, and records not written by why (``dead_letter_full``,
@@ -337,6 +339,18 @@ class DeadLetter:
 
     def __repr__(self) -> str:
         return f"DeadLetter({self.path!r})"
+
+
+# A fork child must not inherit a counters' lock that another thread of the parent held.
+_instances: weakref.WeakSet[DeadLetter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for dead_letter in list(_instances):
+        dead_letter._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_writable(path: str) -> None:

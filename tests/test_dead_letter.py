@@ -542,3 +542,35 @@ def test_replay_of_a_missing_file_or_an_unwritable_progress_is_a_short_error(tmp
     elsewhere = replay(path, "http://127.0.0.1:9", "--progress", str(tmp_path / "no" / "such"))
     assert elsewhere.returncode == 2
     assert "give --progress PATH somewhere writable" in elsewhere.stderr
+
+
+def test_a_fork_child_writes_even_if_a_parent_thread_held_the_counters_lock(tmp_path):
+    path = tmp_path / "dead.jsonl"
+    dead = DeadLetter(path)
+    with dead._lock:  # as another thread of the parent might at the instant of the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                dead.write(records(0, 1))
+            finally:
+                os._exit(0)
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert done[0] == pid, "the child hung on the inherited lock"
+    assert events_of(read(path)) == [0]
+
+
+def test_two_replays_of_one_file_at_once_the_second_refuses(tmp_path):
+    import fcntl
+
+    path = tmp_path / "dead.jsonl"
+    DeadLetter(path).write(records(0, 1))
+    with open(str(path) + ".replayed", "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = replay(path, "http://127.0.0.1:9")
+    assert result.returncode == 2
+    assert "another outbox replay is recording into" in result.stderr

@@ -281,6 +281,9 @@ class Forwarder:
                     await poll
                 break
             batches = poll.result()
+            assigned = consumer.assignment()
+            for partition in [p for p in self._held if p not in assigned]:
+                del self._held[partition]  # revoked: another forwarder's now
             for partition, records in batches.items():
                 self._held.setdefault(partition, records[0].offset)
             for partition, records in batches.items():

@@ -18,8 +18,10 @@ through the transport ``Outbox.from_env()`` configures, at least once, resumable
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
@@ -29,7 +31,12 @@ from .._deadletter import Entry, Torn, progress_path, scan
 from .._errors import ConfigError
 from ..transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
 
-__all__ = ["Progress", "replay"]
+__all__ = ["Busy", "Progress", "replay"]
+
+
+class Busy(Exception):
+    """Another replay is recording into the same progress file."""
+
 
 _KEY_LEN = 32
 # Losses that a setting of the replaying outbox can avoid.
@@ -58,30 +65,42 @@ class Progress:
         except FileNotFoundError:
             pass
         self._fd: int | None = None
+        self._lock = threading.Lock()
         if write:
-            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            size = os.fstat(self._fd).st_size
-            if size and os.pread(self._fd, 1, size - 1) != b"\n":
-                os.write(self._fd, b"\n")
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                # One replay of a file at a time: two would both send what neither recorded yet.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise Busy(f"another outbox replay is recording into {path}; wait for it to end") from None
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.write(fd, b"\n")
+            self._fd = fd
 
     def add(self, keys: Sequence[str]) -> None:
         """Record ``keys`` as delivered.  Never raises (it runs inside the transport's send): a
         record that cannot be written is kept in ``error``, and those events go again next run."""
-        if self._fd is None or not keys:
+        if not keys:
             return
         data = memoryview("".join(key + "\n" for key in keys).encode())
-        try:
-            while data:
-                data = data[os.write(self._fd, data) :]
-        except OSError as exc:
-            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
-            return
-        self.recorded += len(keys)
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError as exc:
+                self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+                return
+            self.recorded += len(keys)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class _Recording:
@@ -201,6 +220,9 @@ def replay(
             return 2
         try:
             record = Progress(progress_file, write=not console)
+        except Busy as exc:
+            print(f"outbox replay: {exc}", file=err)
+            return 2
         except OSError as exc:
             print(
                 f"outbox replay: cannot write {progress_file}, where replay records what it delivered "
