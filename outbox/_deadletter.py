@@ -374,8 +374,8 @@ def _check_writable(path: str) -> None:
         probe, probe_path = tempfile.mkstemp(dir=folder, prefix=".outbox-dead-letter-probe-")
         os.close(probe)
         os.unlink(probe_path)
-        if os.path.lexists(path):
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        if os.path.lexists(path):  # (non-blocking: a FIFO with no reader fails rather than waits)
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK))
     except OSError as exc:
         raise ConfigError(
             f"{where} cannot be written ({exc.strerror or exc}); make {folder!r} writable by this "

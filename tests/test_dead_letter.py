@@ -348,6 +348,9 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
         ConfigError, match=r"is a directory; name a file in it, such as .*dead-letters\.jsonl"
     ):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path)
+    os.mkfifo(tmp_path / "fifo")  # no reader: refused at once, not waited on
+    with pytest.raises(ConfigError, match="cannot be written"):
+        Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
     assert outbox._dead_letter is not None
     outbox.close(0)
