@@ -212,6 +212,7 @@ NOT_DEFAULT = {
     "OUTBOX_POISON_ATTEMPTS": ("3", "3"),
     "OUTBOX_MAX_CONCURRENCY": ("2", "2"),
     "OUTBOX_DEAD_LETTER": ("{tmp}/dead.jsonl", "{tmp}/dead.jsonl"),
+    "OUTBOX_DEAD_LETTER_MAX_BYTES": ("1MiB", "1048576"),
     "OUTBOX_CIRCUIT_THRESHOLD": ("9", "9"),
     "OUTBOX_LOG_INTERVAL": ("3", "3.0"),
     "OUTBOX_CLOSE_AT_EXIT": ("false", "False"),
