@@ -8,6 +8,7 @@ import os
 import uuid
 
 import pytest
+from _pytest._code.code import ReprFileLocation, TerminalRepr
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +34,45 @@ def session_timeout():
     """Consumer-group session for forwarders in tests: short on Tansu (its joins wait about
     half of it), Kafka's minimum (6 s) on an external broker."""
     return 6.0 if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else 2.0
+
+
+_INTERNALS = ("/_pytest/", "/pluggy/")
+
+
+def _trimmed(exc: BaseException) -> str:
+    """The exception's traceback (and its causes') without pytest's and pluggy's frames: a
+    failure reads from the test to the assertion, not through 70 lines of the runner."""
+    import traceback
+
+    te = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    stack: list[traceback.TracebackException] = [te]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [frame for frame in current.stack if not any(part in frame.filename for part in _INTERNALS)]
+        current.stack = traceback.StackSummary.from_list(kept)
+        stack += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return "".join(te.format())
+
+
+class _TrimmedRepr(TerminalRepr):
+    def __init__(self, text: str, crash: ReprFileLocation | None) -> None:
+        self.text = text
+        self.reprcrash = crash  # what the short summary line shows
+
+    def toterminal(self, tw) -> None:
+        for line in self.text.rstrip("\n").splitlines():
+            tw.line(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    excinfo = call.excinfo
+    if report.failed and excinfo is not None and not isinstance(excinfo.value, pytest.skip.Exception):
+        crash = getattr(report.longrepr, "reprcrash", None)
+        report.longrepr = _TrimmedRepr(_trimmed(excinfo.value), crash)
