@@ -23,6 +23,7 @@ ENGINE = "VAST_DATAENGINE"  # the processing_engine facet's name (DataHub's "orc
 outbox = None
 job = None
 outputs = []  # LINEAGE_OUTPUTS: dataset URI templates, {bucket} and {object_key} filled per event
+input_table = None  # LINEAGE_INPUT_TABLE: the template of the table each input object belongs to
 
 
 def output_templates(spec):
@@ -43,6 +44,26 @@ def output_templates(spec):
     return templates
 
 
+def input_table_template(spec, name="LINEAGE_INPUT_TABLE"):
+    """``LINEAGE_INPUT_TABLE``: one dataset URI, written as in ``LINEAGE_OUTPUTS``, naming the
+    table the input object belongs to (``trino://vast-trino:8080/vast.lineage.{bucket}_raw``).
+    The S3 input then carries it as a ``symlinks`` facet of type TABLE, which OpenMetadata
+    resolves to that table (an S3 object alone never resolves to one)."""
+    spec = spec.strip()
+    if not spec:
+        return None
+    if "," in spec:
+        raise ValueError(f"{name}: {spec!r} names more than one dataset; an object belongs to one table")
+    try:
+        dataset_of(spec, "bucket", "object/key")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"{name}: {spec!r} is not a dataset URI such as "
+            f"trino://vast-trino:8080/vast.lineage.{{bucket}}_raw ({exc})"
+        ) from None
+    return spec
+
+
 def dataset_of(template, bucket, object_key):
     uri = template.format(bucket=bucket, object_key=object_key)
     scheme, separator, rest = uri.partition("://")
@@ -53,8 +74,9 @@ def dataset_of(template, bucket, object_key):
 
 
 def init(ctx):
-    global outbox, job, outputs
+    global outbox, job, outputs, input_table
     outputs = output_templates(os.environ.get("LINEAGE_OUTPUTS", ""))
+    input_table = input_table_template(os.environ.get("LINEAGE_INPUT_TABLE", ""))
     outbox = Outbox.from_env()  # transport from OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__*
     outbox.close_on_signal()  # flush on SIGTERM, then hand the signal on to the runtime
     job = LineageJob(
@@ -80,8 +102,11 @@ def init(ctx):
 
 def handler(ctx, event):
     # START now; COMPLETE when the block ends, or FAIL with the error, which is re-raised.
+    # The outputs go on COMPLETE only: a run that fails names none.
     made = [dataset_of(template, event.bucket, event.object_key) for template in outputs]
-    with outbox.run(job, inputs=[s3_dataset(event.bucket, event.object_key)], outputs=made) as run:
+    table = dataset_of(input_table, event.bucket, event.object_key) if input_table else None
+    source = s3_dataset(event.bucket, event.object_key, table=table)
+    with outbox.run(job, inputs=[source], outputs=made) as run:
         ctx.logger.info("processing %s, lineage run %s", event.object_key, run.run_id)
         if event.object_key.endswith(".bad"):
             raise ValueError(f"cannot process {event.object_key}")

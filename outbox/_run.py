@@ -13,6 +13,9 @@ Example::
     def handler(ctx, event):
         with outbox.run(job, inputs=[s3_dataset(event.bucket, event.object_key)]):
             process(event)  # START before, COMPLETE after, or FAIL with the error (re-raised)
+
+A dataset's facets (a ``symlinks`` facet naming the table an object belongs to, say) are
+converted to JSON once, when its :class:`DatasetRef` is made, and spliced into each event.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import random
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
@@ -41,33 +44,118 @@ __all__ = ["DatasetRef", "LineageJob", "Run", "RunRecord", "current_run_id", "s3
 _RUN_EVENT_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
 
 
-class DatasetRef(NamedTuple):
-    """A dataset by its OpenLineage namespace and name."""
+class _Facets(Mapping[str, Any]):
+    """Dataset facets converted once: read them as a mapping of plain data; the run helpers
+    splice ``json`` into every event that names the dataset."""
 
+    __slots__ = ("_plain", "json")
+
+    def __init__(self, facets: Mapping[str, Any]) -> None:
+        from ._serde import dumps, to_plain
+
+        if not isinstance(facets, Mapping):
+            raise TypeError(f"facets must be a mapping of facet name to facet, not {type(facets).__name__}")
+        plain = to_plain(dict(facets))
+        self._plain: dict[str, Any] = plain
+        #: The facets object as JSON, as openlineage-python's Serde writes it.
+        self.json: bytes = dumps(plain)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._plain[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plain)
+
+    def __len__(self) -> int:
+        return len(self._plain)
+
+    def __repr__(self) -> str:
+        return repr(self._plain)
+
+    def __eq__(self, other: object) -> bool:
+        return dict(self._plain) == dict(other) if isinstance(other, Mapping) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.json)
+
+
+class _DatasetFields(NamedTuple):
     namespace: str
     name: str
+    facets: Mapping[str, Any] | None = None
+
+
+class DatasetRef(_DatasetFields):
+    """A dataset by its OpenLineage namespace and name, and optionally its dataset facets
+    (openlineage-python facet objects or plain dicts, such as ``{"symlinks":
+    SymlinksDatasetFacet(...)}``), converted to JSON once, here, for every event that
+    names the dataset.
+
+    Example::
+
+        DatasetRef("trino://vast-trino:8080", "vast.lineage.orders")
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, namespace: str, name: str, facets: Mapping[str, Any] | None = None) -> Self:
+        if facets is not None and facets.__class__ is not _Facets:
+            facets = _Facets(facets) if facets else None
+        return tuple.__new__(cls, (namespace, name, facets))
 
 
 _new_ref = tuple.__new__  # DatasetRef(...) without its Python-level __new__: this is per event
 # bucket -> its namespace, as openlineage-python's S3 helper writes it (a function reads few buckets).
 _S3_NAMESPACES: dict[str, str] = {}
 _S3_NAMESPACES_MAX = 1024
+# table -> the symlinks facet naming it, converted once (a function's objects belong to few tables).
+_TABLE_SYMLINKS: dict[tuple[str, str], _Facets] = {}
+_TABLE_SYMLINKS_MAX = 1024
 
 
-def s3_dataset(bucket: str, key: str) -> DatasetRef:
+def s3_dataset(bucket: str, key: str, *, table: DatasetRef | None = None) -> DatasetRef:
     """An S3 object, named by openlineage-python's naming helper: ``s3://<bucket>``, ``<key>``.
+
+    Args:
+        bucket, key: the object.
+        table: the table the object belongs to (``DatasetRef("trino://vast-trino:8080",
+            "vast.lineage.orders_raw")``, say), added as a ``symlinks`` facet of type TABLE:
+            OpenMetadata then resolves the object to that table (an S3 object alone never
+            resolves to one), and DataHub names the dataset by it.
 
     Raises:
         ValueError: an empty bucket or key.
     """
     namespace = _S3_NAMESPACES.get(bucket) if bucket.__class__ is str else None
     if namespace is not None and key.__class__ is str and key.strip():
-        return _new_ref(DatasetRef, (namespace, key))
+        facets = None if table is None else _table_symlink(table)
+        return _new_ref(DatasetRef, (namespace, key, facets))
     naming = S3(bucket_name=bucket, object_key=key)  # checks both, as openlineage-python does
     namespace = naming.get_namespace()
     if bucket.__class__ is str and len(_S3_NAMESPACES) < _S3_NAMESPACES_MAX:
         _S3_NAMESPACES[bucket] = namespace
-    return DatasetRef(namespace, naming.get_name())
+    return DatasetRef(namespace, naming.get_name(), None if table is None else _table_symlink(table))
+
+
+def _table_symlink(table: DatasetRef) -> _Facets:
+    """The ``symlinks`` facet naming ``table`` (type TABLE), made once per table."""
+    namespace, name = table[0], table[1]
+    facets = _TABLE_SYMLINKS.get((namespace, name))
+    if facets is None:
+        if not (isinstance(namespace, str) and namespace and isinstance(name, str) and name):
+            raise ValueError(f"a table needs a namespace and a name, got {table!r}")
+        from openlineage.client.facet_v2 import symlinks_dataset
+
+        facets = _Facets(
+            {
+                "symlinks": symlinks_dataset.SymlinksDatasetFacet(
+                    identifiers=[symlinks_dataset.Identifier(namespace=namespace, name=name, type="TABLE")]
+                )
+            }
+        )
+        if len(_TABLE_SYMLINKS) < _TABLE_SYMLINKS_MAX:
+            _TABLE_SYMLINKS[(namespace, name)] = facets
+    return facets
 
 
 def trino_dataset(host: str, port: int | str, catalog: str, schema: str, table: str) -> DatasetRef:
@@ -321,6 +409,7 @@ def _event_time(t: float) -> bytes:
 _NAMESPACES: dict[str, bytes] = {}
 _NAMESPACES_MAX = 1024
 _DATASET_TAILS = (b',"facets":{},"inputFacets":{}}', b',"facets":{},"outputFacets":{}}')
+_KIND_TAILS = (b',"inputFacets":{}}', b',"outputFacets":{}}')
 
 
 def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> bytes:
@@ -331,13 +420,20 @@ def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> byt
     immutable = True
     for dataset in datasets:
         if dataset.__class__ is DatasetRef or isinstance(dataset, tuple):
-            namespace, name = dataset
+            namespace = dataset[0]
             head = _NAMESPACES.get(namespace) if namespace.__class__ is str else None
             if head is None:
                 head = b'{"namespace":' + orjson.dumps(namespace) + b',"name":'
                 if namespace.__class__ is str and len(_NAMESPACES) < _NAMESPACES_MAX:
                     _NAMESPACES[namespace] = head
-            parts.append(head + orjson.dumps(name) + _DATASET_TAILS[slot])
+            # A DatasetRef's facets are always _Facets (its __new__ converts them).
+            facets: _Facets | None = dataset[2] if dataset.__class__ is DatasetRef else None  # type: ignore[assignment]
+            if facets is None:
+                parts.append(head + orjson.dumps(dataset[1]) + _DATASET_TAILS[slot])
+            else:  # converted when the DatasetRef was made
+                parts.append(
+                    head + orjson.dumps(dataset[1]) + b',"facets":' + facets.json + _KIND_TAILS[slot]
+                )
         else:
             from ._serde import dumps, to_plain
 
@@ -357,8 +453,13 @@ def _event_key(job: LineageJob) -> str | None:
 
 def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
     if isinstance(dataset, tuple):
-        namespace, name = dataset
-        return {"namespace": namespace, "name": name, "facets": {}, kind_facets: {}}
+        facets = dataset[2] if dataset.__class__ is DatasetRef else None
+        return {
+            "namespace": dataset[0],
+            "name": dataset[1],
+            "facets": dict(facets) if facets else {},
+            kind_facets: {},
+        }
     from ._serde import to_plain
 
     plain: dict[str, Any] = to_plain(dataset)  # an openlineage-python dataset object
@@ -377,6 +478,10 @@ class Run:
     Use with ``with`` in sync code and ``async with`` in async code (which waits for room
     without blocking the loop under the ``block`` policy).  ``add_input``/``add_output``
     record datasets found while the run goes on; they appear from the next event.
+
+    Outputs go on the COMPLETE event only: an output exists once the work is done, so a run
+    that fails (or is still going) names none, and no backend draws an edge to an output
+    from it (OpenMetadata's Kafka connector draws one from any START that has outputs).
     """
 
     __slots__ = ("_inputs", "_outbox", "_outputs", "job", "overhead", "run_id")
@@ -409,9 +514,8 @@ class Run:
     def _record(self, state: str, error: BaseException | None = None) -> Any:
         # Any: a RunRecord is the outbox's own kind of event, emitted here only (not an Event).
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
-        return _new_record(
-            RunRecord, (self.job, state, _now(), self.run_id, self._inputs, self._outputs, error)
-        )
+        outputs = self._outputs if state == "COMPLETE" else ()
+        return _new_record(RunRecord, (self.job, state, _now(), self.run_id, self._inputs, outputs, error))
 
     def __enter__(self) -> Self:
         started = _perf()

@@ -108,12 +108,58 @@ def test_lineage_outputs_name_the_datasets_each_run_writes(clean_env):
         restore_sigterm()
         events = sink.events
     assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    assert events[0]["outputs"] == []  # an output exists once the work is done
+    assert [(d["namespace"], d["name"]) for d in events[1]["outputs"]] == [
+        ("trino://vast-trino:8080", "vast.lineage.docs-src_orders"),
+        ("s3://out-docs-src", "lineage-src/orders.csv.parquet"),
+    ]
     for event in events:
-        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
-            ("trino://vast-trino:8080", "vast.lineage.docs-src_orders"),
-            ("s3://out-docs-src", "lineage-src/orders.csv.parquet"),
-        ]
         assert event["run"]["facets"]["processing_engine"]["version"] == "5.3"
+        assert event["inputs"][0]["facets"] == {}  # no LINEAGE_INPUT_TABLE
+
+
+def test_lineage_input_table_names_the_table_of_each_input_object(clean_env):
+    """The S3 input carries its table as a symlinks facet of type TABLE (what OpenMetadata
+    resolves to a table); a failing run names no output anywhere."""
+    clean_env.setenv("LINEAGE_INPUT_TABLE", "trino://vast-trino:8080/vast.lineage.{bucket}_raw")
+    clean_env.setenv("LINEAGE_OUTPUTS", "trino://vast-trino:8080/vast.lineage.{bucket}_orders")
+    with Sink() as sink:
+        clean_env.setenv("OPENLINEAGE_URL", sink.url)
+        module, calls = simulate(OBJECTS, fresh_module())
+        module.outbox.close(5)
+        restore_sigterm()
+        events = sink.events
+    assert expected(calls) == []
+    for event in events:
+        (source,) = event["inputs"]
+        assert (source["namespace"], source["name"]) == ("s3://docs-src", event["inputs"][0]["name"])
+        assert source["facets"]["symlinks"]["identifiers"] == [
+            {"namespace": "trino://vast-trino:8080", "name": "vast.lineage.docs-src_raw", "type": "TABLE"}
+        ]
+        spec.validate(event)
+    outputs = {(e["inputs"][0]["name"], e["eventType"]): e["outputs"] for e in events}
+    assert outputs == {
+        ("lineage-src/orders.csv", "START"): [],
+        ("lineage-src/orders.csv", "COMPLETE"): [
+            {
+                "namespace": "trino://vast-trino:8080",
+                "name": "vast.lineage.docs-src_orders",
+                "facets": {},
+                "outputFacets": {},
+            }
+        ],
+        ("lineage-src/orders.bad", "START"): [],
+        ("lineage-src/orders.bad", "FAIL"): [],
+    }
+
+
+@pytest.mark.parametrize(
+    "table", ["vast.lineage.raw", "trino://h:8080/a.b.c, trino://h:8080/d.e.f", "s3://b/{region}/x"]
+)
+def test_a_bad_lineage_input_table_fails_init_naming_it(clean_env, table):
+    clean_env.setenv("LINEAGE_INPUT_TABLE", table)
+    with pytest.raises(ValueError, match="LINEAGE_INPUT_TABLE"):
+        simulate(OBJECTS[:1], fresh_module())
 
 
 def test_the_function_reaches_datahub_with_the_readme_settings(clean_env):

@@ -14,7 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
-from openlineage.client.facet_v2 import error_message_run, job_type_job, parent_run, processing_engine_run
+from openlineage.client.facet_v2 import (
+    error_message_run,
+    job_type_job,
+    parent_run,
+    processing_engine_run,
+    symlinks_dataset,
+)
 from openlineage.client.naming.dataset import S3
 from openlineage.client.serde import Serde
 from opentelemetry import trace
@@ -61,7 +67,30 @@ times = st.one_of(
     st.floats(min_value=0, max_value=253_402_300_799.0, allow_nan=False),
     st.builds(lambda s, us: s + (us + 0.5) / 1e6, st.integers(0, 2**33), st.integers(0, 999_999)),
 )
-datasets = st.lists(st.tuples(text, text), max_size=3)
+# (namespace, name, the table it belongs to or None: a symlinks facet of type TABLE)
+datasets = st.lists(st.tuples(text, text, st.none() | st.tuples(text, text)), max_size=3)
+
+
+def symlink(table):
+    """openlineage-python's symlinks facet naming ``table`` as a TABLE."""
+    return symlinks_dataset.SymlinksDatasetFacet(
+        identifiers=[symlinks_dataset.Identifier(namespace=table[0], name=table[1], type="TABLE")]
+    )
+
+
+def refs_of(items):
+    return tuple(
+        DatasetRef(ns, n, None if table is None else {"symlinks": symlink(table)}) for ns, n, table in items
+    )
+
+
+def their_dataset(kind, ref):
+    """openlineage-python's dataset object for one of ours, its facet built its own way."""
+    facets = {}
+    if ref.facets is not None:
+        table = ref.facets["symlinks"]["identifiers"][0]
+        facets["symlinks"] = symlink((table["namespace"], table["name"]))
+    return kind(namespace=ref.namespace, name=ref.name, facets=facets)
 
 
 def reference(record: RunRecord, job_facet_value, run_facet_value) -> dict:
@@ -79,8 +108,8 @@ def reference(record: RunRecord, job_facet_value, run_facet_value) -> dict:
         run=Run(runId=record.run_id, facets=facets),
         job=Job(namespace=record.job.namespace, name=record.job.name, facets=job_facet_value),
         producer=record.job.producer,
-        inputs=[InputDataset(namespace=ns, name=name) for ns, name in record.inputs],
-        outputs=[OutputDataset(namespace=ns, name=name) for ns, name in record.outputs],
+        inputs=[their_dataset(InputDataset, ref) for ref in record.inputs],
+        outputs=[their_dataset(OutputDataset, ref) for ref in record.outputs],
     )
     return json.loads(Serde.to_json(event))
 
@@ -104,10 +133,7 @@ def test_spliced_json_is_what_serde_writes(
 ):
     job = LineageJob(namespace, name, facets=job_facet_value, producer=producer, run_facets=run_facet_value)
     error = ValueError(message) if failed else None
-    refs = tuple(DatasetRef(ns, n) for ns, n in inputs)
-    record = RunRecord(
-        job, state, t, str(uuid.uuid4()), refs, tuple(DatasetRef(ns, n) for ns, n in outputs), error
-    )
+    record = RunRecord(job, state, t, str(uuid.uuid4()), refs_of(inputs), refs_of(outputs), error)
     expected = reference(record, job_facet_value, run_facet_value)
     assert orjson.loads(record.to_json()) == expected
     # The same record again (a run's START and COMPLETE share their dataset lists): the
@@ -126,7 +152,7 @@ def test_any_text_is_escaped_as_the_plain_form_writes_it(run_id, namespace, name
     """Run ids that are not UUIDs and states openlineage-python has no name for are sent as
     given (Marquez takes the first): the spliced JSON parses to what to_plain builds."""
     job = LineageJob(namespace, name)
-    refs = tuple(DatasetRef(a, b) for a, b in ds)
+    refs = refs_of(ds)
     record = RunRecord(job, state, 1_764_669_600.25, run_id, refs, refs)
     assert orjson.loads(record.to_json()) == record.to_plain()
 
@@ -158,6 +184,62 @@ def test_datasets_added_during_a_run_are_in_its_later_events():
     assert [d["name"] for d in start["inputs"]] == ["in"]
     assert start["outputs"] == []
     assert [d["name"] for d in complete["outputs"]] == ["out"]
+
+
+def test_outputs_go_on_complete_only_so_a_failed_run_names_none():
+    """An output exists once the work is done: START and FAIL carry none (OpenMetadata's
+    Kafka connector draws a pipeline -> table edge from any START that names an output),
+    COMPLETE carries them all, those given at the start and those added on the way."""
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, close_at_exit=False)
+    job = LineageJob("ns", "j")
+    table = DatasetRef("trino://h:8080", "vast.lineage.orders")
+    with outbox.run(job, inputs=[s3_dataset("b", "good")], outputs=[table]) as run:
+        run.add_output(s3_dataset("b", "also"))
+    with (
+        pytest.raises(ValueError, match="cannot"),
+        outbox.run(job, inputs=[s3_dataset("b", "bad")], outputs=[table]),
+    ):
+        raise ValueError("cannot")
+    outbox.close(5)
+    kinds = [(e["eventType"], [d["name"] for d in e["outputs"]]) for e in transport.events]
+    assert kinds == [
+        ("START", []),
+        ("COMPLETE", ["vast.lineage.orders", "also"]),
+        ("START", []),
+        ("FAIL", []),
+    ]
+    assert all(len(e["inputs"]) == 1 for e in transport.events)  # inputs on every event
+
+
+def test_s3_dataset_with_its_table_carries_a_table_symlink_as_openlineage_python_writes_it():
+    table = DatasetRef("trino://vast-trino:8080", "vast.lineage.orders_raw")
+    ours = s3_dataset("docs-src", "lineage-src/orders.csv", table=table)
+    assert ours[:2] == ("s3://docs-src", "lineage-src/orders.csv")
+    theirs = InputDataset(
+        namespace="s3://docs-src", name="lineage-src/orders.csv", facets={"symlinks": symlink(table)}
+    )
+    expected = json.loads(Serde.to_json(theirs))["facets"]
+    assert ours.facets == expected
+    # Made once per table: a second object of the same table shares the converted facets.
+    assert s3_dataset("docs-src", "lineage-src/other.csv", table=table).facets is ours.facets
+    job = LineageJob("ns", "j")
+    record = RunRecord(job, "COMPLETE", 1.0, str(uuid.uuid4()), (ours,), ())
+    assert orjson.loads(record.to_json())["inputs"][0]["facets"] == expected
+    assert orjson.loads(record.to_json()) == record.to_plain()
+    with pytest.raises(ValueError, match="a table needs a namespace and a name"):
+        s3_dataset("docs-src", "k", table=DatasetRef("", "t"))
+
+
+def test_a_dataset_ref_converts_its_facets_once_and_refuses_a_non_mapping():
+    from openlineage.client.facet_v2 import documentation_dataset
+
+    ref = DatasetRef("ns", "n", {"documentation": documentation_dataset.DocumentationDatasetFacet("d")})
+    assert ref.facets["documentation"]["description"] == "d"
+    assert DatasetRef(*ref).facets is ref.facets  # already converted: kept as it is
+    assert DatasetRef("ns", "n", {}).facets is None
+    with pytest.raises(TypeError, match="facets must be a mapping"):
+        DatasetRef("ns", "n", ["documentation"])
 
 
 @settings(max_examples=2000, deadline=None)
@@ -278,7 +360,7 @@ def test_s3_dataset_is_openlineage_pythons_naming_even_once_the_bucket_is_known(
             with pytest.raises(ValueError, match=str(exc)):
                 s3_dataset(bucket, key)
             continue
-        assert s3_dataset(bucket, key) == (naming.get_namespace(), naming.get_name())
+        assert s3_dataset(bucket, key) == (naming.get_namespace(), naming.get_name(), None)
         assert isinstance(s3_dataset(bucket, key), DatasetRef)
 
 
