@@ -163,10 +163,14 @@ def test_the_datahub_flavour_has_one_route_and_needs_an_orchestrator():
 def test_the_openmetadata_flavour_answers_as_released_2_0_7_or_newer(all_failed_status):
     from outbox.tools.sink import SinkBehaviour
 
-    behaviour = SinkBehaviour(flavor="openmetadata", openmetadata_all_failed_status=all_failed_status)
-    complete = {**run_event(state="COMPLETE"), "inputs": [{"namespace": "s3://b", "name": "k"}]}
+    behaviour = SinkBehaviour(
+        flavor="openmetadata",
+        openmetadata_all_failed_status=all_failed_status,
+        openmetadata_tables=("trino.vast.lineage.orders", "mysql.default.s.t"),
+    )
+    complete = {**run_event(state="COMPLETE"), "inputs": [{"namespace": "mysql://h", "name": "s.t"}]}
     complete["outputs"] = [
-        {"namespace": "trino://h:8080", "name": "c.s.t"},
+        {"namespace": "trino://h:8080", "name": "vast.lineage.orders"},
         {"namespace": "n", "name": "s.t"},
     ]
     bad = run_event()
@@ -175,7 +179,7 @@ def test_the_openmetadata_flavour_answers_as_released_2_0_7_or_newer(all_failed_
         base = f"{sink.url}/api/v1/openlineage/lineage"
         answer = httpx.post(base, json=complete)
         assert answer.status_code == 200
-        assert answer.json()["lineageEdgesCreated"] == 2  # input x output
+        assert answer.json()["lineageEdgesCreated"] == 2  # 2 outputs x 1 input, all resolved
         assert httpx.post(base, json=run_event()).json()["lineageEdgesCreated"] == 0  # START, no outputs
         failed = httpx.post(f"{base}/batch", json={"events": [bad, bad]})
         assert failed.status_code == all_failed_status
@@ -184,3 +188,203 @@ def test_the_openmetadata_flavour_answers_as_released_2_0_7_or_newer(all_failed_
         partial = httpx.post(f"{base}/batch", json={"events": [bad, complete]})
         assert partial.status_code == 200
         assert partial.json()["status"] == "partial_success"
+
+
+CATALOGUE = ("trino.vast.lineage.docs-src_raw", "trino.vast.lineage.docs-src_orders")
+RAW = {"namespace": "trino://vast-trino:8080", "name": "vast.lineage.docs-src_raw", "type": "TABLE"}
+ORDERS = {"namespace": "trino://vast-trino:8080", "name": "vast.lineage.docs-src_orders"}
+
+
+def s3_input(symlink=None):
+    dataset = {"namespace": "s3://docs-src", "name": "lineage-src/orders.csv", "facets": {}}
+    if symlink is not None:
+        dataset["facets"]["symlinks"] = {"_producer": "p", "_schemaURL": "s", "identifiers": [symlink]}
+    return dataset
+
+
+@pytest.mark.parametrize(
+    ("tables", "event", "edges"),
+    [
+        # An S3 object never resolves to a table, even with outputs the server knows.
+        (CATALOGUE, {"eventType": "COMPLETE", "inputs": [s3_input()], "outputs": [ORDERS]}, 0),
+        # A TABLE symlink on it names a table the server has: one edge.
+        (CATALOGUE, {"eventType": "COMPLETE", "inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 1),
+        # ...but only a table it has: the catalogue is what the server ingested.
+        ((), {"eventType": "COMPLETE", "inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 0),
+        (CATALOGUE[1:], {"eventType": "COMPLETE", "inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 0),
+        # Processed as COMPLETE when eventType is missing; START and FAIL are skipped.
+        (CATALOGUE, {"inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 1),
+        (CATALOGUE, {"eventType": "START", "inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 0),
+        (CATALOGUE, {"eventType": "FAIL", "inputs": [s3_input(RAW)], "outputs": [ORDERS]}, 0),
+        # No outputs, no lineage.
+        (CATALOGUE, {"eventType": "COMPLETE", "inputs": [s3_input(RAW)], "outputs": []}, 0),
+        # schema.table resolves by its suffix; a Glue table/db/table symlink too.
+        (
+            ("hive.default.sales.orders", "trino.vast.lineage.docs-src_orders"),
+            {
+                "eventType": "COMPLETE",
+                "inputs": [
+                    s3_input({"namespace": "arn:aws:glue:eu-west-1:1:x", "name": "table/sales/orders"})
+                ],
+                "outputs": [{"namespace": "trino://x", "name": "lineage.docs-src_orders"}],
+            },
+            1,
+        ),
+    ],
+)
+def test_the_openmetadata_flavour_counts_an_edge_only_where_the_server_resolves_both_ends(
+    tables, event, edges
+):
+    """Released OpenMetadata (OpenLineageMapper, OpenLineageEntityResolver): lineage from a
+    COMPLETE event (or one with no eventType), one edge per output x input, each end a table
+    it already has, found by its dotted name or a symlink's."""
+    from outbox.tools.sink import SinkBehaviour
+
+    base = run_event()
+    base.pop("eventType")
+    body = {**base, **event}
+    with Sink(behaviour=SinkBehaviour(flavor="openmetadata", openmetadata_tables=tables)) as sink:
+        answer = httpx.post(f"{sink.url}/api/v1/openlineage/lineage", json=body)
+    assert answer.status_code == 200
+    assert answer.json()["lineageEdgesCreated"] == edges
+
+
+def test_the_openmetadata_flavour_answers_400_to_a_job_or_dataset_event():
+    from outbox.tools.sink import SinkBehaviour
+
+    common = {"eventTime": "2026-12-02T10:00:00Z", "producer": "p", "schemaURL": "s"}
+    job_event = {**common, "job": {"namespace": "n", "name": "j"}}
+    dataset_event = {**common, "dataset": {"namespace": "n", "name": "d"}}
+    with Sink(behaviour=SinkBehaviour(flavor="openmetadata")) as sink:
+        base = f"{sink.url}/api/v1/openlineage/lineage"
+        for event in (job_event, dataset_event):
+            answer = httpx.post(base, json=event)
+            assert answer.status_code == 400
+            assert "is not a RunEvent" in answer.json()["message"]
+        batch = httpx.post(f"{base}/batch", json={"events": [job_event, run_event()]})
+        assert batch.status_code == 200
+        assert [f["index"] for f in batch.json()["failedEvents"]] == [0]
+        assert len(sink.events) == 1
+
+
+ENGINE = {"_producer": "p", "_schemaURL": "s", "version": "5.3", "name": "VAST_DATAENGINE"}
+
+
+def with_producer(producer):
+    return {**run_event(), "producer": producer}
+
+
+def without(key):
+    event = run_event()
+    event["run"]["facets"]["processing_engine"] = ENGINE
+    event.pop(key)
+    return event
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (with_producer("https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python"), 200),
+        # DataHub's regex needs a segment after OpenLineage/OpenLineage/: the bare client URL fails.
+        (with_producer("https://github.com/OpenLineage/OpenLineage/client"), 500),
+        (with_producer("https://github.com/OpenLineage/OpenLineage/"), 500),
+        (with_producer("https://github.com/apache/airflow/tree/2.10/providers"), 200),
+        (with_producer("https://example.com/lineage-demo"), 500),
+        (without("eventType"), 500),  # the converter reads the event type: a NullPointerException
+        ({**without("run"), "job": {"namespace": "n", "name": "j"}}, 500),  # a JobEvent
+        (
+            {"eventTime": "2026-12-02T10:00:00Z", "producer": "p", "schemaURL": "s", "dataset": {}},
+            500,
+        ),  # a DatasetEvent
+        ([run_event()], 500),  # an array is not a RunEvent
+        ({}, 500),
+    ],
+)
+def test_the_datahub_flavour_answers_500_where_released_datahub_throws(body, status):
+    from outbox.tools.sink import SinkBehaviour
+
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        answer = httpx.post(f"{sink.url}/openapi/openlineage/api/v1/lineage", json=body)
+        assert answer.status_code == status, answer.text
+        assert len(sink.events) == (1 if status == 200 else 0)
+
+
+def test_the_outbox_retries_what_datahub_answers_500_rather_than_dropping_it():
+    """A 500 is retried (a 422 would be a drop): an array or {} body, as DataHub answers."""
+    from outbox import Outbox
+    from outbox.tools.sink import SinkBehaviour
+    from outbox.transports import HttpTransport
+
+    from helpers import wait_until
+
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        transport = HttpTransport(f"{sink.url}/openapi/openlineage/", mode="single")
+        outbox = Outbox(transport, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+        outbox.emit(b"{}")
+        assert wait_until(lambda: outbox.stats().retried >= 2, 10)
+        report = outbox.close(0.2)
+    assert "rejected_by_backend" not in report.undelivered
+
+
+def start_sink_command(*options):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "outbox.tools.cli", "sink", "--port", "0", *options],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    banner = process.stdout.readline()
+    return process, banner, re.search(r"on (http://\S+):", banner).group(1)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "routes"),
+    [
+        ("spec", ["/api/v1/lineage", "/api/v1/lineage/batch"]),
+        ("marquez", ["/api/v1/lineage"]),
+        ("datahub", ["/openapi/openlineage/api/v1/lineage"]),
+        ("openmetadata", ["/api/v1/openlineage/lineage", "/api/v1/openlineage/lineage/batch"]),
+    ],
+)
+def test_the_sink_command_lists_only_the_routes_its_flavour_has(flavor, routes):
+    process, banner, _ = start_sink_command("--flavor", flavor)
+    try:
+        assert re.findall(r"POST (\S+?)[,\s]", banner) == routes, banner
+        assert "GET /api/v1/events" in banner
+    finally:
+        process.terminate()
+        process.wait(5)
+
+
+def test_the_sink_command_logs_each_refused_request_with_its_status_and_reason():
+    process, _, url = start_sink_command("--flavor", "datahub", "--api-key", "k")
+    try:
+        route = f"{url}/openapi/openlineage/api/v1/lineage"
+        auth = {"Authorization": "Bearer k"}
+        engine = run_event(n=1)
+        engine["run"]["facets"]["processing_engine"] = ENGINE
+        assert httpx.post(route, json=engine, headers=auth).status_code == 200
+        assert "START" in process.stdout.readline()  # the accepted event's line, no request line
+        assert httpx.post(route, json=run_event(), headers=auth).status_code == 500
+        assert httpx.post(f"{route}/batch", json=[engine], headers=auth).status_code == 404
+        assert httpx.post(route, json=engine).status_code == 401
+        lines = [process.stdout.readline() for _ in range(3)]
+    finally:
+        process.terminate()
+        process.wait(5)
+    assert (
+        " 500 POST /openapi/openlineage/api/v1/lineage (1 event): Unable to determine orchestrator"
+        in lines[0]
+    )
+    assert " 404 POST /openapi/openlineage/api/v1/lineage/batch (1 event): HTTP 404: no route" in lines[1]
+    assert " 401 POST /openapi/openlineage/api/v1/lineage (1 event): no bearer token" in lines[2]
+
+
+def test_the_sink_command_logs_accepted_requests_too_when_verbose():
+    process, _, url = start_sink_command("--verbose", "--quiet")
+    try:
+        assert httpx.post(f"{url}/api/v1/lineage/batch", json=[run_event(), run_event()]).status_code == 200
+        line = process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(5)
+    assert " 200 POST /api/v1/lineage/batch (2 events): ok" in line

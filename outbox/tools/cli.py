@@ -82,9 +82,11 @@ def _demo(args: argparse.Namespace) -> int:
 def _sink(args: argparse.Namespace) -> int:
     from .sink import Sink, SinkBehaviour
 
+    tables = tuple(t.strip() for spec in args.openmetadata_tables or () for t in spec.split(",") if t.strip())
     behaviour = SinkBehaviour(
         flavor=args.flavor,
         openmetadata_all_failed_status=args.openmetadata_all_failed_status,
+        openmetadata_tables=tables,
         delay=args.delay,
         fail_status=args.fail_status,
         fail_rate=args.fail_rate,
@@ -93,12 +95,16 @@ def _sink(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
     )
-    sink = Sink(args.host, args.port, store=args.store, echo=not args.quiet, behaviour=behaviour)
-    single, batch = sink.routes()
-    print(
-        f"outbox sink ({args.flavor}) on {sink.url}: POST {single}, POST {batch}, GET /api/v1/events",
-        flush=True,
+    sink = Sink(
+        args.host,
+        args.port,
+        store=args.store,
+        echo=not args.quiet,
+        behaviour=behaviour,
+        log_requests="all" if args.verbose else "refused",
     )
+    routes = ", ".join(f"POST {route}" for route in sink.served_routes())
+    print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
     try:
         sink._server.serve_forever()
     except KeyboardInterrupt:
@@ -223,7 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     sink = commands.add_parser(
-        "sink", help="run a local OpenLineage HTTP backend that prints what it receives"
+        "sink",
+        help="run a local OpenLineage HTTP backend that prints what it receives",
+        description="Serves the OpenLineage HTTP API on a local port (or as Marquez, OpenMetadata or "
+        "DataHub answer it, --flavor), prints one line per accepted event and one per refused request "
+        "(its status and reason), and lists what it accepted at GET /api/v1/events.",
     )
     sink.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     sink.add_argument("--port", type=int, default=5000, help="port (default 5000; 0 for a free one)")
@@ -240,6 +250,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
     )
+    sink.add_argument(
+        "--openmetadata-tables",
+        action="append",
+        metavar="FQNS",
+        help="openmetadata: the tables the server has, comma-separated service.db.schema.table names "
+        "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
+    )
     sink.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
     sink.add_argument("--fail-status", type=int, help="answer this HTTP status instead of accepting")
     sink.add_argument(
@@ -250,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     sink.add_argument("--api-key", help="require Authorization: Bearer API_KEY")
     sink.add_argument("--max-body", type=int, help="answer 413 to larger bodies (bytes)")
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
+    sink.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print a line per request (status and reason), not only per refused request",
+    )
     sink.set_defaults(func=_sink)
 
     fwd = commands.add_parser(

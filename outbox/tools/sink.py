@@ -17,12 +17,18 @@ Endpoints (``flavor="spec"``, the default):
 ``flavor="marquez"``: as Marquez 0.51.1 answers (:func:`marquez_answer`): 201 with no body, no
 batch route (404), 415 without a JSON content type, 422 ``{"errors": [...]}`` for a missing
 field, 500 with a ``{"code": 400, ...}`` body for JSON it cannot map.
-``flavor="openmetadata"``: the routes under ``/api/v1/openlineage/lineage``, a batch body
-``{"events": [...]}`` and a response with ``failedEvents`` (200 even when every event failed,
-as released 2.0.7 answers; ``openmetadata_all_failed_status=400`` for newer servers).
+``flavor="openmetadata"``: as released 2.0.7 answers: the routes under
+``/api/v1/openlineage/lineage``, a batch body ``{"events": [...]}`` and a response with
+``failedEvents`` (200 even when every event failed; ``openmetadata_all_failed_status=400`` for
+newer servers), 400 to a JobEvent or DatasetEvent, and ``lineageEdgesCreated`` counted as the
+server counts it: on a COMPLETE event (or one without ``eventType``) with inputs and outputs,
+one edge per output x input that both resolve to a table of ``openmetadata_tables`` (by a
+dotted name or a symlink; an S3 object alone never does).
 ``flavor="datahub"``: released DataHub's one route, ``/openapi/openlineage/api/v1/lineage``
-(the batch route 404), and 500 "Unable to determine orchestrator" for an event with neither a
-``processing_engine`` run facet nor an OpenLineage or Airflow producer URL.
+(the batch route 404), and 500 wherever the released server throws: "Unable to determine
+orchestrator" for an event with no ``processing_engine`` run facet whose producer does not
+match DataHub's own pattern, and a body that is not an object, has no run (a JobEvent, a
+DatasetEvent, ``{}``), or no ``eventType``.
 
 Example::
 
@@ -295,39 +301,119 @@ def marquez_answer(raw: bytes, content_type: str | None) -> tuple[int, Any, dict
 
 # -- DataHub and OpenMetadata, released ------------------------------------------------------
 
-_DATAHUB_KNOWN_PRODUCERS = (
-    "https://github.com/OpenLineage/OpenLineage/",
-    "https://github.com/apache/airflow/",
-)
+# DataHub's own pattern (OpenLineageToDataHub.getOrchestrator), matched against the whole
+# producer as Java's Matcher.matches() does: its unescaped dots match any character, and a
+# segment after OpenLineage/OpenLineage/ is needed (".../OpenLineage/OpenLineage/client" fails).
+_DATAHUB_PRODUCER = re.compile("https://github.com/OpenLineage/OpenLineage/.*/(.*)$", re.MULTILINE)
 
 
 def datahub_orchestrator(event: dict[str, Any]) -> str | None:
     """The orchestrator DataHub's converter names for an event (``OpenLineageToDataHub``): the
-    ``processing_engine`` run facet's name, else one derived from an OpenLineage or Airflow
-    producer URL; None, where released DataHub answers 500 "Unable to determine
-    orchestrator"."""
+    ``processing_engine`` run facet's name (lower-cased), else the last path segment of an
+    OpenLineage-repository producer URL (DataHub's regex), else ``airflow`` for an Airflow
+    producer URL; None, where released DataHub answers 500 "Unable to determine orchestrator"."""
     run = event.get("run")
     facets = run.get("facets") if isinstance(run, dict) else None
     engine = facets.get("processing_engine") if isinstance(facets, dict) else None
-    if isinstance(engine, dict) and isinstance(engine.get("name"), str) and engine["name"]:
-        return str(engine["name"])
+    if isinstance(engine, dict) and isinstance(engine.get("name"), str):
+        return str(engine["name"]).lower()
     producer = event.get("producer")
-    if isinstance(producer, str) and producer.startswith(_DATAHUB_KNOWN_PRODUCERS):
-        return "airflow" if "apache/airflow" in producer else "openlineage"
+    if isinstance(producer, str):
+        match = _DATAHUB_PRODUCER.fullmatch(producer)
+        if match is not None:
+            return match.group(1)
+        if producer.startswith("https://github.com/apache/airflow/"):
+            return "airflow"
     return None
 
 
-def openmetadata_single_answer(event: dict[str, Any]) -> dict[str, Any]:
-    """OpenMetadata's answer to one event: it draws lineage only from a COMPLETE event with
-    inputs and outputs (one edge per input x output, when both resolve to its entities)."""
+def datahub_failure(body: Any) -> str | None:
+    """Why released DataHub's ``LineageApiImpl`` answers 500 to this body (it reads every body
+    as a RunEvent, then its converter dereferences the run, its facets and the event type),
+    or None when it takes it."""
+    if not isinstance(body, dict):
+        return f"Cannot deserialize a RunEvent from a JSON {type(body).__name__}"
+    if not isinstance(body.get("run"), dict):
+        kind = "a DatasetEvent" if "dataset" in body else "a JobEvent" if "job" in body else "an event"
+        return f"NullPointerException: {kind} has no run (DataHub reads every event as a RunEvent)"
+    if not isinstance(body.get("job"), dict):
+        return "NullPointerException: the event has no job"
+    if datahub_orchestrator(body) is None:
+        return "Unable to determine orchestrator"
+    if body.get("eventType") is None:
+        return "NullPointerException: the event has no eventType"
+    return None
+
+
+_STORAGE_SCHEMES = ("gs://", "s3://", "s3a://", "abfss://", "abfs://", "wasbs://", "adl://")
+
+
+def _openmetadata_name(name: Any, short_slash: bool) -> str | None:
+    """A dataset or symlink name in the dot form OpenMetadata's resolver matches tables by
+    (``[db.]schema.table``): Glue's ``table/<db>/<table>``, a Hive warehouse path
+    ``.../<db>.db/<table>``, ``db/table`` (where allowed), or a dotted name; None otherwise."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    text = name.strip()
+    segments = [part for part in text.split("/") if part]
+    if text.startswith("table/") and len(text.split("/")) == 3 and all(text.split("/")):
+        return f"{segments[1]}.{segments[2]}"
+    if "/" in text:
+        for i in range(len(segments) - 2, -1, -1):
+            if segments[i].endswith(".db") and len(segments[i]) > 3:
+                return f"{segments[i][:-3]}.{segments[i + 1]}"
+        if short_slash and "." not in text and 2 <= len(segments) <= 3:
+            return ".".join(segments)
+        return None
+    parts = text.split(".")
+    return text if len(parts) >= 2 and all(parts) else None
+
+
+def openmetadata_table(dataset: Any, tables: Sequence[str]) -> str | None:
+    """The table of ``tables`` (fully qualified names, ``service.db.schema.table``) that
+    OpenMetadata's server resolves this dataset to, or None.  The candidates are every
+    symlink identifier's name, then the dataset's own name (an object-store path is never a
+    table); each is matched by its ``db.schema.table``, then its ``schema.table``, as the
+    server's resolver searches by FQN suffix."""
+    if not isinstance(dataset, dict) or not tables:
+        return None
+    candidates: list[str] = []
+    facets = dataset.get("facets")
+    symlinks = facets.get("symlinks") if isinstance(facets, dict) else None
+    identifiers = symlinks.get("identifiers") if isinstance(symlinks, dict) else None
+    for identifier in identifiers if isinstance(identifiers, list) else ():
+        if isinstance(identifier, dict):
+            candidates.append(_openmetadata_name(identifier.get("name"), True) or "")
+    namespace = dataset.get("namespace")
+    storage = isinstance(namespace, str) and namespace.lower().startswith(_STORAGE_SCHEMES)
+    candidates.append(_openmetadata_name(dataset.get("name"), not storage) or "")
+    for candidate in dict.fromkeys(c for c in candidates if c):
+        parts = candidate.split(".")
+        suffixes = [".".join(parts[-2:])]
+        if len(parts) >= 3:
+            suffixes.insert(0, ".".join(parts[-3:]))
+        for suffix in suffixes:
+            for fqn in tables:
+                if fqn == suffix or fqn.endswith("." + suffix):
+                    return fqn
+    return None
+
+
+def openmetadata_single_answer(event: dict[str, Any], tables: Sequence[str] = ()) -> dict[str, Any]:
+    """Released OpenMetadata's answer to one RunEvent: it draws lineage only from a COMPLETE
+    event (a missing ``eventType`` counts as COMPLETE) with inputs and outputs, one edge per
+    output x input where both resolve to tables it has (:func:`openmetadata_table`)."""
+    kind = event.get("eventType")
     inputs, outputs = event.get("inputs") or [], event.get("outputs") or []
-    edges = len(inputs) * len(outputs) if event.get("eventType") == "COMPLETE" else 0
-    message = (
-        "Event processed"
-        if edges
-        else "Event skipped: lineage needs a COMPLETE event with inputs and outputs"
-    )
-    return {"status": "success", "message": message, "lineageEdgesCreated": edges}
+    if kind not in (None, "COMPLETE"):
+        return {"status": "success", "message": f"Event skipped: type {kind}", "lineageEdgesCreated": 0}
+    if not inputs or not outputs:
+        message = "Event skipped: lineage needs inputs and outputs"
+        return {"status": "success", "message": message, "lineageEdgesCreated": 0}
+    resolved_in = sum(1 for d in inputs if openmetadata_table(d, tables))
+    resolved_out = sum(1 for d in outputs if openmetadata_table(d, tables))
+    edges = resolved_in * resolved_out
+    return {"status": "success", "message": "Event processed", "lineageEdgesCreated": edges}
 
 
 @dataclass
@@ -367,6 +453,9 @@ class SinkBehaviour:
     #: ``openmetadata``: the status of a batch in which every event failed: 200 (released
     #: 2.0.7, with ``"status": "failure"``) or 400 (newer servers).
     openmetadata_all_failed_status: int = 200
+    #: ``openmetadata``: the tables the server has (``service.db.schema.table``); an edge is
+    #: counted only where both ends resolve to one of them.
+    openmetadata_tables: tuple[str, ...] = ()
 
 
 class _Server(ThreadingHTTPServer):
@@ -431,6 +520,20 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"code": 404, "message": "not found"})
 
+    def _answer(
+        self,
+        path: str,
+        status: int,
+        body: Any = None,
+        *,
+        count: int = 1,
+        headers: dict[str, str] | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record the request (and log it when it is refused, or always if verbose), then reply."""
+        self.server.sink._record(path, status, count, reason or _reason(status, body))
+        self._reply(status, body, headers)
+
     def do_POST(self) -> None:
         sink = self.server.sink
         behaviour = sink.behaviour
@@ -439,13 +542,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if behaviour.max_body is not None and length > behaviour.max_body:
             self.rfile.read(length)
-            sink._record(path, 413)
-            self._reply(413, {"code": 413, "message": f"body of {length} bytes exceeds {behaviour.max_body}"})
+            message = f"body of {length} bytes exceeds {behaviour.max_body}"
+            self._answer(path, 413, {"code": 413, "message": message})
             return
         try:
             raw = self._body()
         except (OSError, EOFError) as exc:
-            self._reply(400, {"code": 400, "message": f"unreadable body: {exc}"})
+            self._answer(path, 400, {"code": 400, "message": f"unreadable body: {exc}"})
             return
         if behaviour.delay:
             time.sleep(behaviour.delay)
@@ -453,63 +556,67 @@ class _Handler(BaseHTTPRequestHandler):
             given = self.headers.get("Authorization")
             if given != f"Bearer {behaviour.api_key}":
                 status = 401 if given is None else 403
-                sink._record(path, status)
-                self._reply(status, {"code": status, "message": "missing or wrong bearer token"})
+                reason = "no bearer token" if given is None else "wrong bearer token"
+                self._answer(
+                    path, status, {"code": status, "message": "missing or wrong bearer token"}, reason=reason
+                )
                 return
         if behaviour.fail_status is not None and random.random() < behaviour.fail_rate:
             headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after else {}
             if behaviour.location:
                 headers["Location"] = behaviour.location
-            sink._record(path, behaviour.fail_status)
-            self._reply(
-                behaviour.fail_status, {"code": behaviour.fail_status, "message": "injected"}, headers
+            body = {"code": behaviour.fail_status, "message": "injected"}
+            self._answer(
+                path, behaviour.fail_status, body, headers=headers, reason="injected (--fail-status)"
             )
             return
         if behaviour.poison is not None and behaviour.poison.encode() in raw:
-            sink._record(path, 500)
-            self._reply(500, {"code": 400, "message": "Unable to process JSON"})
+            self._answer(path, 500, {"code": 400, "message": "Unable to process JSON"}, reason="poison")
             return
         single, batch = sink.routes()
         if path == single and behaviour.flavor == "marquez":
             status, body, event = marquez_answer(raw, self.headers.get("Content-Type"))
             if event is not None:
                 sink._accept([event])
-            sink._record(single, status)
-            self._reply(status, body)
+            self._answer(single, status, body)
         elif path == single:
             self._single(raw)
-        elif path == batch and not (behaviour.single_only or behaviour.flavor in ("marquez", "datahub")):
+        elif path == batch and batch in sink.served_routes():
             self._batch(raw)
         else:
             status = behaviour.batch_missing_status if path == batch else 404
-            sink._record(path, status)
-            self._reply(status, {"code": status, "message": f"HTTP {status}: no route for POST {path}"})
+            self._answer(
+                path, status, {"code": status, "message": f"HTTP {status}: no route for POST {path}"}
+            )
 
     def _single(self, raw: bytes) -> None:
         sink = self.server.sink
         single, _ = sink.routes()
+        flavor = sink.behaviour.flavor
         try:
             event = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            sink._record(single, 400)
-            self._reply(400, {"code": 400, "message": "Unable to process JSON"})
+            self._answer(single, 400, {"code": 400, "message": "Unable to process JSON"})
+            return
+        if flavor == "datahub":
+            failure = datahub_failure(event)
+            if failure is not None:  # what released DataHub throws on: a 500
+                self._answer(single, 500, {"error": failure})
+                return
+        if flavor == "openmetadata" and isinstance(event, dict) and not isinstance(event.get("run"), dict):
+            kind = "a DatasetEvent" if "dataset" in event else "a JobEvent" if "job" in event else "an event"
+            message = f"{kind} is not a RunEvent: the OpenLineage API takes run events (run is required)"
+            self._answer(single, 400, {"code": 400, "message": message})
             return
         errors = validate_event(event)
         if errors:
-            sink._record(single, 422)
-            self._reply(422, {"code": 422, "errors": errors})
-            return
-        flavor = sink.behaviour.flavor
-        if flavor == "datahub" and not datahub_orchestrator(event):
-            sink._record(single, 500)
-            self._reply(500, {"error": "Unable to determine orchestrator"})
+            self._answer(single, 422, {"code": 422, "errors": errors})
             return
         sink._accept([event])
-        sink._record(single, 200)
         if flavor == "openmetadata":
-            self._reply(200, openmetadata_single_answer(event))
+            self._answer(single, 200, openmetadata_single_answer(event, sink.behaviour.openmetadata_tables))
         else:
-            self._reply(200)
+            self._answer(single, 200)
 
     def _batch(self, raw: bytes) -> None:
         sink = self.server.sink
@@ -518,8 +625,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            sink._record(batch, 400)
-            self._reply(400, {"code": 400, "message": "Unable to process JSON"})
+            self._answer(batch, 400, {"code": 400, "message": "Unable to process JSON"})
             return
         # OpenMetadata's route takes {"events": [...]} only (400 for an array), the spec an array.
         events = body
@@ -529,14 +635,15 @@ class _Handler(BaseHTTPRequestHandler):
             expected = (
                 'an object {"events": [...]} with at least one event' if openmetadata else "a JSON array"
             )
-            sink._record(batch, 400)
-            self._reply(400, {"code": 400, "message": f"the batch body must be {expected}"})
+            self._answer(batch, 400, {"code": 400, "message": f"the batch body must be {expected}"})
             return
         failed = []
         accepted = []
         retriable = 0
         for index, event in enumerate(events):
             errors = validate_event(event)
+            if not errors and openmetadata and not isinstance(event.get("run"), dict):
+                errors = ["not a RunEvent (run is required)"]
             if errors:
                 failed.append({"index": index, "reason": "; ".join(errors), "retriable": False})
             elif sink._take_flaky():
@@ -545,8 +652,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 accepted.append(event)
         if sink.behaviour.batch_errors == "whole" and len(failed) > retriable:
-            sink._record(batch, 400, len(events))
-            self._reply(400, b"Bad Request")
+            invalid = f"{len(failed) - retriable} of {len(events)} events invalid: {failed[0]['reason']}"
+            self._answer(batch, 400, b"Bad Request", count=len(events), reason=invalid)
             return
         sink._accept(accepted)
         summary = {
@@ -563,8 +670,22 @@ class _Handler(BaseHTTPRequestHandler):
         answer["failedEvents" if openmetadata else "failed_events"] = failed
         all_failed = sink.behaviour.openmetadata_all_failed_status
         status = all_failed if openmetadata and events and not accepted else 200
-        sink._record(batch, status, len(events))
-        self._reply(status, answer)
+        reason: str | None = None
+        if failed:
+            reason = f"{len(failed)} of {len(events)} events failed, the first: {failed[0]['reason']}"
+        self._answer(batch, status, answer, count=len(events), reason=reason)
+
+
+def _reason(status: int, body: Any) -> str:
+    """What an answer says, in a few words, for the request log."""
+    if isinstance(body, dict):
+        for key in ("errors", "message", "error"):
+            value = body.get(key)
+            if isinstance(value, list) and value:
+                return "; ".join(str(v) for v in value)
+            if isinstance(value, str) and value:
+                return value
+    return "ok" if status < 400 else f"HTTP {status}"
 
 
 class Sink:
@@ -576,6 +697,8 @@ class Sink:
         store: also append every accepted event to this JSON-lines file.
         echo: print one line per accepted event to ``stream`` (default standard output).
         behaviour: how to answer; also settable later through ``sink.behaviour``.
+        log_requests: print one line per refused request (status and reason) to ``stream``;
+            ``"all"`` for accepted requests too.
     """
 
     def __init__(
@@ -587,12 +710,16 @@ class Sink:
         echo: bool = False,
         stream: TextIO | None = None,
         behaviour: SinkBehaviour | None = None,
+        log_requests: Literal["refused", "all"] | None = None,
     ) -> None:
         self.behaviour = behaviour or SinkBehaviour()
+        self._log_requests = log_requests
         self._lock = threading.Condition()
         self._events: list[dict[str, Any]] = []
         #: (path, status, events in the request) for every POST, oldest first.
         self.requests: list[tuple[str, int, int]] = []
+        #: Why each POST was answered as it was (its reason), in the order of ``requests``.
+        self.reasons: list[str] = []
         #: The headers of the last POST.
         self.last_headers: dict[str, str] = {}
         self._store = store
@@ -618,6 +745,14 @@ class Sink:
         if self.behaviour.flavor == "datahub":
             return "/openapi/openlineage/api/v1/lineage", "/openapi/openlineage/api/v1/lineage/batch"
         return "/api/v1/lineage", "/api/v1/lineage/batch"
+
+    def served_routes(self) -> tuple[str, ...]:
+        """The POST routes the current flavor serves: Marquez and released DataHub have no
+        batch route, nor does ``single_only``."""
+        single, batch = self.routes()
+        if self.behaviour.single_only or self.behaviour.flavor in ("marquez", "datahub"):
+            return (single,)
+        return (single, batch)
 
     def start(self) -> Self:
         if self._thread is None:
@@ -652,6 +787,7 @@ class Sink:
         with self._lock:
             self._events.clear()
             self.requests.clear()
+            self.reasons.clear()
 
     def wait_for(self, count: int, timeout: float) -> bool:
         """Block until at least ``count`` events were accepted; False on timeout."""
@@ -671,9 +807,17 @@ class Sink:
                 return True
             return False
 
-    def _record(self, path: str, status: int, count: int = 1) -> None:
+    def _record(self, path: str, status: int, count: int = 1, reason: str = "") -> None:
         with self._lock:
             self.requests.append((path, status, count))
+            self.reasons.append(reason)
+        if self._log_requests == "all" or (self._log_requests == "refused" and status >= 400):
+            events = f"{count} event{'s' if count != 1 else ''}"
+            when = datetime.now().astimezone().isoformat(timespec="seconds")
+            line = f"{when}  {status} POST {path} ({events}): "
+            stream = self._stream or sys.stdout
+            stream.write(line + reason.replace("\n", " ")[:500] + "\n")
+            stream.flush()
 
     def _accept(self, events: Sequence[dict[str, Any]]) -> None:
         if not events:
