@@ -56,6 +56,26 @@ _UNITS = {
 }
 
 
+def openlineage_flag(name: str, value: Any) -> bool:
+    """A transport's boolean setting read as openlineage-python reads it: its attrs fields have
+    no converter, so a string is true unless empty (``'false'`` in YAML quotes is true).  Such
+    a string is named once in a warning."""
+    if isinstance(value, str):
+        meaning = bool(value)
+        if value.strip().lower() not in _TRUE:
+            warn_once(
+                f"{name}={value!r} is a string, which openlineage-python reads as {str(meaning).lower()} "
+                f"(so does lineage-outbox): write {value.strip().lower() or 'false'} without quotes if "
+                "you meant the boolean"
+            )
+        return meaning
+    if isinstance(value, int) and not isinstance(value, bool):
+        return bool(value)  # JSON 0 and 1, read as Python reads them
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} is not a boolean; use true or false")
+    return value
+
+
 def parse_bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in _TRUE:
@@ -189,10 +209,12 @@ class ResolvedTransport:
     origins: dict[str, str] = field(default_factory=dict)
     #: True when ``OPENLINEAGE_DISABLED`` is set.
     disabled: bool = False
+    #: Where this config sits, for keys with no origin of their own (a composite's member).
+    where: str = "transport"
 
     def origin(self, key: str) -> str:
         """Names the setting behind ``key`` (``OPENLINEAGE__TRANSPORT__URL``, ...)."""
-        return self.origins.get(key, f"transport.{key}")
+        return self.origins.get(key, f"{self.where}.{key}")
 
 
 def _find_yaml(environ: Mapping[str, str]) -> str | None:
@@ -300,6 +322,18 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
             for key in file_transport:
                 origins[key] = f"transport.{key} in {path}"
     transport = config.get("transport")
+    whole = environ.get("OPENLINEAGE__TRANSPORT")
+    if whole is not None and not isinstance(transport, dict):
+        keys = sorted(var for var in environ if var.startswith("OPENLINEAGE__TRANSPORT__"))
+        if keys:
+            # openlineage-python lets the plain string replace the keys, and falls back to the
+            # console: lineage nobody asked to print, and none delivered.
+            raise ConfigError(
+                f"OPENLINEAGE__TRANSPORT={whole!r} is not a JSON object, so it would replace {keys[0]}"
+                f"{' and the other OPENLINEAGE__TRANSPORT__* variables' if len(keys) > 1 else ''}: set "
+                f"OPENLINEAGE__TRANSPORT__TYPE={whole.strip() or 'http'} instead, "
+                "or unset OPENLINEAGE__TRANSPORT"
+            )
     url = environ.get("OPENLINEAGE_URL")
     if isinstance(transport, dict) and transport.get("type"):
         transport = dict(transport)

@@ -163,9 +163,9 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": "http://m"},
             "the member 'a' needs a transport config",
         ),
-        (
+        (  # a member may be composite itself, but needs members of its own
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "composite"},
-            "the member 'a' is itself composite",
+            "transports.a.transports: a composite transport needs transports",
         ),
         (
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http"},
@@ -174,9 +174,9 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
         (
             {
                 "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "console",
-                "OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE": "maybe",
+                "OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE": '["maybe"]',
             },
-            "OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE='maybe' is not a boolean",
+            r"OPENLINEAGE__TRANSPORT__CONTINUE_ON_FAILURE=\['maybe'\] is not a boolean",
         ),
     ],
 )

@@ -79,9 +79,9 @@ def test_keyword_arguments_override_variables():
             {
                 "OPENLINEAGE__TRANSPORT__TYPE": "file",
                 "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": "x",
-                "OPENLINEAGE__TRANSPORT__APPEND": "sometimes",
+                "OPENLINEAGE__TRANSPORT__APPEND": '{"sometimes": true}',
             },
-            "OPENLINEAGE__TRANSPORT__APPEND='sometimes' is not a boolean",
+            "OPENLINEAGE__TRANSPORT__APPEND={'sometimes': True} is not a boolean",
         ),
     ],
 )

@@ -70,7 +70,7 @@ def test_transport_variables_with_openlineage_and_our_keys():
     assert t._headers["Authorization"] == "Bearer k"
     assert t.timeout == 2.5
     assert t._verify is False
-    assert 409 in t._retry_statuses
+    assert t._forcelist == {409}
 
 
 def test_async_http_with_its_own_keys_and_openlineage_url():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._config import ResolvedTransport
+from .._config import ResolvedTransport, openlineage_flag
 from .._errors import ConfigError
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 from .adapter import OpenLineageTransportAdapter
@@ -69,9 +69,7 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
                 f"the file transport needs a log_file_path; set OPENLINEAGE__TRANSPORT__LOG_FILE_PATH "
                 f"(got {path!r})"
             )
-        append = config.get("append", False)
-        if not isinstance(append, bool):
-            raise ConfigError(f"{resolved.origin('append')}={append!r} is not a boolean; use true or false")
+        append = openlineage_flag(resolved.origin("append"), config.get("append", False))
         return FileTransport(path, append=append)
     if isinstance(kind, str) and (kind in _OPENLINEAGE_ONLY or "." in kind):
         # openlineage-python's own transport, built by its factory, behind the outbox.
@@ -114,18 +112,12 @@ def _composite(resolved: ResolvedTransport) -> Transport:
         ("continue_on_success", True),
         ("sort_transports", False),
     ):
-        value = config.get(key, default)
-        if isinstance(value, str):
-            value = {"true": True, "false": False}.get(value.strip().lower(), value)
-        if not isinstance(value, bool):
-            raise ConfigError(f"{resolved.origin(key)}={value!r} is not a boolean; use true or false")
-        flags[key] = value
+        flags[key] = openlineage_flag(resolved.origin(key), config.get(key, default))
     members: list[tuple[int, str, Transport]] = []
     for name, member in entries:
         if not isinstance(member, dict) or not member.get("type"):
             raise ConfigError(f"{where}: the member {name!r} needs a transport config with a type")
-        if member.get("type") == "composite":
-            raise ConfigError(f"{where}: the member {name!r} is itself composite; list its members instead")
+        # A member may be a composite itself, as in openlineage-python (its factory builds any).
         origins = {key: f"{where}.{name}.{key}" for key in member}
         priority = member.get("priority", 0)
         body = {key: value for key, value in member.items() if key not in ("name", "priority")}
@@ -133,7 +125,8 @@ def _composite(resolved: ResolvedTransport) -> Transport:
             rank = int(priority)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}.{name}.priority={priority!r} is not a whole number") from None
-        members.append((rank, name, transport_from_config(ResolvedTransport(body, origins))))
+        member_config = ResolvedTransport(body, origins, where=f"{where}.{name}")
+        members.append((rank, name, transport_from_config(member_config)))
     if flags["sort_transports"]:
         members.sort(key=lambda entry: -entry[0])
     return CompositeTransport(

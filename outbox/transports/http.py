@@ -233,6 +233,9 @@ class HttpTransport:
         client_key: path of its key, if not in ``client_cert``.
         max_concurrent_requests: requests in flight at once (and pooled connections).
         retry_statuses: statuses to retry besides 408, 429 and 5xx.
+        status_forcelist: retry exactly these statuses instead (and 413, 429 or 503 answered
+            with a ``Retry-After``), as urllib3's ``Retry`` does for openlineage-python's
+            ``retry.status_forcelist``; another 4xx or 5xx rejects the event.
 
     Raises:
         ConfigError: an invalid value, named with what is accepted.
@@ -257,6 +260,7 @@ class HttpTransport:
         client_key: str | None = None,
         max_concurrent_requests: int = 10,
         retry_statuses: Sequence[int] = (),
+        status_forcelist: Sequence[int] | None = None,
         token_provider: Any = None,
     ) -> None:
         parts = urlsplit(url.strip()) if isinstance(url, str) else None
@@ -326,6 +330,7 @@ class HttpTransport:
         self.timeout = float(timeout)
         self.max_concurrent_requests = max_concurrent_requests
         self._retry_statuses = frozenset(retry_statuses)
+        self._forcelist = None if status_forcelist is None else frozenset(status_forcelist)
         self._headers = {"Content-Type": "application/json", "User-Agent": _USER_AGENT}
         if compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
@@ -541,7 +546,13 @@ class HttpTransport:
         status = response.status_code
         answer = self._snippet(response)
         detail = f"POST {redact_url(url)} answered {status} {response.reason_phrase}: {answer}"
-        if status in (408, 429) or status >= 500 or status in self._retry_statuses:
+        if self._forcelist is None:
+            retriable = status in (408, 429) or status >= 500
+        else:  # urllib3's Retry.is_retry: the list, or a Retry-After on 413, 429 and 503
+            retriable = status in self._forcelist or (
+                status in (413, 429, 503) and "Retry-After" in response.headers
+            )
+        if retriable or status in self._retry_statuses:
             return Outcome.retry(
                 f"http_{status}", detail, parse_retry_after(response.headers.get("Retry-After"))
             )
@@ -788,6 +799,8 @@ _OPENLINEAGE_KEYS = {
     "max_queue_size",
 }
 _OUR_KEYS = {"mode", "batch_endpoint", "batch_format", "connect_timeout", "read_timeout"}
+#: async_http's max_concurrent_requests when none is given, as in openlineage-python.
+_ASYNC_HTTP_CONCURRENCY = 100
 
 
 def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
@@ -817,9 +830,12 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
     for key in ("endpoint", "batch_endpoint", "mode", "batch_format", "compression"):
         if key in config:
             value = config[key]
+            if key == "compression" and value in ("", None):
+                continue  # openlineage-python sends an empty compression uncompressed
             if not isinstance(value, str):
                 raise ConfigError(f"{origin(key)}={value!r} must be a string")
             kwargs[key] = value
+    plain_http = url.strip().lower().startswith("http://")
     for key in ("timeout", "connect_timeout", "read_timeout"):
         if key in config:
             kwargs[key] = _number(origin(key), config[key])
@@ -828,18 +844,25 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin('max_concurrent_requests')}={value!r} is not an integer >= 1")
         kwargs["max_concurrent_requests"] = value
+    elif config.get("type") == "async_http":
+        kwargs["max_concurrent_requests"] = _ASYNC_HTTP_CONCURRENCY  # openlineage-python's default
     if "verify" in config:
         verify = config["verify"]
         if not isinstance(verify, (bool, str)):
             raise ConfigError(f"{origin('verify')}={verify!r} must be true, false or the path of a CA bundle")
-        kwargs["verify"] = verify
+        if plain_http and isinstance(verify, str):
+            # requests never reads verify for an http:// URL, so openlineage-python delivers.
+            warn_once(
+                f"{origin('verify')}={verify!r} has no effect on the http:// URL {redact_url(url.strip())} "
+                "(ignored); it matters for https:// only"
+            )
+        else:
+            kwargs["verify"] = verify
     ssl_config = config.get("sslContext", config.get("ssl_context", config.get("sslcontext")))
     if ssl_config is not None:
         if not isinstance(ssl_config, dict):
             raise ConfigError(f'{origin("sslContext")} must be a mapping such as {{"caCertPath": ...}}')
         ca = ssl_config.get("caCertPath", ssl_config.get("ca_cert_path", ssl_config.get("cacertpath")))
-        if ca:
-            kwargs["verify"] = ca
         cert = ssl_config.get(
             "clientCertPath", ssl_config.get("client_cert_path", ssl_config.get("clientcertpath"))
         )
@@ -848,7 +871,15 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
         )
         if client_key and not cert:
             raise ConfigError(f"{origin('sslContext')}: clientKeyPath needs clientCertPath")
-        kwargs["client_cert"], kwargs["client_key"] = cert, client_key
+        if plain_http and (ca or cert):
+            warn_once(
+                f"{origin('sslContext')} has no effect on the http:// URL {redact_url(url.strip())} "
+                "(ignored): TLS files matter for https:// only"
+            )
+        else:
+            if ca:
+                kwargs["verify"] = ca
+            kwargs["client_cert"], kwargs["client_key"] = cert, client_key
     if "custom_headers" in config:
         headers = config["custom_headers"]
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
@@ -868,10 +899,13 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
             raise ConfigError(f"{origin('retry')}={retry!r} must be a mapping of urllib3 Retry keywords")
         # Any urllib3 Retry keyword is accepted, as openlineage-python passes them all on; only
         # status_forcelist changes anything here (the outbox retries until delivered or dropped).
-        statuses = retry.get("status_forcelist", [])
-        if not isinstance(statuses, list) or not all(isinstance(s, int) for s in statuses):
-            raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
-        kwargs["retry_statuses"] = statuses
+        if "status_forcelist" in retry:
+            statuses = retry["status_forcelist"]
+            if not isinstance(statuses, list) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in statuses
+            ):
+                raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
+            kwargs["status_forcelist"] = statuses
     return kwargs
 
 
