@@ -353,3 +353,64 @@ def test_a_header_that_slipped_past_the_checks_is_never_quoted_in_a_log(caplog):
     assert "could not be sent: LocalProtocolError" in ours
     assert "raised" not in ours
     assert "s3cret" not in ours + last_error
+
+
+# -- DataHub's URNs ------------------------------------------------------------------------
+
+
+def datahub_event(key, table=None, n=0):
+    from outbox import DatasetRef, s3_dataset
+
+    dataset = s3_dataset(
+        "docs-src", key, table=None if table is None else DatasetRef("trino://t:8080", table)
+    )
+    event = run_event(n=n)
+    event["run"]["facets"]["processing_engine"] = {
+        "_producer": "p",
+        "_schemaURL": "s",
+        "name": "VAST_DATAENGINE",
+    }
+    event["inputs"] = [
+        {"namespace": dataset.namespace, "name": dataset.name, "facets": dict(dataset.facets or {})}
+    ]
+    return event
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        ("lineage-src/orders(1).csv", "'(' ')', which DataHub's dataset URNs cannot hold"),
+        ("lineage-src/a,b.csv", "',', which DataHub's dataset URNs cannot hold"),
+        ("lineage-src/my orders.csv", "so DataHub cannot make a URI of it and leaves the dataset out"),
+        ("lineage-src/100%.csv", "so DataHub cannot make a URI of it"),
+    ],
+)
+def test_a_dataset_name_datahubs_urns_cannot_hold_is_reported_once_with_the_fix(key, said, caplog):
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
+        transport = HttpTransport(f"{sink.url}/openapi/openlineage/", mode="single")
+        outbox = Outbox(transport, linger=0, close_at_exit=False)
+        with caplog.at_level(logging.WARNING, logger="outbox"):
+            for i in range(3):
+                outbox.emit(datahub_event(key, n=i))
+            report = outbox.close(5)
+    assert report.delivered == 3  # DataHub takes them: the loss is inside DataHub
+    warnings = [r.getMessage() for r in caplog.records if "DataHub" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"the dataset s3://docs-src/{key} holds " in warnings[0]
+    assert said in warnings[0]
+    assert "name the table it belongs to (s3_dataset(..., table=...)" in warnings[0]
+
+
+def test_names_datahub_can_hold_or_a_table_symlink_are_not_reported(caplog):
+    with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink, Sink() as other:
+        datahub = Outbox(
+            HttpTransport(f"{sink.url}/openapi/openlineage/", mode="single"), linger=0, close_at_exit=False
+        )
+        marquez = Outbox(HttpTransport(other.url), linger=0, close_at_exit=False)
+        with caplog.at_level(logging.WARNING, logger="outbox"):
+            datahub.emit(datahub_event("lineage-src/orders.csv"))
+            datahub.emit(datahub_event("lineage-src/orders(1).csv", table="vast.lineage.orders_raw"))
+            marquez.emit(datahub_event("lineage-src/orders(1).csv"))  # not DataHub: not its rules
+            assert datahub.close(5).delivered == 2
+            assert marquez.close(5).delivered == 1
+    assert "DataHub" not in caplog.text

@@ -50,7 +50,7 @@ from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 
-__all__ = ["MAX_ANSWER_BYTES", "HttpTransport", "parse_retry_after", "redact_url"]
+__all__ = ["MAX_ANSWER_BYTES", "HttpTransport", "datahub_unsafe_dataset", "parse_retry_after", "redact_url"]
 
 Mode = Literal["single", "batch", "auto"]
 BatchFormat = Literal["array", "openmetadata"]
@@ -360,6 +360,9 @@ class HttpTransport:
         # is down when the outbox starts gets one connection attempt per lane, not ten.
         self._unreachable = True
         self._log = RateLimitedLog(30.0)
+        # Released DataHub's OpenLineage route: dataset names its URNs cannot hold are named
+        # once in a warning (DataHub accepts the event, and the dataset is lost in it).
+        self._datahub_check = "/openapi/openlineage/" in urlsplit(self.single_url).path
 
     @classmethod
     def from_config(cls, resolved: ResolvedTransport) -> HttpTransport:
@@ -383,6 +386,8 @@ class HttpTransport:
     # -- the Transport protocol -------------------------------------------------------------
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        if self._datahub_check:
+            self._check_datahub_names(batch)
         if self._single_for_good:
             return await self._send_single(batch, deadline)
         return await self._send_batch(batch, deadline, top=True)
@@ -391,6 +396,21 @@ class HttpTransport:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def _check_datahub_names(self, batch: Sequence[SerializedEvent]) -> None:
+        """Warn once about a dataset DataHub cannot hold (see :func:`datahub_unsafe_dataset`);
+        then stop looking (a parse per event, in the sidecar, while none was found)."""
+        for event in batch:
+            problem = datahub_unsafe_dataset(event.body)
+            if problem is not None:
+                self._datahub_check = False
+                logger.warning(
+                    "%s: DataHub accepts such events but cannot use the dataset: rename the object, or "
+                    "name the table it belongs to (s3_dataset(..., table=...), the function's "
+                    "LINEAGE_INPUT_TABLE), which DataHub then names the dataset by. Said once.",
+                    problem,
+                )
+                return
 
     def clone(self) -> HttpTransport:
         """The same configuration, with no connections (for a forked child: the parent's
@@ -712,6 +732,51 @@ class HttpTransport:
         if 200 <= answer.status_code < 300:
             return DELIVERED
         return self._status_outcome(answer, self.single_url)
+
+
+# What DataHub's dataset URNs cannot hold (its docs: "URN restrictions"), and what java.net.URI
+# refuses in the URI DataHub makes of a namespace with a scheme (it then leaves the dataset out).
+_URN_RESERVED = frozenset(",()\u241f")
+_URI_ILLEGAL = re.compile(r'[\x00-\x20"<>\\^`{|}\x7f]|%(?![0-9A-Fa-f]{2})')
+
+
+def datahub_unsafe_dataset(body: bytes) -> str | None:
+    """What is wrong, for released DataHub, with the first dataset of this event that its
+    converter cannot turn into a usable URN, or None.  The name checked is the one DataHub
+    uses: a TABLE symlink's name when there is one, else the dataset's own name."""
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    for key in ("inputs", "outputs"):
+        datasets = event.get(key)
+        for dataset in datasets if isinstance(datasets, list) else ():
+            if not isinstance(dataset, dict):
+                continue
+            namespace, name = dataset.get("namespace"), dataset.get("name")
+            if not isinstance(namespace, str) or not isinstance(name, str):
+                continue
+            facets = dataset.get("facets")
+            symlinks = facets.get("symlinks") if isinstance(facets, dict) else None
+            identifiers = symlinks.get("identifiers") if isinstance(symlinks, dict) else None
+            for identifier in identifiers if isinstance(identifiers, list) else ():
+                table = identifier.get("name") if isinstance(identifier, dict) else None
+                if isinstance(table, str) and identifier.get("type") == "TABLE":
+                    namespace, name = "hive", table  # DataHub's hive platform, the symlink's name
+            reserved = sorted(_URN_RESERVED.intersection(name))
+            if reserved:
+                return (
+                    f"the dataset {namespace}/{name} holds {' '.join(repr(c) for c in reserved)}, which "
+                    "DataHub's dataset URNs cannot hold"
+                )
+            if "://" in namespace and _URI_ILLEGAL.search(f"{namespace}/{name}"):
+                return (
+                    f"the dataset {namespace}/{name} holds a character a URI cannot (a space, a quote, "
+                    "a bare %, ...), so DataHub cannot make a URI of it and leaves the dataset out"
+                )
+    return None
 
 
 def _environment_proxy(url: str) -> str | None:
