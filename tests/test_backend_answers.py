@@ -414,3 +414,28 @@ def test_names_datahub_can_hold_or_a_table_symlink_are_not_reported(caplog):
             assert datahub.close(5).delivered == 2
             assert marquez.close(5).delivered == 1
     assert "DataHub" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "retried"), [(502, None, True), (500, None, False), (503, "0", True)]
+)
+def test_a_custom_status_forcelist_is_what_is_retried(status, retry_after, retried):
+    """openlineage-python's retry.status_forcelist, honoured as urllib3 reads it: the listed
+    statuses (and 413, 429 or 503 with a Retry-After) are retried; another 5xx is final."""
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "http",
+        "OPENLINEAGE__TRANSPORT__MODE": "single",
+        "OPENLINEAGE__TRANSPORT__RETRY": '{"total": 3, "status_forcelist": [502]}',
+    }
+    with Sink(behaviour=SinkBehaviour(fail_status=status, retry_after=retry_after)) as sink:
+        env["OPENLINEAGE__TRANSPORT__URL"] = sink.url
+        outbox = Outbox.from_env(env, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+        outbox.emit(run_event())
+        if retried:
+            assert wait_until(lambda: outbox.stats().retried >= 2, 10)
+            sink.behaviour = SinkBehaviour()
+            assert outbox.close(5).delivered == 1
+        else:
+            report = outbox.close(5)
+            assert report.undelivered == {"rejected_by_backend": 1}
+            assert outbox.stats().retried == 0
