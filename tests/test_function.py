@@ -287,10 +287,14 @@ def test_exit_and_sigterm_flush(clean_env, tmp_path, how):
 def test_the_openmetadata_pipeline_file_delivers_events_with_outputs(clean_env):
     """function/lineage-demo-openmetadata.yaml's environment, its placeholders pointed at
     outbox sink's openmetadata flavour (its routes, batch body and bearer token): every event
-    is delivered, and the COMPLETE carries the output OpenMetadata needs to draw an edge."""
+    is delivered, and by the server's rules the successful run's COMPLETE draws the one edge
+    input table -> output table (its input resolves through the TABLE symlink), every other
+    event none; without LINEAGE_INPUT_TABLE, none at all."""
     import yaml
 
-    from outbox.tools.sink import SinkBehaviour
+    from outbox.tools.sink import SinkBehaviour, openmetadata_single_answer
+
+    tables = ("trino.vast.lineage.docs-src_raw", "trino.vast.lineage.docs-src_orders")
 
     pipeline = yaml.safe_load((ROOT / "function" / "lineage-demo-openmetadata.yaml").read_text())
     variables = pipeline["manifest"]["function_deployments"][0]["config"]["environment_variables"]
@@ -309,3 +313,15 @@ def test_the_openmetadata_pipeline_file_delivers_events_with_outputs(clean_env):
         ("trino://vast-trino:8080", "vast.lineage.docs-src_orders")
     ]
     assert all(path.startswith("/api/v1/openlineage/lineage") for path, _, _ in answers)
+    edges = {
+        (e["inputs"][0]["name"], e["eventType"]): openmetadata_single_answer(e, tables)["lineageEdgesCreated"]
+        for e in events
+    }
+    assert edges == {
+        ("lineage-src/orders.csv", "START"): 0,
+        ("lineage-src/orders.csv", "COMPLETE"): 1,
+        ("lineage-src/orders.bad", "START"): 0,
+        ("lineage-src/orders.bad", "FAIL"): 0,
+    }
+    complete["inputs"][0]["facets"] = {}  # as the pipeline file sent it without LINEAGE_INPUT_TABLE
+    assert openmetadata_single_answer(complete, tables)["lineageEdgesCreated"] == 0
