@@ -128,8 +128,9 @@ def s3_dataset(bucket: str, key: str, *, table: DatasetRef | None = None) -> Dat
     """
     namespace = _S3_NAMESPACES.get(bucket) if bucket.__class__ is str else None
     if namespace is not None and key.__class__ is str and key.strip():
-        facets = None if table is None else _table_symlink(table)
-        return _new_ref(DatasetRef, (namespace, key, facets))
+        if table is None:
+            return _new_ref(DatasetRef, (namespace, key, None))
+        return _new_ref(DatasetRef, (namespace, key, _table_symlink(table)))
     naming = S3(bucket_name=bucket, object_key=key)  # checks both, as openlineage-python does
     namespace = naming.get_namespace()
     if bucket.__class__ is str and len(_S3_NAMESPACES) < _S3_NAMESPACES_MAX:

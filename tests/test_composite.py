@@ -204,3 +204,27 @@ def test_from_env_after_openlineage_client_ran(monkeypatch, tmp_path):
     outbox = Outbox.from_env(close_at_exit=False)
     assert sorted(outbox._transport.members) == theirs == ["console", "default_http"]
     outbox.close(0)
+
+
+def test_a_composite_nested_in_a_composite_delivers_to_every_member(monkeypatch, tmp_path):
+    """As openlineage-python's factory builds it: the inner composite is one member."""
+    monkeypatch.chdir(tmp_path)
+    with Sink() as a, Sink() as b, Sink() as c:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": a.url,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TYPE": "composite",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__B__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__B__URL": b.url,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__C__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__C__URL": c.url,
+        }
+        outbox = Outbox.from_env(env, **FAST)
+        assert isinstance(outbox._transport.members["inner"], CompositeTransport)
+        for i in range(3):
+            outbox.emit(run_event(n=i))
+        report = outbox.close(10)
+    assert report.delivered == 3
+    for sink in (a, b, c):
+        assert sorted(e["n"] for e in sink.events) == [0, 1, 2]
