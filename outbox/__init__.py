@@ -15,9 +15,10 @@ from ._event import Event
 from ._outbox import Outbox
 from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from ._stats import CloseReport, Stats
-from .transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
+from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = [
+    "About",
     "CloseReport",
     "ConfigError",
     "DatasetRef",

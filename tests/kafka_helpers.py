@@ -12,17 +12,21 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 
-async def _create(bootstrap: str, topic: str, partitions: int) -> None:
+async def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str] | None) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=1, topic_configs=configs or {})
+        await admin.create_topics([new])
     finally:
         await admin.close()
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
-    asyncio.run(_create(bootstrap, topic, partitions))
+def create_topic(
+    bootstrap: str, topic: str, partitions: int = 3, configs: dict[str, str] | None = None
+) -> None:
+    """A topic with ``partitions`` and, on a broker that honours them, topic ``configs``."""
+    asyncio.run(_create(bootstrap, topic, partitions, configs))
 
 
 async def _read(

@@ -5,6 +5,7 @@ import outbox
 
 def test_all_is_pinned_and_sorted():
     assert outbox.__all__ == [
+        "About",
         "CloseReport",
         "ConfigError",
         "DatasetRef",
@@ -43,6 +44,7 @@ def test_transports_all_is_pinned():
     from outbox import transports
 
     assert set(transports.__all__) == {
+        "About",
         "DELIVERED",
         "CompositeTransport",
         "ConsoleTransport",

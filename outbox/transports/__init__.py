@@ -10,7 +10,7 @@ from typing import Any
 
 from .._config import ResolvedTransport, openlineage_flag
 from .._errors import ConfigError
-from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
+from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent, Transport
 from .adapter import OpenLineageTransportAdapter
 from .composite import CompositeTransport
 from .console import ConsoleTransport
@@ -21,6 +21,7 @@ from .memory import MemoryTransport
 
 __all__ = [
     "DELIVERED",
+    "About",
     "CompositeTransport",
     "ConsoleTransport",
     "FileTransport",

@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from .._serde import SerializedEvent
 
-__all__ = ["DELIVERED", "Outcome", "OutcomeKind", "SerializedEvent", "Transport"]
+__all__ = ["DELIVERED", "About", "Outcome", "OutcomeKind", "SerializedEvent", "Transport"]
 
 
 class OutcomeKind(enum.Enum):
@@ -24,11 +24,28 @@ class OutcomeKind(enum.Enum):
     DEFERRED = "deferred"
 
 
+class About(enum.Enum):
+    """What a RETRY is about, as the transport that got the answer knows it."""
+
+    #: The backend (or the way to it): down, overloaded, slow, refusing connections (429, 502,
+    #: 503, 504, timeouts, network errors, a broker away).  Every event would fare the same:
+    #: the outbox slows down, with fewer requests in flight.
+    BACKEND = "backend"
+    #: Maybe this very event: the backend refused it, alone in its request or named in a
+    #: per-event answer, while it may take others (Marquez, OpenMetadata and DataHub answer 500
+    #: to an event they cannot map; Kafka's invalid or corrupt record).  A poison suspect: settled
+    #: as ``poison`` if the backend keeps refusing it while it takes other events.
+    EVENT = "event"
+    #: Maybe one of the events of the request it travelled in, not saying which (a 500 to a
+    #: batch): the outbox bisects the request to find the event the backend cannot take.
+    REQUEST = "request"
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What became of one event of a batch.
 
-    Build them with :meth:`delivered`, :meth:`retry` and :meth:`rejected`.
+    Build them with :meth:`delivered`, :meth:`retry`, :meth:`deferred` and :meth:`rejected`.
     """
 
     kind: OutcomeKind
@@ -39,14 +56,20 @@ class Outcome:
     detail: str = ""
     #: For RETRY: the delay the server asked for, in seconds (``Retry-After``), if any.
     retry_after: float | None = None
+    #: For RETRY: whether the answer is about the backend (the default) or about this event.
+    about: About = About.BACKEND
 
     @staticmethod
     def delivered() -> Outcome:
         return DELIVERED
 
     @staticmethod
-    def retry(reason: str, detail: str = "", retry_after: float | None = None) -> Outcome:
-        return Outcome(OutcomeKind.RETRY, reason, detail, retry_after)
+    def retry(
+        reason: str, detail: str = "", retry_after: float | None = None, *, about: About = About.BACKEND
+    ) -> Outcome:
+        """Not delivered this time; ``about`` says whether the backend or this very event is
+        the trouble (``About.EVENT``: a poison suspect)."""
+        return Outcome(OutcomeKind.RETRY, reason, detail, retry_after, about)
 
     @staticmethod
     def deferred() -> Outcome:
@@ -65,11 +88,13 @@ _DEFERRED = Outcome(OutcomeKind.DEFERRED)
 class Transport(Protocol):
     """Ships batches of serialized events to a backend.
 
-    The worker calls ``send`` with at most one batch at a time, from the
-    outbox's event loop.  Implementations must not raise for backend trouble:
-    they return one :class:`Outcome` per event, in the batch's order.  (If
-    ``send`` raises anyway, the worker treats the whole batch as RETRY and logs
-    the error.)  ``deadline`` is a ``time.monotonic()`` value: return by then;
+    The worker calls ``send`` from the outbox's event loop, with several batches
+    in flight at once (its lanes, up to ``max_concurrency``); a run's events are
+    in one of them at a time.  Implementations must not raise for backend
+    trouble: they return one :class:`Outcome` per event, in the batch's order,
+    and say what a RETRY is about (:class:`About`).  (If ``send`` raises anyway,
+    the worker treats the whole batch as RETRY about the backend and logs the
+    error.)  ``deadline`` is a ``time.monotonic()`` value: return by then;
     the worker cancels ``send`` at the deadline if it has not returned.
 
     Keep each run's events in order: if an event of a run is RETRY or DEFERRED,

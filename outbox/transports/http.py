@@ -48,7 +48,7 @@ import orjson
 from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
-from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
+from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["MAX_ANSWER_BYTES", "HttpTransport", "datahub_unsafe_dataset", "parse_retry_after", "redact_url"]
 
@@ -561,8 +561,8 @@ class HttpTransport:
             )
         return bearer
 
-    def _status_outcome(self, response: httpx.Response, url: str) -> Outcome:
-        """What a non-2xx answer means for one event (or a whole batch)."""
+    def _status_outcome(self, response: httpx.Response, url: str, events: int = 1) -> Outcome:
+        """What a non-2xx answer means for one event (or each of a batch's ``events``)."""
         status = response.status_code
         answer = self._snippet(response)
         detail = f"POST {redact_url(url)} answered {status} {response.reason_phrase}: {answer}"
@@ -573,8 +573,14 @@ class HttpTransport:
                 status in (413, 429, 503) and "Retry-After" in response.headers
             )
         if retriable or status in self._retry_statuses:
+            # A 500 (any 5xx but 502, 503 and 504, which say the backend or the way to it is
+            # down) may be about the event: Marquez, OpenMetadata and DataHub answer 500 to an
+            # event they cannot map.  The rest is about the backend.
+            about = About.BACKEND
+            if status >= 500 and status not in (502, 503, 504):
+                about = About.EVENT if events == 1 else About.REQUEST
             return Outcome.retry(
-                f"http_{status}", detail, parse_retry_after(response.headers.get("Retry-After"))
+                f"http_{status}", detail, parse_retry_after(response.headers.get("Retry-After")), about=about
             )
         if status == 413:
             return Outcome.rejected("too_large", detail)
@@ -637,7 +643,7 @@ class HttpTransport:
             return outcomes
         if status in (400, 422):
             return self._redacted(_read_batch_answer(answer, len(batch)))
-        outcome = self._status_outcome(answer, self.batch_url)
+        outcome = self._status_outcome(answer, self.batch_url, len(batch))
         if status in _BATCH_UNSUPPORTED and self.mode == "batch":
             self._log.error(
                 "batch-missing",
@@ -827,7 +833,9 @@ def _read_batch_answer(response: httpx.Response, size: int) -> list[Outcome]:
             continue
         reason = str(entry.get("reason") or "failed")
         if entry.get("retriable") is True:
-            outcomes[index] = Outcome.retry("partial_success", f"batch event {index}: {reason}")
+            outcomes[index] = Outcome.retry(
+                "partial_success", f"batch event {index}: {reason}", about=About.EVENT
+            )
         else:
             outcomes[index] = Outcome.rejected("rejected_by_backend", f"batch event {index}: {reason}")
     return outcomes

@@ -28,7 +28,7 @@ from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs, logger
 from .._slices import checkpoint
-from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
+from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
 
@@ -283,11 +283,11 @@ class KafkaTransport:
                 if not done:
                     outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
                 elif future.exception() is not None:
-                    outcome = self._outcome(future.exception())
+                    outcome = self._outcome(future.exception(), len(indexes))
             except TimeoutError:
                 outcome = Outcome.retry("timeout", f"no room in the producer for {self.topic!r} in time")
             except KafkaError as exc:
-                outcome = self._outcome(exc)
+                outcome = self._outcome(exc, len(indexes))
             for index in indexes:
                 outcomes[index] = outcome
             if outcome.kind is OutcomeKind.RETRY:
@@ -349,7 +349,7 @@ class KafkaTransport:
         self._producer = producer
         return producer
 
-    def _outcome(self, exc: BaseException) -> Outcome:
+    def _outcome(self, exc: BaseException, records: int = 1) -> Outcome:
         from aiokafka import errors
 
         name = type(exc).__name__
@@ -357,7 +357,17 @@ class KafkaTransport:
         if isinstance(
             exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.RecordListTooLargeError)
         ):
+            # The broker weighs the whole producer batch against the topic's max.message.bytes:
+            # several records are split and sent again (REQUEST); one alone is too large.
+            if records > 1:
+                return Outcome.retry("too_large", detail, about=About.REQUEST)
             return Outcome.rejected("too_large", detail)
+        if isinstance(
+            exc, (errors.CorruptRecordException, errors.InvalidMessageError, errors.InvalidTimestampError)
+        ):
+            # About the records of that producer batch, not the broker: poison suspects, which
+            # the worker isolates (and settles as poison if the broker keeps refusing them alone).
+            return Outcome.retry(name, detail, about=About.EVENT if records == 1 else About.REQUEST)
         if isinstance(
             exc,
             (

@@ -157,3 +157,32 @@ def test_per_run_order_holds_across_a_broker_crash_and_restart(apache_kafka, cra
             :20
         ]
     assert worst < 0.5
+
+
+def test_a_producer_batch_the_broker_finds_too_large_is_split_and_only_the_large_record_dropped(
+    apache_kafka,
+):
+    """The broker weighs each producer batch against the topic's ``max.message.bytes``
+    (4,000 here; the producer's own limit is 1 MB, so nothing is caught before sending).
+    Batches of small records over the limit are split until they fit; the one record too
+    large alone is counted ``too_large``; every run's events arrive, in order."""
+    topic = f"e2e-large-{uuid.uuid4().hex[:8]}"
+    create_topic(apache_kafka.bootstrap_servers, topic, partitions=1, configs={"max.message.bytes": "4000"})
+    config = {"bootstrap.servers": apache_kafka.bootstrap_servers, "linger.ms": 50}
+    outbox = Outbox(KafkaTransport(topic, config), **FAST)
+    runs = [str(uuid.uuid4()) for _ in range(4)]
+    for n in range(15):
+        for index, run in enumerate(runs):
+            outbox.emit(run_event(run_id=run, n=n, job=f"large-{index}"))
+        if n == 7:
+            large = run_event(job="too-large")
+            large["run"]["facets"] = {"blob": {"text": "x" * 6000}}
+            outbox.emit(large)
+    report = outbox.close(60)
+    assert report.undelivered == {"too_large": 1}, report
+    assert outbox.stats().delivered == 60
+    records = read_topic(apache_kafka.bootstrap_servers, topic, 60, timeout=30)
+    assert len(records) == 60
+    for run in runs:
+        mine = sorted((r for r in records if r["event"]["run"]["runId"] == run), key=lambda r: r["offset"])
+        assert [r["event"]["n"] for r in mine] == list(range(15))
