@@ -382,7 +382,7 @@ def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
             seen[threading.get_ident()] += 1
             super().checkpoint()
 
-    worker.slicer = Counting(outbox._buffer)
+    worker.slicer = worker.intake.slicer = Counting(outbox._buffer)
     transport.gate.set()
     for event in _mixed_events(3_000):
         outbox.emit(event)

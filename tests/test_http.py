@@ -276,13 +276,11 @@ def test_single_mode_runs_concurrently_but_keeps_each_runs_order(sink):
     sink.behaviour.delay = 0.1  # one at a time, 60 requests would take 6 s
     runs = [str(uuid.uuid4()) for _ in range(20)]
     outbox = outbox_for(sink.url, mode="single", max_concurrent_requests=10, linger=0.05)
-    started = time.monotonic()
     for state in ("START", "RUNNING", "COMPLETE"):
         for run in runs:
             outbox.emit(run_event(run_id=run, state=state))
-    assert outbox.close(10).delivered == 60
-    elapsed = time.monotonic() - started
-    assert elapsed < 60 * 0.1 / 2  # concurrency: well under one request at a time (about 0.6 s)
+    assert outbox.close(30).delivered == 60
+    assert sink.most_concurrent >= 2  # several requests at once (each run's in order, below)
     for run in runs:
         states = [e["eventType"] for e in sink.events if e["run"]["runId"] == run]
         assert states == ["START", "RUNNING", "COMPLETE"]
@@ -412,7 +410,7 @@ def test_close_keeps_what_was_acknowledged_when_single_mode_runs_out_of_time(sin
     # deadline may have arrived unacknowledged (4 at a time).
     # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
     assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
-    assert report.delivered + report.undelivered["dropped_shutdown"] == 100
+    assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 100
 
 
 def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink):
@@ -420,7 +418,8 @@ def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink
     # one-second slices hand the rest back, and the next call carries close's own deadline.
     sink.behaviour.delay = 0.3
     outbox = outbox_for(sink.url, mode="single", max_concurrent_requests=4, linger=0)
-    for i in range(100):
+    # More than 8 lanes x 4 requests can carry in 1.5 s at 0.3 s each (at most 160).
+    for i in range(1000):
         outbox.emit(run_event(n=i))
     assert wait_until(lambda: len(sink.requests) >= 1, 5)
     report = outbox.close(1.5)
@@ -428,6 +427,7 @@ def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink
     assert report.delivered >= 8
     # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
     assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
-    assert report.delivered + report.undelivered["dropped_shutdown"] == 100
+    assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 1000
+    assert report.undelivered.keys() <= {"dropped_shutdown"}
     # Deferred events are not failures; only the requests cut off at the deadline (4 a lane) are.
     assert outbox.stats().retried <= 4 * outbox._settings.max_concurrency

@@ -1,5 +1,7 @@
 """Several batches in flight (lanes): more throughput against a slow backend, a run's events
-never in two requests at once, fewer lanes when the backend says it is overloaded."""
+never in two requests at once, fewer lanes when the backend says it is overloaded.  How many
+lanes (``outbox._lanes``) is pure, and tested here with the observations passed in; the
+behaviour of an outbox with lanes against backends in process follows."""
 
 import asyncio
 import contextlib
@@ -12,10 +14,92 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from outbox import Outbox, Outcome
+from outbox import About, Outbox, Outcome
+from outbox._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
 from outbox._worker import CLOSE_GRACE
 
 from helpers import run_event, wait_until
+
+
+def test_lanes_start_at_four_and_double_per_round_trip_while_work_waits():
+    lanes = Lanes(most=8)
+    assert lanes.current == FIRST_LANES == 4
+    for _ in range(4):  # one round trip of 4 lanes, each answered with more work waiting
+        lanes.answered(0.1, waiting=True)
+    assert lanes.current == 8
+    lanes.answered(0.1, waiting=True)
+    assert lanes.current == 8  # never more than max_concurrency
+    assert Lanes(most=2).current == 2
+
+
+def test_no_more_lanes_without_work_waiting():
+    lanes = Lanes(most=8)
+    for _ in range(20):
+        lanes.answered(0.1, waiting=False)
+    assert lanes.current == 4
+
+
+def test_overload_halves_once_per_latency_then_growth_is_one_per_round_trip():
+    lanes = Lanes(most=16)
+    for _ in range(12):
+        lanes.answered(0.1, waiting=True)
+    assert lanes.current == 16
+    lanes.overloaded(now=10.0, sent_at=9.9)
+    assert lanes.current == 8
+    # The other lanes on the wire before the cut answer 503 too: nothing new, no more cuts.
+    for _ in range(7):
+        lanes.overloaded(now=10.05, sent_at=9.95)
+    assert lanes.current == 8
+    lanes.overloaded(now=10.3, sent_at=10.1)  # sent after the cut: the backend is still overloaded
+    assert lanes.current == 4
+    # Out of slow start: about one more lane per round trip (4 answers at 4 lanes).
+    for _ in range(4):
+        lanes.answered(0.1, waiting=True)
+    assert lanes.current == 4
+    for _ in range(5):
+        lanes.answered(0.1, waiting=True)
+    assert lanes.current == 5
+
+
+def test_an_answer_much_slower_than_the_latency_that_holds_takes_a_lane_away():
+    lanes = Lanes(most=8)
+    lanes.answered(0.1, waiting=False)
+    before = lanes.count
+    for _ in range(4):
+        lanes.answered(0.5, waiting=True)  # 5x the latency: the backend is filling up
+    assert lanes.count < before
+    assert lanes.current >= 1
+
+
+def test_a_sending_thread_busy_computing_halves_the_lanes():
+    lanes = Lanes(most=8)
+    assert not lanes.busy(now=0.0, cpu=0.0)  # the first look only sets the window
+    assert not lanes.busy(now=BUSY_WINDOW / 2, cpu=BUSY_WINDOW / 2)  # too short a window
+    assert lanes.busy(now=BUSY_WINDOW * 2, cpu=BUSY_WINDOW * 1.5)  # on the CPU 75% of the time
+    assert lanes.current == 2
+    assert not lanes.busy(now=BUSY_WINDOW * 4, cpu=BUSY_WINDOW * 1.6)  # waiting: 5%
+    assert lanes.current == 2
+
+
+def test_lanes_never_fall_below_one():
+    lanes = Lanes(most=8)
+    for i in range(10):
+        lanes.overloaded(now=float(i), sent_at=float(i))
+    assert lanes.current == 1
+
+
+@pytest.mark.parametrize(
+    ("waiting", "lanes", "smallest", "largest", "size"),
+    [
+        (800, 8, 5, 10, 10),  # one event per request: a few requests' worth, not a batch
+        (20, 8, 5, 10, 5),  # at least what is worth a request
+        (30, 8, 1, 1000, 4),  # spread evenly over the lanes
+        (5000, 4, 1000, 1000, 1000),  # batches: a full batch
+        (0, 4, 1, 10, 1),
+    ],
+)
+def test_lane_size(waiting, lanes, smallest, largest, size):
+    assert lane_size(waiting, lanes, smallest, largest) == size
 
 
 class SlowBackend:
@@ -100,34 +184,6 @@ def test_lanes_raise_throughput_against_a_slow_backend_and_keep_each_runs_order(
         assert 2 <= backend.most_in_flight <= max_concurrency
 
 
-def test_fewer_lanes_while_the_backend_answers_503_then_more_again():
-    backend = SlowBackend(delay=0.02)
-    outbox = Outbox(
-        backend,
-        max_batch_events=50,
-        max_events=50_000,
-        linger=0.01,
-        backoff_base=0.01,
-        backoff_cap=0.05,
-        max_concurrency=8,
-        close_at_exit=False,
-    )
-    emit_runs(outbox, runs=2000, per_run=2)
-    assert outbox.flush(30)
-    worker = outbox._sidecar.worker
-    grown = worker._lane_count
-    assert grown > 2  # the backend kept up: lanes were added
-    backend.overloaded_until = time.monotonic() + 0.5
-    emit_runs(outbox, runs=2000, per_run=2)
-    time.sleep(0.4)
-    shrunk = worker._lane_count
-    assert shrunk < grown  # halved on 503
-    assert outbox.flush(30)
-    report = outbox.close(10)
-    assert report.delivered == 8000
-    assert in_order(backend.arrived)
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_lanes_keep_order_through_random_failures(seed):
     backend = SlowBackend(delay=0.01, fail_rate=0.2, seed=seed)
@@ -153,93 +209,6 @@ def test_max_concurrency_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
     assert outbox._settings.max_concurrency == 3
     outbox.close(0)
-
-
-class BusyBackend:
-    """Answers at once, after computing for a while on the sidecar's own thread (as
-    serializing and encoding do against a backend on loopback): lanes cannot help."""
-
-    def __init__(self) -> None:
-        self.most_in_flight = 0
-        self.in_flight = 0
-        self.delivered = 0
-
-    async def send(self, batch, deadline):
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(0)
-            end = time.thread_time() + 0.002
-            while time.thread_time() < end:
-                pass
-            self.delivered += len(batch)
-            return [Outcome.delivered()] * len(batch)
-        finally:
-            self.in_flight -= 1
-
-    async def aclose(self) -> None:
-        pass
-
-
-def test_lanes_fall_to_one_when_the_sending_thread_is_the_bottleneck():
-    backend = BusyBackend()
-    outbox = Outbox(
-        backend, max_batch_events=50, max_events=100_000, linger=0.01, max_concurrency=8, close_at_exit=False
-    )
-    emit_runs(outbox, runs=5000, per_run=2)
-    assert outbox.flush(60)
-    worker = outbox._sidecar.worker
-    assert worker._lane_count == 1  # rounds were CPU, not waiting: one lane
-    assert outbox.close(10).delivered == 10_000 == backend.delivered
-
-
-@pytest.mark.parametrize("status", ["http_503", "http_429"])
-def test_concurrency_falls_on_overload_and_rises_again(status):
-    backend = SlowBackend(delay=0.02)
-    outbox = Outbox(
-        backend,
-        max_batch_events=50,
-        max_events=100_000,
-        linger=0.01,
-        backoff_base=0.01,
-        backoff_cap=0.05,
-        max_concurrency=8,
-        close_at_exit=False,
-    )
-    worker = outbox._sidecar.worker
-    history: list[float] = []
-    original = worker._adapt
-
-    def record(overloaded, elapsed):
-        original(overloaded, elapsed)
-        history.append(worker._lane_count)
-
-    worker._adapt = record
-    emit_runs(outbox, runs=2000, per_run=2)
-    assert outbox.flush(30)
-    grown = max(history)
-    assert grown >= 4
-    marker = len(history)
-    overloaded = SlowBackend.send
-
-    async def send(self, batch, deadline):
-        if time.monotonic() < self.overloaded_until:
-            await asyncio.sleep(self.delay)
-            return [Outcome.retry(status, "overloaded")] * len(batch)
-        return await overloaded(self, batch, deadline)
-
-    backend.send = send.__get__(backend)
-    backend.overloaded_until = time.monotonic() + 0.3
-    emit_runs(outbox, runs=3000, per_run=2)
-    assert outbox.flush(30)
-    after = history[marker:]
-    low = min(after)
-    assert low <= grown / 2  # halved (at least once) while the backend said it was overloaded
-    assert max(after[after.index(low) :]) > low  # and more lanes again once it took events
-    report = outbox.close(10)
-    assert report.delivered == 10_000
-    assert in_order(backend.arrived)
-    assert backend.run_overlaps == 0
 
 
 def test_close_drains_every_lane_by_its_deadline():
@@ -352,39 +321,6 @@ def test_an_event_emitted_while_idle_is_sent_within_the_linger_without_a_wake_up
     outbox.close(5)
 
 
-def test_lanes_are_filled_so_no_round_carries_only_leftovers():
-    """Runs are packed into lanes (a run whole in one lane), not spread by hash: once the
-    lanes are all in use, every round but the last carries a full window (8 lanes of 100),
-    so no round is left to carry what did not fit; a run never has two requests in flight."""
-    backend = SlowBackend(delay=0.05)
-    outbox = Outbox(
-        backend, max_batch_events=100, max_events=20_000, linger=0.01, max_concurrency=8, close_at_exit=False
-    )
-    outbox.emit(run_event(n=0))
-    assert outbox.flush(5)
-    worker = outbox._sidecar.worker
-    rounds: list[list[int]] = []
-    send_lanes = worker._send_lanes
-
-    async def recording(lanes, *args):
-        rounds.append([len(lane) for lane in lanes])
-        await send_lanes(lanes, *args)
-
-    worker._send_lanes = recording
-    ids = [str(uuid.uuid4()) for _ in range(3000)]
-    for run_id in ids:  # runs of 1 to 3 events, emitted together
-        for n in range(1 + hash(run_id) % 3):
-            outbox.emit(run_event(run_id=run_id, n=n))
-    total = outbox.stats().accepted
-    report = outbox.close(60)
-    assert report.delivered == total
-    full = [r for r in rounds if len(r) == 8]
-    assert len(full) >= 5, rounds
-    assert all(sum(r) >= 784 for r in full[:-1]), [r for r in rounds if len(r) == 8]
-    assert backend.run_overlaps == 0
-    assert in_order(backend.arrived)
-
-
 class PoisonBackend(SlowBackend):
     """Refuses with a 500 every request that carries an event with ``n == -1`` (as Marquez
     does with an event it cannot map); records, per request, when it came and how many
@@ -404,7 +340,8 @@ class PoisonBackend(SlowBackend):
                 self.most_in_flight = max(self.most_in_flight, self.in_flight)
             try:
                 await asyncio.sleep(self.delay)
-                return [Outcome.retry("http_500", "cannot map this event")] * len(batch)
+                about = About.EVENT if len(batch) == 1 else About.REQUEST  # a 500 to the whole request
+                return [Outcome.retry("http_500", "cannot map this event", about=about)] * len(batch)
             finally:
                 with self.lock:
                     self.in_flight -= 1
@@ -456,10 +393,9 @@ def test_other_runs_keep_their_lanes_while_a_poison_event_is_isolated():
     assert max(during) >= 2  # other runs went several at a time meanwhile
 
 
-@pytest.mark.parametrize("where", ["_pack", "_serialize_taken"])
-def test_an_error_while_lanes_are_formed_loses_nothing(where):
-    """The worker's own bug while it forms a round (after taking events from the queue):
-    whatever it held goes back to the retry list and is delivered."""
+def test_an_error_while_events_are_taken_loses_nothing():
+    """The worker's own bug while it serializes what it took from the queue: the events go back
+    to the head of the queue, and are delivered, in order, once."""
     backend = SlowBackend(delay=0.01)
     outbox = Outbox(
         backend, max_batch_events=50, linger=0.01, backoff_base=0.01, max_concurrency=8, close_at_exit=False
@@ -467,21 +403,21 @@ def test_an_error_while_lanes_are_formed_loses_nothing(where):
     outbox.emit(run_event(n=0))
     assert outbox.flush(5)
     worker = outbox._sidecar.worker
-    original = getattr(worker, where)
+    original = worker.intake._serialize
     calls = []
 
     def failing(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # not the first: by then lanes are being formed
+        if len(calls) == 2:  # not the first: by then lanes are on the wire
             raise RuntimeError("a bug")
         return original(*args, **kwargs)
 
-    setattr(worker, where, failing)
+    worker.intake._serialize = failing
     emit_runs(outbox, runs=500, per_run=2)
     assert outbox.flush(10)
     report = outbox.close(5)
     assert worker.errors == 1
-    assert report.delivered == 1001
+    assert report.delivered == 1001 == len(backend.arrived)
     assert not report.undelivered
     assert in_order(backend.arrived)
 
@@ -514,9 +450,9 @@ def test_lanes_share_the_events_where_each_request_carries_one():
     assert backend.run_overlaps == 0
 
 
-def test_an_error_while_a_round_is_on_the_wire_settles_that_round_first():
-    """A bug of ours while a round is on the wire (serializing the next one) must not cancel
-    the round: what the backend took would be sent again and counted twice."""
+def test_an_error_while_lanes_are_on_the_wire_settles_them_first():
+    """A bug of ours while lanes are on the wire must not lose their answers: what the backend
+    took would be sent again and counted twice."""
     backend = SlowBackend(delay=0.05)
     outbox = Outbox(
         backend, max_batch_events=50, linger=0.01, backoff_base=0.01, max_concurrency=8, close_at_exit=False
@@ -524,16 +460,16 @@ def test_an_error_while_a_round_is_on_the_wire_settles_that_round_first():
     outbox.emit(run_event(n=0))
     assert outbox.flush(5)
     worker = outbox._sidecar.worker
-    original = worker._prefetch
+    original = worker._take
     calls = []
 
-    def failing():
-        calls.append(1)
-        if len(calls) == 1:
+    def failing(now):
+        if worker._in_flight and not calls:
+            calls.append(1)
             raise RuntimeError("a bug")
-        return original()
+        return original(now)
 
-    worker._prefetch = failing
+    worker._take = failing
     emit_runs(outbox, runs=500, per_run=2)
     assert outbox.flush(10)
     report = outbox.close(5)

@@ -13,7 +13,7 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from outbox import Outbox, Outcome
+from outbox import About, Outbox, Outcome
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
@@ -105,7 +105,8 @@ class RequestPoisonBackend:
         await asyncio.sleep(self.delay)
         events = [orjson.loads(e.body) for e in batch]
         if any(e["job"]["name"] == "POISON" for e in events):
-            return [Outcome.retry("http_500", "cannot map the event")] * len(batch)
+            about = About.EVENT if len(batch) == 1 else About.REQUEST  # a 500 to the whole request
+            return [Outcome.retry("http_500", "cannot map the event", about=about)] * len(batch)
         self.delivered.extend(events)
         return [Outcome.delivered()] * len(batch)
 

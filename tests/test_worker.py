@@ -4,6 +4,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED
 
@@ -303,3 +305,51 @@ def test_deferred_events_go_again_at_once_and_are_not_retries():
     assert stats.retried == 0
     assert transport.calls == [10, 7, 4, 1]
     outbox.close(1)
+
+
+def _thread_cpu(thread) -> float:
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+@pytest.mark.parametrize("runs", [1, 50])
+def test_the_worker_sleeps_while_its_lanes_wait_for_an_answer(runs):
+    """A backend that takes its time, and more work than the lanes can take: a run's later
+    events behind its events on the wire (one run), and a queue beyond the backlog's window
+    (many runs).  The sidecar's thread must sleep until an answer comes, not spin: its CPU
+    time over a second of waiting is a small part of that second, on any machine (a spinning
+    worker takes all of a core it gets, and competes with the handler for the GIL)."""
+    import threading
+
+    before = set(threading.enumerate())
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, linger=0.0, max_batch_events=100)
+    (sidecar,) = set(threading.enumerate()) - before
+    for i in range(5000):
+        outbox.emit(run_event(run_id=f"00000000-0000-0000-0000-{i % runs:012d}", n=i))
+    assert transport.send_started.wait(5)
+    assert wait_until(lambda: outbox.stats().in_flight > 0, 5)
+    wall, cpu = time.monotonic(), _thread_cpu(sidecar)
+    time.sleep(1.0)  # the span measured (not a wait for a condition)
+    used = (_thread_cpu(sidecar) - cpu) / (time.monotonic() - wall)
+    transport.gate.set()
+    report = outbox.close(30)
+    assert report.complete, report
+    assert used < 0.2, f"the sidecar used {used:.0%} of a core while waiting for an answer"
+
+
+def test_the_sidecar_thread_ends_soon_after_a_close_that_ran_out_of_time():
+    """Closes that run out of time with events held (a backend that refuses everything): each
+    returns its report and its sidecar's thread ends, instead of living on."""
+    import threading
+
+    for attempt in range(10):
+        before = set(threading.enumerate())
+        outbox = make(FailingTransport(), linger=0.0, backoff_base=0.01, backoff_cap=0.05)
+        (sidecar,) = set(threading.enumerate()) - before
+        for i in range(200):
+            outbox.emit(run_event(run_id=f"00000000-0000-0000-0000-{i % 50:012d}", n=i))
+        report = outbox.close(0.2 + attempt * 0.03)
+        assert report.timed_out, report
+        assert report.undelivered == {"dropped_shutdown": 200}, report
+        sidecar.join(5)
+        assert not sidecar.is_alive(), f"close #{attempt}: the sidecar lives on after its report"

@@ -9,7 +9,7 @@ HTTP backend (Marquez, OpenMetadata, DataHub, ...) through :class:`HttpTransport
 * A record that is not an OpenLineage event (not a JSON object with ``eventTime`` and a
   ``run``, ``job`` or ``dataset``) is skipped and counted, or, with a dead-letter topic,
   produced there with an ``outbox-error`` header.
-* Retries are paced by the worker's own bounded backoff (:func:`outbox._worker.backoff_delay`,
+* Retries are paced by the worker's own bounded backoff (:func:`outbox._retry.backoff_delay`,
   full jitter up to ``backoff_cap``; a server's ``Retry-After`` up to ``max_retry_after``), for
   as long as the backend fails: hours, any number of attempts.
 * SIGTERM (or ``stop``) drains: the batch in hand is tried until ``drain_timeout``, paced as
@@ -36,10 +36,11 @@ from typing import Any
 import orjson
 
 from .._log import RateLimitedLog, limit_library_logs, logger
-from .._serde import SerializedEvent, serialize
 
 # The worker's backoff and close pacing: one implementation, one set of numbers.
-from .._worker import _CLOSE_BACKOFF_CAP, _LAST_ATTEMPT_LEAD, _MIN_CLOSE_GAP, _NO_TIME_LEFT, backoff_delay
+from .._retry import NO_TIME_LEFT as _NO_TIME_LEFT
+from .._retry import backoff_delay, close_paced
+from .._serde import SerializedEvent, serialize
 from ..transports._base import OutcomeKind, Transport
 from ..transports.kafka import producer_settings
 
@@ -394,8 +395,7 @@ class Forwarder:
         left, the last attempt a little before the deadline, attempts at least 0.1 s apart."""
         if not self._stopping.is_set():
             return delay
-        latest = min(self._drain_deadline - _LAST_ATTEMPT_LEAD - time.monotonic(), _CLOSE_BACKOFF_CAP)
-        return max(latest, _MIN_CLOSE_GAP) if delay > latest else delay
+        return close_paced(delay, time.monotonic(), self._drain_deadline)
 
     async def _wait(self, delay: float) -> bool:
         """Wait ``delay`` seconds, printing progress lines when due.  False if stopping began

@@ -536,6 +536,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         sink = self.server.sink
+        with sink._lock:
+            sink._active += 1
+            sink.most_concurrent = max(sink.most_concurrent, sink._active)
+        try:
+            self._post(sink)
+        finally:
+            with sink._lock:
+                sink._active -= 1
+
+    def _post(self, sink: Sink) -> None:
         behaviour = sink.behaviour
         path = urlsplit(self.path).path
         sink.last_headers = dict(self.headers.items())
@@ -722,6 +732,9 @@ class Sink:
         self.reasons: list[str] = []
         #: The headers of the last POST.
         self.last_headers: dict[str, str] = {}
+        #: The most POSTs being answered at once so far.
+        self.most_concurrent = 0
+        self._active = 0
         self._store = store
         self._echo = echo
         self._stream = stream

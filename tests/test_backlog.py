@@ -1,0 +1,196 @@
+"""The backlog (``outbox._backlog``): one FIFO per order key, keys muted while their events are on
+the wire, isolation of events the backend refuses, and the poison ledger.  Pure: no threads,
+no transport, time passed in."""
+
+from __future__ import annotations
+
+import orjson
+
+from outbox import About, Outcome
+from outbox._backlog import Backlog
+from outbox._held import Held, order_key
+from outbox._serde import SerializedEvent
+
+DELIVERED = Outcome.delivered()
+REFUSED = Outcome.retry("http_500", "cannot map", about=About.EVENT)  # this very event
+WHOLE = Outcome.retry("http_500", "cannot map", about=About.REQUEST)  # one of the request's
+DOWN = Outcome.retry("http_503", "down")
+
+
+def held(seq: int, run: str | None = None, key: str | None = None) -> Held:
+    body = orjson.dumps({"seq": seq})
+    return Held(seq, SerializedEvent(body, run, key), len(body))
+
+
+def no_wait(refusals: int, retry_after: float | None, about_event: bool) -> float:
+    return 0.0
+
+
+def test_one_definition_of_the_order_key_run_id_else_message_key_else_the_event_itself():
+    assert order_key(held(1, run="r", key="job:ns/a")) == "r"
+    assert order_key(held(2, key="job:ns/a")) == "job:ns/a"
+    assert order_key(held(3)) == 3
+    assert order_key(held(4)) != order_key(held(5))
+
+
+def test_a_key_whose_events_are_on_the_wire_is_muted_and_its_later_events_wait():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="a"), held(1, run="b"), held(2, run="a")])
+    lane = backlog.take_lane(0.0, most_events=2, most_bytes=1 << 20)
+    assert [i.seq for i in lane] == [0, 2]  # key a whole, its order kept
+    backlog.add([held(3, run="a")])
+    second = backlog.take_lane(0.0, most_events=10, most_bytes=1 << 20)
+    assert [i.seq for i in second] == [1]  # a is muted: its new event waits, b goes
+    assert backlog.take_lane(0.0, 10, 1 << 20) == []
+    # Key a's later event is held and not on the wire, but no lane can take it: nothing to
+    # wake for (a worker told otherwise would spin until the answer came).
+    assert backlog.ready == 1
+    assert not backlog.can_send(0.0)
+    backlog.settle(lane, [DELIVERED, DELIVERED], 0.1, no_wait)
+    assert backlog.can_send(0.1)
+    assert [i.seq for i in backlog.take_lane(0.1, 10, 1 << 20)] == [3]
+
+
+def test_job_and_dataset_events_that_share_a_key_keep_their_order_through_retries():
+    """Events without a run, with the same message key (a job's events), are one key: a retried
+    one is never overtaken by a later one."""
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, key="job:ns/j"), held(1, key="dataset:ns/d"), held(2, key="job:ns/j")])
+    lane = backlog.take_lane(0.0, 1, 1 << 20)  # one event per lane
+    assert [i.seq for i in lane] == [0]
+    other = backlog.take_lane(0.0, 1, 1 << 20)
+    assert [i.seq for i in other] == [1]
+    assert backlog.take_lane(0.0, 1, 1 << 20) == []  # 2 waits behind 0
+    backlog.settle(lane, [DOWN], 0.0, no_wait)
+    again = backlog.take_lane(0.0, 1, 1 << 20)
+    assert [i.seq for i in again] == [0]  # the retried one first, then 2
+    backlog.settle(again, [DELIVERED], 0.0, no_wait)
+    assert [i.seq for i in backlog.take_lane(0.0, 1, 1 << 20)] == [2]
+
+
+def test_a_lane_never_splits_a_key_except_at_its_size_and_then_the_rest_waits():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(i, run="a") for i in range(5)] + [held(5, run="b")])
+    lane = backlog.take_lane(0.0, most_events=3, most_bytes=1 << 20)
+    assert [i.seq for i in lane] == [0, 1, 2]
+    assert [i.seq for i in backlog.take_lane(0.0, 3, 1 << 20)] == [5]  # a's rest waits for a
+    backlog.settle(lane, [DELIVERED] * 3, 0.0, no_wait)
+    assert [i.seq for i in backlog.take_lane(0.0, 3, 1 << 20)] == [3, 4]
+
+
+def test_a_retry_waits_its_backoff_and_holds_back_only_its_key():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="a"), held(1, run="b")])
+    lane = backlog.take_lane(0.0, 1, 1 << 20)
+    backlog.settle(lane, [DOWN], 0.0, lambda *a: 1.0)
+    assert backlog.resting == 1
+    assert [i.seq for i in backlog.take_lane(0.0, 10, 1 << 20)] == [1]
+    assert backlog.next_ready_at(0.5) == 1.0
+    assert backlog.take_lane(0.5, 10, 1 << 20) == []
+    assert [i.seq for i in backlog.take_lane(1.0, 10, 1 << 20)] == [0]
+    assert backlog.resting == 0
+
+
+def test_a_request_of_several_keys_refused_as_a_whole_is_bisected_by_keys():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(i, run=f"r{i}") for i in range(8)])
+    lane = backlog.take_lane(0.0, 100, 1 << 20)
+    backlog.settle(lane, [WHOLE] * 8, 0.0, no_wait)
+    assert backlog.split_to == 4
+    halves = [backlog.take_lane(0.0, 100, 1 << 20) for _ in range(2)]
+    assert [len(h) for h in halves] == [4, 4]
+    backlog.settle(halves[0], [DELIVERED] * 4, 0.1, no_wait)  # the good half goes through
+    assert backlog.split_to == 8  # doubled back
+    backlog.settle(halves[1], [WHOLE] * 4, 0.1, no_wait)  # the bad one is halved again
+    assert backlog.split_to == 2
+    quarters = [backlog.take_lane(0.1, 100, 1 << 20) for _ in range(2)]
+    assert sorted(len(q) for q in quarters) == [2, 2]
+    assert backlog.take_lane(0.1, 100, 1 << 20) == []
+
+
+def test_an_event_refused_alone_while_others_go_through_is_settled_as_poison():
+    backlog = Backlog(poison_attempts=3)
+    backlog.add([held(0, run="p"), held(1, run="p"), held(2, run="ok")])
+    lane = backlog.take_lane(0.0, 100, 1 << 20)
+    # The backend answers per event: took the other run, refused p's first (its second waits).
+    settled = backlog.settle(lane, [REFUSED, Outcome.deferred(), DELIVERED], 0.0, no_wait)
+    assert [i.seq for i in settled.delivered] == [2]
+    for attempt in range(2):
+        lane = backlog.take_lane(float(attempt + 1), 100, 1 << 20)
+        assert [i.seq for i in lane] == [0, 1]
+        settled = backlog.settle(lane, [REFUSED, Outcome.deferred()], float(attempt + 1), no_wait)
+    assert [i.seq for i, _ in settled.poison] == [0]
+    lane = backlog.take_lane(3.0, 100, 1 << 20)
+    assert [i.seq for i in lane] == [1]  # its run goes on
+    backlog.settle(lane, [DELIVERED], 3.0, no_wait)
+    assert len(backlog) == 0
+
+
+def test_a_backend_that_takes_nothing_is_down_and_nothing_is_settled_as_poison():
+    backlog = Backlog(poison_attempts=2)
+    backlog.add([held(0, run="p")])
+    for attempt in range(10):
+        lane = backlog.take_lane(float(attempt), 100, 1 << 20)
+        settled = backlog.settle(lane, [REFUSED], float(attempt), no_wait)
+        assert settled.poison == []  # no evidence: the backend took nothing since
+    assert len(backlog) == 1
+
+
+def test_a_key_refused_alone_with_several_events_sends_its_head_alone_once_others_go_through():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="ok")])
+    backlog.settle(backlog.take_lane(0.0, 10, 1 << 20), [DELIVERED], 0.0, no_wait)
+    backlog.add([held(1, run="p"), held(2, run="p"), held(3, run="p")])
+    lane = backlog.take_lane(0.1, 3, 1 << 20)
+    backlog.settle(lane, [WHOLE] * 3, 0.1, no_wait)  # no evidence yet: nothing taken since
+    backlog.add([held(4, run="ok2")])
+    lane = backlog.take_lane(0.2, 3, 1 << 20)
+    assert [i.seq for i in lane] == [1, 2, 3]
+    other = backlog.take_lane(0.2, 3, 1 << 20)
+    assert [i.seq for i in other] == [4]
+    backlog.settle(other, [DELIVERED], 0.2, no_wait)  # the backend takes others
+    backlog.settle(lane, [WHOLE] * 3, 0.25, no_wait)
+    assert [i.seq for i in backlog.take_lane(0.3, 3, 1 << 20)] == [1]  # its head alone
+
+
+def test_deferred_events_go_again_at_once_and_a_transport_that_only_defers_cannot_spin():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="a"), held(1, run="b")])
+    lane = backlog.take_lane(0.0, 10, 1 << 20)
+    backlog.settle(lane, [DELIVERED, Outcome.deferred()], 0.0, lambda *a: 1.0)
+    assert [i.seq for i in backlog.take_lane(0.0, 10, 1 << 20)] == [1]  # at once: something moved
+    lane = [held(1, run="b")]
+    backlog = Backlog(poison_attempts=5)
+    backlog.add(lane)
+    taken = backlog.take_lane(0.0, 10, 1 << 20)
+    backlog.settle(taken, [Outcome.deferred()], 0.0, lambda *a: 0.05)
+    assert backlog.take_lane(0.0, 10, 1 << 20) == []  # nothing moved: a pause
+    assert [i.seq for i in backlog.take_lane(0.05, 10, 1 << 20)] == [1]
+
+
+def test_the_oldest_event_held_and_a_lane_whose_answer_is_lost():
+    backlog = Backlog(poison_attempts=5)
+    assert backlog.lowest_seq() == float("inf")
+    backlog.add([held(3, run="a"), held(5, run="b"), held(7, run="a")])
+    assert backlog.lowest_seq() == 3
+    lane = backlog.take_lane(0.0, 1, 1 << 20)
+    backlog.settle(lane, [DELIVERED], 0.0, no_wait)
+    assert backlog.lowest_seq() == 5
+    lane = backlog.take_lane(0.0, 10, 1 << 20)
+    backlog.release(lane, 0.0)  # cut by the close deadline: its keys go again as they are
+    again = backlog.take_lane(0.0, 10, 1 << 20)
+    assert [i.seq for i in again] == [5, 7]
+    backlog.release(again, 0.0)
+    assert [i.seq for i in backlog.drain()] == [5, 7]
+    assert len(backlog) == 0
+
+
+def test_while_the_backend_fails_the_key_refused_fewest_times_goes_first():
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="p"), held(1, run="ok")])
+    for t in range(3):
+        lane = backlog.take_lane(float(t), 1, 1 << 20, fair=False)
+        assert [i.seq for i in lane] == [0]  # oldest first
+        backlog.settle(lane, [REFUSED], float(t), no_wait)
+    lane = backlog.take_lane(3.0, 1, 1 << 20, fair=True)
+    assert [i.seq for i in lane] == [1]  # never refused: its turn
