@@ -35,6 +35,7 @@ from openlineage.client.naming.dataset import S3, Trino
 from opentelemetry import trace
 
 from ._log import logger
+from ._plain import dumps, event_key, to_plain
 
 if TYPE_CHECKING:
     from ._outbox import Outbox
@@ -51,8 +52,6 @@ class _Facets(Mapping[str, Any]):
     __slots__ = ("_plain", "json")
 
     def __init__(self, facets: Mapping[str, Any]) -> None:
-        from ._serde import dumps, to_plain
-
         if not isinstance(facets, Mapping):
             raise TypeError(f"facets must be a mapping of facet name to facet, not {type(facets).__name__}")
         plain = to_plain(dict(facets))
@@ -272,8 +271,6 @@ class LineageJob:
     ) -> None:
         from openlineage.client import event_v2
 
-        from ._serde import to_plain
-
         if not namespace or not name:
             raise ValueError(f"a job needs a namespace and a name, got {namespace!r} and {name!r}")
         self.namespace = namespace
@@ -366,8 +363,6 @@ class RunRecord(NamedTuple):
 def _error_facet(error: BaseException) -> dict[str, Any]:
     from openlineage.client.facet_v2 import error_message_run
 
-    from ._serde import to_plain
-
     facet: dict[str, Any] = to_plain(
         error_message_run.ErrorMessageRunFacet(
             message=str(error) or type(error).__name__,
@@ -436,8 +431,6 @@ def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> byt
                     head + orjson.dumps(dataset[1]) + b',"facets":' + facets.json + _KIND_TAILS[slot]
                 )
         else:
-            from ._serde import dumps, to_plain
-
             parts.append(dumps(to_plain(dataset)))
             immutable = False  # an openlineage-python dataset may change before the next event
     written = b"[" + b",".join(parts) + b"]"
@@ -447,8 +440,6 @@ def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> byt
 
 
 def _event_key(job: LineageJob) -> str | None:
-    from ._serde import event_key
-
     return event_key({"run": {"facets": job.plain_run_facets}, "job": job.plain_job})
 
 
@@ -461,7 +452,6 @@ def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
             "facets": dict(facets) if facets else {},
             kind_facets: {},
         }
-    from ._serde import to_plain
 
     plain: dict[str, Any] = to_plain(dataset)  # an openlineage-python dataset object
     return plain
