@@ -16,16 +16,26 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._log import logger
 from ._metrics import forget_after_fork as metrics_after_fork
 
 if TYPE_CHECKING:
-    from ._outbox import Outbox
     from ._sidecar import Sidecar
 
-__all__ = ["INHERITED", "close_all", "closes_at_exit", "no_longer_closes_at_exit", "track"]
+T = TypeVar("T")
+
+__all__ = [
+    "INHERITED",
+    "WeakCall",
+    "close_all",
+    "closes_at_exit",
+    "hold_weakly",
+    "no_longer_closes_at_exit",
+    "track",
+]
 
 # -- exit ---------------------------------------------------------------------------------------
 
@@ -64,10 +74,8 @@ def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
 
 @atexit.register
 def _close_all_at_exit() -> None:
-    from ._sidecar import State
-
     with _OPEN_LOCK:
-        sidecars = [s for s in _OPEN if s.state in (State.RUNNING, State.CLOSING)]
+        sidecars = [s for s in _OPEN if s.active]
     try:
         close_all(sidecars)
     except Exception as exc:  # never fail interpreter exit
@@ -76,17 +84,46 @@ def _close_all_at_exit() -> None:
 
 # -- fork -----------------------------------------------------------------------------------------
 
-# Every outbox of this process, for the fork hook (weak: it keeps none alive).
-_ALL: weakref.WeakSet[Outbox] = weakref.WeakSet()
+
+class WeakCall(Generic[T]):
+    """A bound method held weakly: calling it calls the method while its object lives, else
+    returns None.  (Not weakref.WeakMethod: its callback can fail at interpreter exit,
+    printing a traceback, when the two die together.)"""
+
+    __slots__ = ("_func", "_ref")
+
+    def __init__(self, method: Callable[[], T], on_dead: Callable[[Any], None] | None = None) -> None:
+        self._ref = weakref.ref(method.__self__, on_dead)  # type: ignore[attr-defined]
+        self._func = method.__func__  # type: ignore[attr-defined]
+
+    def __call__(self) -> T | None:
+        obj = self._ref()
+        return None if obj is None else self._func(obj)
+
+
+def hold_weakly(registry: dict[int, WeakCall[T]], method: Callable[[], T]) -> None:
+    """Put ``method`` (a bound method) in ``registry``, from which it goes when its object dies."""
+    token = id(method.__self__)  # type: ignore[attr-defined]
+
+    def forget(_: object) -> None:
+        registry.pop(token, None)
+
+    registry[token] = WeakCall(method, forget)
+
+
+# What each outbox of this process does in a forked child: its bound method, held weakly
+# (none is kept alive), so that this module knows of outboxes only that each has one.
+_AFTER_FORK: dict[int, WeakCall[None]] = {}
 # What forked children inherited from their parent and must never touch nor collect: an
 # inherited event loop shares its epoll instance with the parent's (closing it would
 # unregister the parent's sockets), an inherited client its connections.
 INHERITED: list[Any] = []
 
 
-def track(outbox: Outbox) -> None:
-    """Give ``outbox`` a fresh runtime in every forked child."""
-    _ALL.add(outbox)
+def track(after_fork_in_child: Callable[[], None]) -> None:
+    """Call ``after_fork_in_child`` (a bound method) in every forked child while its object
+    lives."""
+    hold_weakly(_AFTER_FORK, after_fork_in_child)
 
 
 def _forget_open_sidecars() -> list[Sidecar]:
@@ -101,8 +138,8 @@ def _forget_open_sidecars() -> list[Sidecar]:
 def _after_fork_in_child() -> None:
     metrics_after_fork()
     INHERITED.extend(_forget_open_sidecars())
-    for outbox in list(_ALL):
-        outbox._after_fork_in_child()
+    for hook in list(_AFTER_FORK.values()):
+        hook()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

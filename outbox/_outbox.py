@@ -191,7 +191,7 @@ class Outbox:
         )
         self._limits = Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
-        track(self)
+        track(self._after_fork_in_child)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -480,7 +480,11 @@ class Outbox:
         """
         from ._signals import close_on_signal
 
-        return close_on_signal(self, signums)
+        return close_on_signal(self._current_sidecar, signums)
+
+    def _current_sidecar(self) -> Sidecar:
+        """This process's sidecar (a forked child builds its own)."""
+        return self._sidecar
 
     # -- flush ----------------------------------------------------------------------------
 
@@ -611,6 +615,11 @@ class Outbox:
             circuit=worker.circuit.value if worker else "closed",
             members=member_stats() if callable(member_stats) else {},
         )
+
+    @property
+    def transport(self) -> Transport:
+        """The transport events go through (read-only; in a forked child, its clone)."""
+        return self._transport
 
     def __repr__(self) -> str:
         return f"<Outbox {self._name!r} {self._sidecar.state.value} transport={self._transport!r}>"

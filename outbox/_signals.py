@@ -17,25 +17,33 @@ import queue
 import signal
 import threading
 import time
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._lifecycle import WeakCall, close_all, hold_weakly
 from ._log import logger
+from ._threads import block_async_signals
 
 if TYPE_CHECKING:
-    from ._outbox import Outbox
+    from ._sidecar import Sidecar
+
+    SidecarOf = Callable[[], Sidecar]
 
 __all__ = ["close_on_signal"]
 
 
 @dataclass
 class _Registration:
-    """Our handler for one signal: the outboxes it closes and the handler before it."""
+    """Our handler for one signal: the sidecars it closes and the handler before it.
+
+    Each outbox is held as a weak reference to its ``sidecar`` getter (a bound method), not
+    as the sidecar itself: a forked child gives the outbox a new sidecar, and the signal must
+    close that one.  Weak: a registration keeps no outbox alive."""
 
     signum: int
     previous: Any
-    outboxes: weakref.WeakSet[Outbox] = field(default_factory=weakref.WeakSet)
+    sidecars: dict[int, WeakCall[Sidecar]] = field(default_factory=dict)
     #: The closer took the signal; a second one while it closes is not a second close.
     requested: bool = False
     #: The close has ended: the next delivery is handed on.
@@ -60,7 +68,8 @@ _registrations: dict[int, _Registration] = {}
 _install_lock = threading.Lock()
 
 
-def close_on_signal(outbox: Outbox, signums: tuple[int, ...]) -> bool:
+def close_on_signal(sidecar_of: SidecarOf, signums: tuple[int, ...]) -> bool:
+    """Close the sidecar ``sidecar_of()`` returns (a bound method) on each of ``signums``."""
     if threading.current_thread() is not threading.main_thread():
         logger.warning("close_on_signal() needs the main thread; relying on the exit hook")
         return False
@@ -74,7 +83,7 @@ def close_on_signal(outbox: Outbox, signums: tuple[int, ...]) -> bool:
                 registration = _Registration(signum, current)
                 _registrations[signum] = registration
                 signal.signal(signum, registration.handle)
-            registration.outboxes.add(outbox)
+            hold_weakly(registration.sidecars, sidecar_of)
     return True
 
 
@@ -111,8 +120,6 @@ class _Closer:
         return True
 
     def _run(self) -> None:
-        from ._sidecar import block_async_signals
-
         block_async_signals()
         while True:
             registration = self._requests.get()
@@ -134,11 +141,9 @@ class _Closer:
 
 
 def _close_for(registration: _Registration) -> None:
-    from ._lifecycle import close_all
-
-    outboxes = [outbox for outbox in list(registration.outboxes) if outbox._sidecar.report is None]
-    sidecars = [outbox._sidecar for outbox in outboxes]
-    close_all(sidecars, why=f"on signal {registration.signum}")
+    sidecars = [sidecar_of() for sidecar_of in list(registration.sidecars.values())]
+    open_ones = [sidecar for sidecar in sidecars if sidecar is not None and sidecar.report is None]
+    close_all(open_ones, why=f"on signal {registration.signum}")
 
 
 _closer = _Closer()

@@ -131,8 +131,8 @@ def test_composite_from_env_with_the_openlineage_url_alias(monkeypatch, tmp_path
             "OPENLINEAGE__TRANSPORT__TRANSPORTS__LOCAL__PRIORITY": "3",
         }
         outbox = Outbox.from_env(env, **FAST)
-        assert isinstance(outbox._transport, CompositeTransport)
-        assert list(outbox._transport.members) == ["local", "default_http"]
+        assert isinstance(outbox.transport, CompositeTransport)
+        assert list(outbox.transport.members) == ["local", "default_http"]
         outbox.emit(run_event())
         assert outbox.close(10).delivered == 1
         assert len(a.events) == len(b.events) == 1
@@ -150,8 +150,8 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
         "    - {type: http, url: 'http://marquez:5000', name: high, priority: 5}\n"
     )
     outbox = Outbox.from_env({}, close_at_exit=False)
-    assert list(outbox._transport.members) == ["high", "low"]
-    assert outbox._transport.continue_on_success is False
+    assert list(outbox.transport.members) == ["high", "low"]
+    assert outbox.transport.continue_on_success is False
     outbox.close(0)
 
 
@@ -202,7 +202,7 @@ def test_from_env_after_openlineage_client_ran(monkeypatch, tmp_path):
     assert any(k.startswith("OPENLINEAGE__TRANSPORT__TRANSPORTS__DEFAULT_HTTP") for k in os.environ)
     theirs = sorted(t.name for t in client.transport.transports)
     outbox = Outbox.from_env(close_at_exit=False)
-    assert sorted(outbox._transport.members) == theirs == ["console", "default_http"]
+    assert sorted(outbox.transport.members) == theirs == ["console", "default_http"]
     outbox.close(0)
 
 
@@ -221,7 +221,7 @@ def test_a_composite_nested_in_a_composite_delivers_to_every_member(monkeypatch,
             "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__C__URL": c.url,
         }
         outbox = Outbox.from_env(env, **FAST)
-        assert isinstance(outbox._transport.members["inner"], CompositeTransport)
+        assert isinstance(outbox.transport.members["inner"], CompositeTransport)
         for i in range(3):
             outbox.emit(run_event(n=i))
         report = outbox.close(10)

@@ -98,8 +98,8 @@ def test_file_transport_from_variables(tmp_path):
             "OPENLINEAGE__TRANSPORT__APPEND": "true",
         }
     )
-    assert isinstance(outbox._transport, FileTransport)
-    assert outbox._transport.append is True
+    assert isinstance(outbox.transport, FileTransport)
+    assert outbox.transport.append is True
     outbox.emit({"eventType": "START"})
     outbox.close(2)
     assert json.loads((tmp_path / "ol.jsonl").read_text()) == {"eventType": "START"}
@@ -114,7 +114,7 @@ def test_whole_object_variable_wins(tmp_path):
             "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(tmp_path / "b"),
         }
     )
-    assert outbox._transport.log_file_path == str(tmp_path / "a")
+    assert outbox.transport.log_file_path == str(tmp_path / "a")
     outbox.close(0)
 
 
@@ -129,7 +129,7 @@ def test_yaml_file_from_openlineage_config_wins_over_variables(tmp_path):
             "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(tmp_path / "from-env"),
         }
     )
-    assert outbox._transport.log_file_path == str(tmp_path / "from-yaml")
+    assert outbox.transport.log_file_path == str(tmp_path / "from-yaml")
     outbox.close(0)
 
 
@@ -138,8 +138,8 @@ def test_openlineage_yml_in_working_directory_is_found(tmp_path):
         f"transport:\n  type: file\n  log_file_path: {tmp_path / 'cwd'}\n"
     )
     outbox = from_env({})
-    assert isinstance(outbox._transport, FileTransport)
-    assert outbox._transport.append is False
+    assert isinstance(outbox.transport, FileTransport)
+    assert outbox.transport.append is False
     outbox.close(0)
 
 
@@ -162,14 +162,14 @@ def test_an_unusable_config_file_is_logged_and_the_next_rule_applies(tmp_path, c
     with caplog.at_level(logging.ERROR, logger="outbox"):
         outbox = from_env({"OPENLINEAGE_CONFIG": str(path), "OPENLINEAGE_URL": "http://marquez:5000"})
     assert re.search(logged, caplog.text), caplog.text
-    assert outbox._transport.single_url == "http://marquez:5000/api/v1/lineage"
+    assert outbox.transport.single_url == "http://marquez:5000/api/v1/lineage"
     outbox.close(0)
 
 
 def test_nothing_configured_falls_back_to_console_with_a_warning(caplog, capsys):
     with caplog.at_level(logging.WARNING, logger="outbox"):
         outbox = from_env({})
-    assert isinstance(outbox._transport, ConsoleTransport)
+    assert isinstance(outbox.transport, ConsoleTransport)
     assert "no OpenLineage transport is configured" in caplog.text
     outbox.emit({"eventType": "START"})
     outbox.close(2)

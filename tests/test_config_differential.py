@@ -632,7 +632,7 @@ def resolve_ours() -> tuple[Any, Outbox | None]:
         outbox = Outbox.from_env(close_at_exit=False)
     except ConfigError as exc:
         return ("refused", str(exc)), None
-    return ours(outbox._transport, outbox), outbox
+    return ours(outbox.transport, outbox), outbox
 
 
 @pytest.mark.parametrize("case", list(ALL_CASES))
@@ -656,7 +656,7 @@ def test_openlineage_python_and_from_env_resolve_transports_that_deliver_alike(c
         if isinstance(expectation.theirs, dict):  # the retry rule: the list each side retries
             assert their_transport.config.retry["status_forcelist"] == expectation.theirs["status_forcelist"]
             assert outbox is not None
-            assert outbox._transport._forcelist == expectation.ours["status_forcelist"]  # None: every 5xx
+            assert outbox.transport._forcelist == expectation.ours["status_forcelist"]  # None: every 5xx
             return
         if expectation.theirs[0] == "fails every emit":
             assert not refused(expected), expected  # it builds a client...

@@ -20,8 +20,8 @@ def _isolated(tmp_path, monkeypatch):
 def transport_from(env) -> HttpTransport:
     outbox = Outbox.from_env(env, close_at_exit=False)
     outbox.close(0)
-    assert isinstance(outbox._transport, HttpTransport)
-    return outbox._transport
+    assert isinstance(outbox.transport, HttpTransport)
+    return outbox.transport
 
 
 def test_openlineage_url_alone_gives_auto_mode_on_the_spec_paths():
@@ -221,7 +221,7 @@ def test_unknown_keys_are_warned_about_and_name_and_priority_dropped(caplog):
     assert f"{warning}; did you mean endpoint?" in caplog.text
     assert "'name'" not in caplog.text
     assert "'priority'" not in caplog.text
-    assert outbox._transport.single_url == "http://m/api/v1/lineage"
+    assert outbox.transport.single_url == "http://m/api/v1/lineage"
     outbox.close(0)
 
 

@@ -269,7 +269,7 @@ def test_from_environment_like_openlineage_python(monkeypatch, tmp_path, caplog)
         "OPENLINEAGE__TRANSPORT__MESSAGE_KEY": "k1",
     }
     outbox = Outbox.from_env(env, close_at_exit=False)
-    transport = outbox._transport
+    transport = outbox.transport
     assert isinstance(transport, KafkaTransport)
     assert transport.topic == "lineage-events"
     assert transport.message_key == b"k1"

@@ -301,3 +301,30 @@ def test_exit_hook_can_be_switched_off(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert not out.exists()
+
+
+def test_neither_the_fork_hook_nor_a_signal_keeps_a_closed_outbox_alive():
+    """Both hold each outbox weakly (its bound method), and forget it when it is collected."""
+    import gc
+    import signal
+    import weakref
+
+    from outbox import _lifecycle, _signals
+    from outbox.transports import MemoryTransport
+
+    previous = signal.getsignal(signal.SIGUSR2)
+    try:
+        outbox = Outbox(MemoryTransport(), close_at_exit=False)
+        assert outbox.close_on_signal(signal.SIGUSR2)
+        registration = _signals._registrations[signal.SIGUSR2]
+        assert id(outbox) in registration.sidecars
+        assert id(outbox) in _lifecycle._AFTER_FORK
+        outbox.close(1)
+        ref, token = weakref.ref(outbox), id(outbox)
+        del outbox
+        gc.collect()
+        assert ref() is None
+        assert token not in registration.sidecars
+        assert token not in _lifecycle._AFTER_FORK
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

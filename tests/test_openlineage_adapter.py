@@ -27,7 +27,7 @@ def fresh(monkeypatch, tmp_path):
 def test_a_custom_transport_class_gains_the_outboxs_buffering_and_retries():
     env = {"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM, "OPENLINEAGE__TRANSPORT__FAIL_FIRST": "3"}
     outbox = Outbox.from_env(env, **FAST)
-    assert isinstance(outbox._transport, OpenLineageTransportAdapter)
+    assert isinstance(outbox.transport, OpenLineageTransportAdapter)
     runs = [str(uuid.uuid4()) for _ in range(4)]
     for n in range(5):
         for run_id in runs:
@@ -37,7 +37,7 @@ def test_a_custom_transport_class_gains_the_outboxs_buffering_and_retries():
     assert outbox.stats().retried >= 3  # emit raised three times: retried, not lost
     for run_id in runs:  # each run's events in order
         assert [e["n"] for e in ol_transports.RECEIVED if e["run"]["runId"] == run_id] == list(range(5))
-    threads = outbox._transport.transport.threads
+    threads = outbox.transport.transport.threads
     assert threads  # it ran, and never on the caller's thread:
     assert threading.main_thread().name not in threads
 
@@ -68,7 +68,7 @@ def test_file_with_storage_options_is_openlineage_pythons_file_transport(tmp_pat
         "OPENLINEAGE__TRANSPORT__STORAGE_OPTIONS": "{}",
     }
     outbox = Outbox.from_env(env, **FAST)
-    assert isinstance(outbox._transport, OpenLineageTransportAdapter)
+    assert isinstance(outbox.transport, OpenLineageTransportAdapter)
     for n in range(3):
         outbox.emit(run_event(n=n))
     assert outbox.close(5).delivered == 3

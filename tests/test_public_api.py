@@ -61,3 +61,19 @@ def test_transports_all_is_pinned():
     }
     for name in transports.__all__:
         assert hasattr(transports, name)
+
+
+def test_an_outbox_shows_its_transport_read_only():
+    import pytest
+
+    from outbox import Outbox
+    from outbox.transports import MemoryTransport
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, close_at_exit=False)
+    try:
+        assert outbox.transport is transport
+        with pytest.raises(AttributeError):
+            outbox.transport = MemoryTransport()  # type: ignore[misc]
+    finally:
+        outbox.close(1)

@@ -537,7 +537,7 @@ def run(
             )
             return 0
         origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
-        say(f"transport   {outbox._transport!r} (from {origin})")
+        say(f"transport   {outbox.transport!r} (from {origin})")
         configured, origins = outbox_settings(environ)
         for line in _settings_lines(settings_in_force(outbox, configured), origins):
             say(line)

@@ -26,6 +26,7 @@ import orjson
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from .._log import RateLimitedLog
+from .._threads import DaemonExecutor
 from ._base import DELIVERED, Outcome, SerializedEvent
 
 __all__ = ["OpenLineageTransportAdapter"]
@@ -86,9 +87,7 @@ class OpenLineageTransportAdapter:
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
         loop = asyncio.get_running_loop()
         if self._executor is None:
-            from .._sidecar import _DaemonExecutor
-
-            self._executor = _DaemonExecutor("outbox-openlineage-transport")
+            self._executor = DaemonExecutor("outbox-openlineage-transport")
         runs: dict[Any, list[int]] = {}
         for index, event in enumerate(batch):
             runs.setdefault(event.run_id if event.run_id is not None else ("event", index), []).append(index)
