@@ -197,13 +197,15 @@ class Buffer:
 
     # -- emitters' side ----------------------------------------------------------------
 
-    def put_locked(self, event: Any, nbytes: int) -> int:
-        """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate);
-        the caller holds the lock and has counted it as emitted.
+    def put_locked(self, event: Any, nbytes: int, offered: bool = True) -> int:
+        """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate),
+        counting it as emitted unless ``offered`` is False (a blocked emit trying again).
 
         Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
-        no room (nothing counted: the caller applies the policy).
+        no room (no drop counted: the caller applies the policy).
         """
+        if offered:
+            self.emitted += 1
         queue = self.queue
         price = nbytes or self.estimate
         held = self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
@@ -379,6 +381,38 @@ class Buffer:
         """Sequence number of the oldest event not yet delivered or dropped."""
         return min(self.in_flight_low, self.head_seq)
 
+    def refuse_locked(self) -> None:
+        """An event offered while closed: counted under the reason the buffer refuses for
+        (and as emitted when it was offered to an outbox that was open: its worker is gone)."""
+        if self.refusal == Reason.WORKER_STOPPED:
+            self.emitted += 1
+        self.count_locked(self.refusal)
+
+    def close_locked(self, refusal: str | None = None, *, final: bool = False) -> None:
+        """Accept nothing more (counted under ``refusal``, if given, from now on); ``final``:
+        nothing held will be sent either.  Blocked emitters and flushes are woken."""
+        if refusal is not None:
+            self.refusal = refusal
+        self.closed = True
+        if final:
+            self.finalized = True
+        self.notify_locked()
+
+    def close_unlocked(self, refusal: str | None = None) -> None:
+        """:meth:`close_locked` from a signal handler that interrupted the lock's holder:
+        plain stores (atomic); waiters notice at their timeout."""
+        if refusal is not None:
+            self.refusal = refusal
+        self.closed = True
+
+    def ask_flush_locked(self, target: int) -> None:
+        """Send every event up to sequence number ``target`` without lingering."""
+        self.flush_target = max(self.flush_target, target)
+
+    def wake_at_locked(self, events: float, nbytes: float) -> None:
+        """Wake the worker once this many events, or bytes, are queued (inf: never)."""
+        self.wake_at_events, self.wake_at_bytes = events, nbytes
+
     def put_reentrant(self, event: Any, nbytes: int) -> bool:
         """``emit`` re-entered on a thread that holds the lock: park the event in the side
         queue (bounded by ``SIDE_MAX``) for the next holder of the lock to take in."""
@@ -403,8 +437,8 @@ class Buffer:
                     self.emitted += 1
                 self.count_locked(nbytes)
                 continue
-            self.emitted += 1
             if self.closed and self.finalized:
+                self.emitted += 1
                 self.count_locked(Reason.DROPPED_SHUTDOWN)
             elif self.put_locked(event, nbytes):
                 queued = True

@@ -89,10 +89,9 @@ class Intake:
                     or buf.queued_bytes >= self.max_batch_bytes
                     or now >= self._linger_until
                 ):
-                    buf.wake_at_events = buf.wake_at_bytes = _INF
+                    buf.wake_at_locked(_INF, _INF)
                     return 0.0
-                buf.wake_at_events = self.max_batch_events
-                buf.wake_at_bytes = self.max_batch_bytes
+                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
                 return max(0.0, self._linger_until - now)
             if urgent:
                 return _INF
@@ -101,10 +100,10 @@ class Intake:
                 # is a syscall on the emitting thread, and hands this thread the GIL in the
                 # middle of the caller's work.  An event emitted meanwhile still goes within
                 # the linger.  (Idle, that is ten looks a second.)
-                buf.wake_at_events, buf.wake_at_bytes = self.max_batch_events, self.max_batch_bytes
+                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
                 self._linger_until = now + self.linger
                 return self.linger
-            buf.wake_at_events, buf.wake_at_bytes = 1, _INF
+            buf.wake_at_locked(1, _INF)
             return _INF
 
     # -- sizes -----------------------------------------------------------------------------

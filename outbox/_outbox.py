@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,10 +20,10 @@ from ._lifecycle import INHERITED, track
 from ._log import logger
 from ._metrics import Metrics
 from ._run import LineageJob, Run
-from ._settings import Limits, check_number, validate_one
+from ._settings import check_number, from_variables, in_force, resolve
 from ._sidecar import Sidecar, State
 from ._stats import CloseReport, Stats
-from ._worker import WorkerSettings
+from ._waiting import put_async, wait_async, wait_for_room_locked
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
@@ -128,40 +127,24 @@ class Outbox:
                 f"transport={transport!r} is not a transport; pass an object with "
                 "'async send(batch, deadline)' and 'async aclose()', such as outbox.transports.HttpTransport"
             )
-        try:
-            policy = Policy(policy)
-        except ValueError:
-            accepted = ", ".join(repr(p.value) for p in Policy)
-            raise ConfigError(f"policy={policy!r} is not a policy; pass one of {accepted}") from None
-        check_number("max_events", max_events, minimum=1, integer=True)
-        check_number("max_bytes", max_bytes, minimum=1, integer=True)
-        if max_batch_events is None:
-            max_batch_events = min(1000, max_events)
-        if max_batch_bytes is None:
-            max_batch_bytes = min(1 * MiB, max_bytes)
-        check_number("block_timeout", block_timeout, minimum=0)
-        check_number("max_batch_events", max_batch_events, minimum=1, integer=True)
-        check_number("max_batch_bytes", max_batch_bytes, minimum=1, integer=True)
-        check_number("linger", linger, minimum=0)
-        check_number("shutdown_timeout", shutdown_timeout, minimum=0)
-        check_number("send_timeout", send_timeout, minimum=0, above=True)
-        check_number("backoff_base", backoff_base, minimum=0)
-        check_number("backoff_cap", backoff_cap, minimum=0)
-        check_number("max_retry_after", max_retry_after, minimum=0)
-        check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
-        check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
-        check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
-        check_number("log_interval", log_interval, minimum=0)
-        if max_batch_events > max_events:
-            raise ConfigError(
-                f"max_batch_events={max_batch_events} exceeds max_events={max_events}; "
-                "a batch must fit in the buffer: lower max_batch_events or raise max_events"
-            )
-        if max_batch_bytes > max_bytes:
-            raise ConfigError(
-                f"max_batch_bytes={max_batch_bytes} exceeds max_bytes={max_bytes}; "
-                "a batch must fit in the buffer: lower max_batch_bytes or raise max_bytes"
-            )
+        self._limits, self._settings = resolve(
+            max_events=max_events,
+            max_bytes=max_bytes,
+            policy=policy,
+            block_timeout=block_timeout,
+            max_batch_events=max_batch_events,
+            max_batch_bytes=max_batch_bytes,
+            linger=linger,
+            shutdown_timeout=shutdown_timeout,
+            send_timeout=send_timeout,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            max_retry_after=max_retry_after,
+            poison_attempts=poison_attempts,
+            max_concurrency=max_concurrency,
+            circuit_threshold=circuit_threshold,
+            log_interval=log_interval,
+        )
         check_number("dead_letter_max_bytes", dead_letter_max_bytes, minimum=1, integer=True)
         self._dead_letter: DeadLetter | None = None
         self._dead_letter_max_bytes = dead_letter_max_bytes
@@ -176,20 +159,6 @@ class Outbox:
         self._name = name
         self._shutdown_timeout = float(shutdown_timeout)
         self._close_at_exit = close_at_exit
-        self._settings = WorkerSettings(
-            max_batch_events=max_batch_events,
-            max_batch_bytes=max_batch_bytes,
-            linger=float(linger),
-            send_timeout=float(send_timeout),
-            backoff_base=float(backoff_base),
-            backoff_cap=float(backoff_cap),
-            circuit_threshold=circuit_threshold,
-            log_interval=float(log_interval),
-            max_retry_after=float(max_retry_after),
-            poison_attempts=poison_attempts,
-            max_concurrency=max_concurrency,
-        )
-        self._limits = Limits(max_events, max_bytes, policy, float(block_timeout))
         self._init_runtime()
         track(self._after_fork_in_child)
         try:
@@ -225,44 +194,24 @@ class Outbox:
 
     def _effective_settings(self) -> dict[str, Any]:
         """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
-        limits, s = self._limits, self._settings
-        return {
-            "max_events": limits.max_events,
-            "max_bytes": limits.max_bytes,
-            "policy": limits.policy.value,
-            "block_timeout": limits.block_timeout,
-            "max_batch_events": s.max_batch_events,
-            "max_batch_bytes": s.max_batch_bytes,
-            "linger": s.linger,
-            "max_concurrency": s.max_concurrency,
-            "send_timeout": s.send_timeout,
-            "shutdown_timeout": self._shutdown_timeout,
-            "dead_letter": self._dead_letter.path if self._dead_letter is not None else None,
-            "dead_letter_max_bytes": self._dead_letter_max_bytes,
-        }
+        dead_letter = self._dead_letter.path if self._dead_letter is not None else None
+        return in_force(
+            self._limits, self._settings, self._shutdown_timeout, dead_letter, self._dead_letter_max_bytes
+        )
 
     @classmethod
     def _from_environment(
         cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
     ) -> Outbox:
-        from ._config import outbox_settings, resolve_transport_config
+        from ._config import resolve_transport_config
         from .transports import MemoryTransport, transport_from_config
 
-        settings, origins = outbox_settings(env)
-        for keyword, var in origins.items():
-            if keyword in overrides:
-                continue
-            try:
-                validate_one(keyword, settings[keyword])
-            except ConfigError as exc:
-                raise ConfigError(f"{var}: {exc}") from None
-        settings.update(overrides)
+        settings = from_variables(env, overrides)
         resolved = resolve_transport_config(env, read_files=read_files)
         if resolved.disabled or (resolved.config or {}).get("type") == "noop":
             outbox = cls(MemoryTransport(), **settings)
             with outbox._buffer.lock:
-                outbox._buffer.closed = True
-                outbox._buffer.refusal = Reason.DISABLED
+                outbox._buffer.close_locked(Reason.DISABLED)
             return outbox
         return cls(transport_from_config(resolved), **settings)
 
@@ -332,40 +281,19 @@ class Outbox:
             return False
         with buf.lock:
             if buf.closed:
-                self._refused_locked()
+                buf.refuse_locked()
                 return False
-            buf.emitted += 1
             result = buf.put_locked(event, nbytes)
             if not result:
                 if nbytes > buf.max_bytes:  # (an object is never refused for its estimate)
                     buf.count_locked(Reason.TOO_LARGE)
                 elif self._block and threading.get_ident() != sidecar.loop_thread:
-                    result = self._wait_for_room_locked(event, nbytes)
+                    result = wait_for_room_locked(buf, event, nbytes, self._block_timeout)
                 else:
                     buf.count_locked(Reason.DROPPED_FULL)
         if result == 2:
             sidecar.wake()
         return result > 0
-
-    def _refused_locked(self) -> None:
-        buf = self._buffer
-        if buf.refusal == Reason.WORKER_STOPPED:
-            buf.emitted += 1  # offered while open, lost because the worker is gone
-        buf.count_locked(buf.refusal)
-
-    def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
-        buf = self._buffer
-        deadline = time.monotonic() + self._block_timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or buf.closed:
-                buf.count_locked(Reason.DROPPED_SHUTDOWN if buf.closed else Reason.DROPPED_FULL)
-                return 0
-            buf.progress.wait(remaining)
-            if not buf.closed:
-                result = buf.put_locked(event, nbytes)
-                if result:
-                    return result
 
     async def emit_async(self, event: Event) -> bool:
         """Like :meth:`emit`, but under the ``block`` policy it waits for room without
@@ -389,59 +317,10 @@ class Outbox:
                 sidecar.wake()
                 return True
             return False
-        deadline = time.monotonic() + self._block_timeout
-        with buf.lock:
-            if buf.closed:
-                self._refused_locked()
-                return False
-            buf.emitted += 1
-            result = buf.put_locked(event, nbytes)
-            if not result and nbytes > buf.max_bytes:
-                buf.count_locked(Reason.TOO_LARGE)
-                return False
-        while not result:
-            await self._wait_async(lambda: buf.closed or buf.has_room_locked(nbytes), deadline)
-            with buf.lock:
-                if buf.closed:
-                    buf.count_locked(Reason.DROPPED_SHUTDOWN)
-                    return False
-                result = buf.put_locked(event, nbytes)
-                if not result and time.monotonic() >= deadline:
-                    buf.count_locked(Reason.DROPPED_FULL)
-                    return False
+        result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
         if result == 2:
             sidecar.wake()
-        return True
-
-    async def _wait_async(self, ready: Callable[[], bool], deadline: float) -> bool:
-        """Wait, without blocking the running loop, until ``ready()`` (checked under the
-        buffer's lock) or ``deadline``.  Returns ``ready()``."""
-        loop = asyncio.get_running_loop()
-        buf = self._buffer
-        while True:
-            future: asyncio.Future[None] = loop.create_future()
-
-            def waiter(future: asyncio.Future[None] = future) -> None:
-                with contextlib.suppress(RuntimeError):  # that loop is closed
-                    loop.call_soon_threadsafe(_resolve, future)
-
-            with buf.lock:
-                if ready():
-                    return True
-                buf.async_waiters.add(waiter)
-            try:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    with buf.lock:
-                        return ready()
-                try:
-                    await asyncio.wait_for(future, remaining)
-                except TimeoutError:
-                    with buf.lock:
-                        return ready()
-            finally:
-                with buf.lock:
-                    buf.async_waiters.discard(waiter)
+        return result > 0
 
     def run(
         self,
@@ -495,7 +374,7 @@ class Outbox:
             target = buf.next_seq - 1
             if buf.lowest_unsettled_locked() > target:
                 return None
-            buf.flush_target = max(buf.flush_target, target)
+            buf.ask_flush_locked(target)
         self._sidecar.wake()
         return target
 
@@ -540,7 +419,7 @@ class Outbox:
         target = self._flush_target()
         if target is None:
             return True
-        return await self._wait_async(lambda: buf.lowest_unsettled_locked() > target, deadline)
+        return await wait_async(buf, lambda: buf.lowest_unsettled_locked() > target, deadline)
 
     # -- close ---------------------------------------------------------------------------
 
@@ -664,11 +543,7 @@ class Outbox:
             )
         self._init_runtime()
         if old.state in (State.CLOSING, State.CLOSED):
-            self._buffer.closed = True
+            with self._buffer.lock:
+                self._buffer.close_locked()
             self._sidecar.state = State.CLOSED
             self._sidecar.report = old.report
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

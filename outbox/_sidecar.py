@@ -164,9 +164,7 @@ class Sidecar:
                 held = 0 if buf.finalized else buf.clear_locked()
                 if held:
                     buf.count_locked(Reason.WORKER_STOPPED, held)
-                buf.refusal = Reason.WORKER_STOPPED
-                buf.closed = True
-                buf.notify_locked()
+                buf.close_locked(Reason.WORKER_STOPPED)
             logger.error(
                 "the outbox's worker stopped (%s): %d held event(s) lost, lineage refused from now on",
                 self.stopped,
@@ -207,15 +205,10 @@ class Sidecar:
         if buf.owned():
             # Re-entered from a signal handler or finalizer that interrupted this thread
             # inside the outbox: a plain store is atomic; waiters notice at their timeout.
-            if reason is not None:
-                buf.refusal = reason
-            buf.closed = True
+            buf.close_unlocked(reason)
             return
         with buf.lock:
-            if reason is not None:
-                buf.refusal = reason
-            buf.closed = True
-            buf.notify_locked()  # blocked emitters give up
+            buf.close_locked(reason)  # blocked emitters give up
 
     def wait(self, deadline: float) -> None:
         """Block until the worker has ended, or ``deadline`` plus the close grace."""
@@ -261,9 +254,7 @@ class Sidecar:
             held = buf.clear_locked()
             if held:
                 buf.count_locked(Reason.DROPPED_SHUTDOWN, held)
-            buf.closed = True
-            buf.finalized = True
-            buf.notify_locked()
+            buf.close_locked(final=True)
             dropped = dict(buf.dropped)
             report = CloseReport(
                 emitted=buf.emitted,

@@ -134,3 +134,87 @@ def test_policy_enum_accepted():
     assert outbox.emit(run_event())
     assert wait_until(lambda: outbox.stats().delivered == 1)
     outbox.close(1)
+
+
+# -- the Buffer's own methods keep its accounts (no caller writes its fields) -----------------
+
+from outbox._buffer import Buffer, Reason  # noqa: E402
+
+
+def _buffer(policy: Policy = Policy.DROP_OLDEST, **kw) -> Buffer:
+    kw.setdefault("max_events", 10)
+    kw.setdefault("max_bytes", 10_000)
+    return Buffer(policy=policy, block_timeout=0.0, **kw)
+
+
+def _accounts_add_up(buf: Buffer) -> None:
+    # Refused while closed by choice (after close, disabled) was never emitted into it.
+    lost = sum(n for reason, n in buf.dropped.items() if reason not in (Reason.AFTER_CLOSE, Reason.DISABLED))
+    held = len(buf.queue) + buf.in_flight
+    assert buf.emitted == buf.delivered + lost + held, (buf.emitted, buf.delivered, buf.dropped, held)
+    assert buf.held_bytes_locked() <= buf.max_bytes
+
+
+def test_put_counts_an_offer_once_however_often_a_blocked_emit_tries_again():
+    buf = _buffer(Policy.DROP_NEWEST, max_events=1)
+    with buf.lock:
+        assert buf.put_locked(b'{"a":1}', 7)
+        assert not buf.put_locked(b'{"a":2}', 7)  # full: the caller applies the policy
+        assert not buf.put_locked(b'{"a":2}', 7, offered=False)  # the same emit, again
+        buf.count_locked(Reason.DROPPED_FULL)
+        assert (buf.emitted, buf.accepted) == (2, 1)
+        _accounts_add_up(buf)
+
+
+def test_taken_and_settled_events_leave_the_accounts_exact():
+    buf = _buffer()
+    with buf.lock:
+        for _ in range(5):
+            buf.put_locked(b"x" * 100, 100)
+        entries = buf.take_locked(3, 10_000)
+        assert (len(entries), buf.in_flight, buf.in_flight_bytes, len(buf.queue)) == (3, 3, 300, 2)
+        buf.record_answer_locked(3, 0)
+        buf.settle_locked(3, 300, buf.head_seq)
+        assert (buf.in_flight, buf.in_flight_bytes, buf.held_bytes_locked()) == (0, 0, 200)
+        _accounts_add_up(buf)
+
+
+def test_a_grown_estimate_reprices_every_queued_object_and_sheds_by_the_policy():
+    buf = _buffer(max_events=100, max_bytes=100_000)
+    with buf.lock:
+        for _ in range(8):
+            assert buf.put_locked({"eventType": "START"}, 0)  # objects: at the estimate
+        assert buf.held_bytes_locked() == 8 * buf.estimate
+        buf.learn_locked(30_000)  # they weigh 30 KB each: 240 KB held for a 100 KB bound
+        assert buf.estimate == 30_000
+        assert len(buf.queue) == 3  # the oldest five shed (drop_oldest)
+        assert buf.dropped == {Reason.DROPPED_FULL: 5}
+        _accounts_add_up(buf)
+
+
+def test_closing_refuses_under_its_reason_and_a_final_close_is_final():
+    buf = _buffer()
+    woken = []
+    buf.async_waiters.add(lambda: woken.append(True))
+    with buf.lock:
+        buf.close_locked(Reason.DISABLED)
+        assert woken  # blocked emitters and flushes are told
+        buf.refuse_locked()
+        assert buf.dropped == {Reason.DISABLED: 1}
+        assert buf.emitted == 0  # disabled: never counted as emitted
+        buf.close_locked(Reason.WORKER_STOPPED, final=True)
+        buf.refuse_locked()
+        assert buf.emitted == 1  # offered to an outbox whose worker is gone: emitted, lost
+        assert buf.finalized
+        _accounts_add_up(buf)
+
+
+def test_flush_and_wake_requests_go_through_the_buffer():
+    buf = _buffer()
+    with buf.lock:
+        buf.ask_flush_locked(5)
+        buf.ask_flush_locked(3)  # an earlier flush never lowers the target
+        assert buf.flush_target == 5
+        buf.wake_at_locked(2, float("inf"))
+        assert buf.put_locked(b"{}", 2) == 1
+        assert buf.put_locked(b"{}", 2) == 2  # the second event wakes the worker
