@@ -43,7 +43,7 @@ from ..transports import (
     HttpTransport,
     KafkaTransport,
 )
-from ..transports.http import _environment_proxy, redact_url
+from ..transports._http_settings import environment_proxy, redact_url
 
 __all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]
 
@@ -120,7 +120,7 @@ async def _check_http(
     url = urlsplit(transport.single_url)
     secure = url.scheme == "https"
     host, port = url.hostname or "", url.port or (443 if secure else 80)
-    proxy = _environment_proxy(transport.url)
+    proxy = environment_proxy(transport.url)
     checks: list[Check] = []
     # 1. A TCP connection (to the proxy, when the environment names one for this URL).
     target = urlsplit(proxy) if proxy else None
