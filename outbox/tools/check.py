@@ -324,7 +324,7 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
         return Check(
             name, True, f"{_count(count)}, each a RunEvent naming an orchestrator: DataHub takes them"
         )
-    from .sink import validate_event
+    from ._sink_rules import validate_event
 
     for index, event in enumerate(events):
         errors = validate_event(event) if isinstance(event, dict) else ["not a JSON object"]
