@@ -322,42 +322,11 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
             for key in file_transport:
                 origins[key] = f"transport.{key} in {path}"
     transport = config.get("transport")
-    whole = environ.get("OPENLINEAGE__TRANSPORT")
-    if whole is not None and not isinstance(transport, dict):
-        keys = sorted(var for var in environ if var.startswith("OPENLINEAGE__TRANSPORT__"))
-        if keys:
-            # openlineage-python lets the plain string replace the keys, and falls back to the
-            # console: lineage nobody asked to print, and none delivered.
-            raise ConfigError(
-                f"OPENLINEAGE__TRANSPORT={whole!r} is not a JSON object, so it would replace {keys[0]}"
-                f"{' and the other OPENLINEAGE__TRANSPORT__* variables' if len(keys) > 1 else ''}: set "
-                f"OPENLINEAGE__TRANSPORT__TYPE={whole.strip() or 'http'} instead, "
-                "or unset OPENLINEAGE__TRANSPORT"
-            )
+    _refuse_plain_transport_string(environ, transport)
     url = environ.get("OPENLINEAGE_URL")
     if isinstance(transport, dict) and transport.get("type"):
         transport = dict(transport)
-        if transport["type"] == "async_http" and url:
-            # openlineage-python's special case, for a seamless switch to async_http.
-            for key, var, value in (
-                ("url", "OPENLINEAGE_URL", url),
-                ("endpoint", "OPENLINEAGE_ENDPOINT", environ.get("OPENLINEAGE_ENDPOINT")),
-                ("auth", "OPENLINEAGE_API_KEY", _api_key_auth(environ)),
-            ):
-                if value and key not in transport:
-                    transport[key] = value
-                    origins[key] = var
-        if transport["type"] == "composite" and url:
-            # openlineage-python's OpenLineageClient() aliases OPENLINEAGE_URL as a member
-            # named default_http of a composite transport (unless one is configured).
-            members = transport.get("transports")
-            if members is None or (isinstance(members, dict) and "default_http" not in members):
-                default: dict[str, Any] = {"type": "http", "url": url}
-                if environ.get("OPENLINEAGE_API_KEY"):
-                    default["auth"] = _api_key_auth(environ)
-                if environ.get("OPENLINEAGE_ENDPOINT"):
-                    default["endpoint"] = environ["OPENLINEAGE_ENDPOINT"]
-                transport["transports"] = {**(members or {}), "default_http": default}
+        _add_url_aliases(transport, environ, url, origins)
         return ResolvedTransport(transport, origins)
     if url:
         http: dict[str, Any] = {
@@ -375,3 +344,48 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
         "openlineage.yml); lineage events will be printed to the console"
     )
     return ResolvedTransport({"type": "console"}, {"type": "the default"})
+
+
+def _refuse_plain_transport_string(environ: Mapping[str, str], transport: Any) -> None:
+    """A ConfigError when OPENLINEAGE__TRANSPORT is a plain string beside
+    OPENLINEAGE__TRANSPORT__* variables it would replace."""
+    whole = environ.get("OPENLINEAGE__TRANSPORT")
+    if whole is not None and not isinstance(transport, dict):
+        keys = sorted(var for var in environ if var.startswith("OPENLINEAGE__TRANSPORT__"))
+        if keys:
+            # openlineage-python lets the plain string replace the keys, and falls back to the
+            # console: lineage nobody asked to print, and none delivered.
+            raise ConfigError(
+                f"OPENLINEAGE__TRANSPORT={whole!r} is not a JSON object, so it would replace {keys[0]}"
+                f"{' and the other OPENLINEAGE__TRANSPORT__* variables' if len(keys) > 1 else ''}: set "
+                f"OPENLINEAGE__TRANSPORT__TYPE={whole.strip() or 'http'} instead, "
+                "or unset OPENLINEAGE__TRANSPORT"
+            )
+
+
+def _add_url_aliases(
+    transport: dict[str, Any], environ: Mapping[str, str], url: str | None, origins: dict[str, str]
+) -> None:
+    """openlineage-python's uses of OPENLINEAGE_URL beside a configured transport type: the
+    url, endpoint and key of async_http, and a composite's default_http member."""
+    if transport["type"] == "async_http" and url:
+        # openlineage-python's special case, for a seamless switch to async_http.
+        for key, var, value in (
+            ("url", "OPENLINEAGE_URL", url),
+            ("endpoint", "OPENLINEAGE_ENDPOINT", environ.get("OPENLINEAGE_ENDPOINT")),
+            ("auth", "OPENLINEAGE_API_KEY", _api_key_auth(environ)),
+        ):
+            if value and key not in transport:
+                transport[key] = value
+                origins[key] = var
+    if transport["type"] == "composite" and url:
+        # openlineage-python's OpenLineageClient() aliases OPENLINEAGE_URL as a member
+        # named default_http of a composite transport (unless one is configured).
+        members = transport.get("transports")
+        if members is None or (isinstance(members, dict) and "default_http" not in members):
+            default: dict[str, Any] = {"type": "http", "url": url}
+            if environ.get("OPENLINEAGE_API_KEY"):
+                default["auth"] = _api_key_auth(environ)
+            if environ.get("OPENLINEAGE_ENDPOINT"):
+                default["endpoint"] = environ["OPENLINEAGE_ENDPOINT"]
+            transport["transports"] = {**(members or {}), "default_http": default}

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import ConfigError, Outbox
-from .._config import resolve_transport_config
+from .._config import ResolvedTransport, resolve_transport_config
 from ..transports import (
     CompositeTransport,
     ConsoleTransport,
@@ -43,7 +43,7 @@ from ..transports import (
     HttpTransport,
     KafkaTransport,
 )
-from ..transports.http import _environment_proxy, redact_url
+from ..transports._http_settings import environment_proxy, redact_url
 
 __all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]
 
@@ -120,9 +120,32 @@ async def _check_http(
     url = urlsplit(transport.single_url)
     secure = url.scheme == "https"
     host, port = url.hostname or "", url.port or (443 if secure else 80)
-    proxy = _environment_proxy(transport.url)
-    checks: list[Check] = []
+    proxy = environment_proxy(transport.url)
     # 1. A TCP connection (to the proxy, when the environment names one for this URL).
+    connect = await _check_connect(transport, proxy, host, port, timeout, prefix, say)
+    checks = [connect]
+    if not connect.ok:
+        return checks
+    # 2. TLS, as the transport verifies it (its CA bundle, client certificate, verify=false).
+    if secure and not proxy:
+        tls = await _check_tls(transport, host, port, timeout, prefix, say)
+        checks.append(tls)
+        if not tls.ok:
+            return checks
+    # 3. An answer from the endpoint the events go to, to an event it must refuse.
+    answer = await _check_answer(transport, timeout, prefix, say)
+    checks.append(answer)
+    # 4. The events, judged by what this backend needs (when it has needs of its own).
+    if answer.ok:
+        judged = _check_events(transport, prefix, events)
+        if judged is not None:
+            checks.append(judged)
+    return checks
+
+
+async def _check_connect(
+    transport: HttpTransport, proxy: str | None, host: str, port: int, timeout: float, prefix: str, say: Say
+) -> Check:
     target = urlsplit(proxy) if proxy else None
     connect_host = (target.hostname or "") if target else host
     connect_port = (target.port or 80) if target else port
@@ -137,47 +160,34 @@ async def _check_http(
         )
     except (OSError, TimeoutError) as exc:
         detail = f"cannot connect to {where} for {redact_url(transport.single_url)}: {_failure(exc)}"
-        return [Check(f"{prefix}connect", False, detail)]
+        return Check(f"{prefix}connect", False, detail)
     writer.close()
-    checks.append(Check(f"{prefix}connect", True, f"{where} in {(time.monotonic() - started) * 1000:.1f} ms"))
-    # 2. TLS, as the transport verifies it (its CA bundle, client certificate, verify=false).
-    if secure and not proxy:
-        verify = transport._verify
-        context = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
-        if verify is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        try:
-            _, writer = await _waiting(
-                asyncio.wait_for(
-                    asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
-                ),
-                f"the TLS handshake with {host}:{port}",
-                timeout,
-                say,
-            )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            hint = (
-                "; give the CA bundle in OPENLINEAGE__TRANSPORT__VERIFY" if "CERTIFICATE" in str(exc) else ""
-            )
-            checks.append(Check(f"{prefix}tls", False, f"{host}:{port}: {_failure(exc)}{hint}"))
-            return checks
-        tls_object = writer.get_extra_info("ssl_object")
-        version = tls_object.version() if tls_object is not None else "TLS"
-        writer.close()
-        verified = (
-            "certificate verified" if verify is not False else "certificate NOT verified (verify=false)"
+    return Check(f"{prefix}connect", True, f"{where} in {(time.monotonic() - started) * 1000:.1f} ms")
+
+
+async def _check_tls(
+    transport: HttpTransport, host: str, port: int, timeout: float, prefix: str, say: Say
+) -> Check:
+    verify = transport._verify
+    context = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
+    if verify is False:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await _waiting(
+            asyncio.wait_for(asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout),
+            f"the TLS handshake with {host}:{port}",
+            timeout,
+            say,
         )
-        checks.append(Check(f"{prefix}tls", True, f"{version}, {verified} for {host}"))
-    # 3. An answer from the endpoint the events go to, to an event it must refuse.
-    answer = await _check_answer(transport, timeout, prefix, say)
-    checks.append(answer)
-    # 4. The events, judged by what this backend needs (when it has needs of its own).
-    if answer.ok:
-        judged = _check_events(transport, prefix, events)
-        if judged is not None:
-            checks.append(judged)
-    return checks
+    except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+        hint = "; give the CA bundle in OPENLINEAGE__TRANSPORT__VERIFY" if "CERTIFICATE" in str(exc) else ""
+        return Check(f"{prefix}tls", False, f"{host}:{port}: {_failure(exc)}{hint}")
+    tls_object = writer.get_extra_info("ssl_object")
+    version = tls_object.version() if tls_object is not None else "TLS"
+    writer.close()
+    verified = "certificate verified" if verify is not False else "certificate NOT verified (verify=false)"
+    return Check(f"{prefix}tls", True, f"{version}, {verified} for {host}")
 
 
 async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, say: Say) -> Check:
@@ -324,7 +334,7 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
         return Check(
             name, True, f"{_count(count)}, each a RunEvent naming an orchestrator: DataHub takes them"
         )
-    from .sink import validate_event
+    from ._sink_rules import validate_event
 
     for index, event in enumerate(events):
         errors = validate_event(event) if isinstance(event, dict) else ["not a JSON object"]
@@ -503,8 +513,6 @@ def run(
 ) -> int:
     """Check the configuration ``environ`` gives; print to ``out``; 0 when all checks pass.
     ``events_file``: a sample of the pipeline's events, judged by what the backend needs."""
-    from .._config import outbox_settings
-    from .._log import logger
     from ..transports import transport_from_config
 
     stream = out or sys.stdout
@@ -512,22 +520,10 @@ def run(
     def say(line: str) -> None:
         print(line, file=stream, flush=True)
 
-    quiet = _QuietConsoleFallback()
-    logger.addFilter(quiet)
-    try:
-        try:
-            outbox = Outbox.from_env(environ, close_at_exit=False)
-        except ConfigError as exc:
-            say(Check("config", False, str(exc)).line())
-            return 1
-        try:
-            resolved = resolve_transport_config(environ)
-        except ConfigError as exc:  # pragma: no cover - from_env resolved the same a moment ago
-            outbox.close(0)
-            say(Check("config", False, str(exc)).line())
-            return 1
-    finally:
-        logger.removeFilter(quiet)
+    opened = _open(environ, say)
+    if opened is None:
+        return 1
+    outbox, resolved = opened
     try:
         if resolved.disabled:
             say(
@@ -536,16 +532,7 @@ def run(
                 ).line()
             )
             return 0
-        origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
-        say(f"transport   {outbox.transport!r} (from {origin})")
-        configured, origins = outbox_settings(environ)
-        for line in _settings_lines(settings_in_force(outbox, configured), origins):
-            say(line)
-        if resolved.origins.get("type") == "the default":
-            config = Check("config", False, _NOTHING_CONFIGURED)
-        else:
-            config = Check("config", True, "resolved as Outbox.from_env() resolves it")
-        say(config.line())
+        config = _config_check(outbox, resolved, environ, say)
     finally:
         outbox.close(0)
     if not config.ok:
@@ -569,3 +556,48 @@ def run(
     summary = f"{len(checks) - len(failed)} of {len(checks)} checks passed"
     say(summary + (f"; failed: {', '.join(c.name for c in failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbox, ResolvedTransport] | None:
+    """The outbox ``environ`` configures and its resolved transport config; None (said) when
+    the configuration is invalid.  The console fallback's own warning is kept quiet: the
+    config check says it."""
+    from .._log import logger
+
+    quiet = _QuietConsoleFallback()
+    logger.addFilter(quiet)
+    try:
+        try:
+            outbox = Outbox.from_env(environ, close_at_exit=False)
+        except ConfigError as exc:
+            say(Check("config", False, str(exc)).line())
+            return None
+        try:
+            resolved = resolve_transport_config(environ)
+        except ConfigError as exc:  # pragma: no cover - from_env resolved the same a moment ago
+            outbox.close(0)
+            say(Check("config", False, str(exc)).line())
+            return None
+    finally:
+        logger.removeFilter(quiet)
+    return outbox, resolved
+
+
+def _config_check(
+    outbox: Outbox, resolved: ResolvedTransport, environ: Mapping[str, str], say: Callable[[str], None]
+) -> Check:
+    """Say the transport and every setting in force; the config check (failed when nothing
+    is configured)."""
+    from .._config import outbox_settings
+
+    origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
+    say(f"transport   {outbox.transport!r} (from {origin})")
+    configured, origins = outbox_settings(environ)
+    for line in _settings_lines(settings_in_force(outbox, configured), origins):
+        say(line)
+    if resolved.origins.get("type") == "the default":
+        config = Check("config", False, _NOTHING_CONFIGURED)
+    else:
+        config = Check("config", True, "resolved as Outbox.from_env() resolves it")
+    say(config.line())
+    return config

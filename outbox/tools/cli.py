@@ -12,8 +12,12 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 __all__ = ["main"]
+
+if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run_count(raw: str) -> int:
@@ -192,6 +196,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"outbox (lineage-outbox) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_check(commands)
+    _add_demo(commands)
+    _add_sink(commands)
+    _add_forward(commands)
+    _add_replay(commands)
+    # Listed in --help; parsed by its own parser (outbox bench --help), above.
+    commands.add_parser(
+        "bench",
+        help="load-test what lineage costs a handler, side by side with openlineage-python",
+        add_help=False,
+    )
+    return parser
+
+
+def _add_check(commands: Commands) -> None:
+    """``outbox check``: the configuration in force, and the backend reached once."""
     check = commands.add_parser(
         "check",
         help="check this environment's lineage configuration and reach its backend once",
@@ -216,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dead-letter file), judged against what the backend needs; read here, never sent",
     )
     check.set_defaults(func=_check)
+
+
+def _add_demo(commands: Commands) -> None:
+    """``outbox demo``: a few runs through an outbox into a JSON-lines file."""
     demo = commands.add_parser(
         "demo",
         help="emit a few runs through the outbox into a JSON-lines file, and show what it cost",
@@ -228,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
 
+
+def _add_sink(commands: Commands) -> None:
+    """``outbox sink``: a local OpenLineage HTTP backend (or one playing Marquez, ...)."""
     sink = commands.add_parser(
         "sink",
         help="run a local OpenLineage HTTP backend that prints what it receives",
@@ -274,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sink.set_defaults(func=_sink)
 
+
+def _add_forward(commands: Commands) -> None:
+    """``outbox forward``: Kafka to HTTP, at least once."""
     fwd = commands.add_parser(
         "forward",
         help="consume OpenLineage events from Kafka and post them over HTTP, at least once",
@@ -325,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGTERM (default: exit 1 at once, naming them)",
     )
     fwd.set_defaults(func=_forward)
+
+
+def _add_replay(commands: Commands) -> None:
+    """``outbox replay``: a dead-letter file sent again, resumable."""
     replay = commands.add_parser(
         "replay",
         help="send a dead-letter file (or any JSON-lines file of events) to the configured backend "
@@ -358,13 +392,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to record what was delivered (default FILE.replayed)",
     )
     replay.set_defaults(func=_replay)
-    # Listed in --help; parsed by its own parser (outbox bench --help), above.
-    commands.add_parser(
-        "bench",
-        help="load-test what lineage costs a handler, side by side with openlineage-python",
-        add_help=False,
-    )
-    return parser
 
 
 def _replay(args: argparse.Namespace) -> int:

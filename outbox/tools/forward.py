@@ -41,7 +41,7 @@ from .._log import RateLimitedLog, limit_library_logs, logger
 from .._retry import NO_TIME_LEFT as _NO_TIME_LEFT
 from .._retry import backoff_delay, close_paced
 from .._serde import SerializedEvent, serialize
-from ..transports._base import OutcomeKind, Transport
+from ..transports._base import Outcome, OutcomeKind, Transport
 from ..transports.kafka import producer_settings
 
 __all__ = ["BrokersUnreachable", "ForwardStats", "Forwarder"]
@@ -302,6 +302,39 @@ class Forwarder:
 
     async def _forward(self, records: Sequence[Any], dead_letters: Any) -> bool:
         """Deliver or reject every event in ``records``; False if stopping cut it short."""
+        events = await self._events(records, dead_letters)
+        attempt = 0
+        while events:
+            now = time.monotonic()
+            deadline = min(self._drain_deadline, now + 60.0)
+            if now >= self._drain_deadline - _NO_TIME_LEFT:
+                return False
+            outcomes = await self.transport.send(events, deadline)
+            retry, moved = self._settle(events, outcomes)
+            if not retry:
+                self._failing_since = None
+                self._attempts = 0
+                return True
+            events = [event for event, _ in retry]
+            if all(outcome.kind is OutcomeKind.DEFERRED for _, outcome in retry):
+                # Handed back unsent by the transport: again at once, after a pause if nothing
+                # at all moved (a transport that only defers must not spin the loop).
+                if not moved:
+                    await self._wait(self._paced(min(self.backoff_base, 0.05)))
+                continue
+            if moved:
+                attempt = 0
+            attempt += 1
+            if not await self._wait(self._failed(retry, attempt)):
+                # Stopping began during the wait: one attempt at once (as the worker's close).
+                continue
+            if self._stopping.is_set() and time.monotonic() >= self._drain_deadline - _NO_TIME_LEFT:
+                return False
+        return True
+
+    async def _events(self, records: Sequence[Any], dead_letters: Any) -> list[SerializedEvent]:
+        """The events among ``records``; the other records dead-lettered, or skipped with a
+        warning."""
         events: list[SerializedEvent] = []
         for record in records:
             self.stats.consumed += 1
@@ -333,62 +366,47 @@ class Forwarder:
                     record.offset,
                     reason,
                 )
-        attempt = 0
-        while events:
-            now = time.monotonic()
-            deadline = min(self._drain_deadline, now + 60.0)
-            if now >= self._drain_deadline - _NO_TIME_LEFT:
-                return False
-            outcomes = await self.transport.send(events, deadline)
-            retry = []
-            moved = False
-            for event, outcome in zip(events, outcomes, strict=True):
-                if outcome.kind is OutcomeKind.DELIVERED:
-                    self.stats.delivered += 1
-                    moved = True
-                elif outcome.kind is OutcomeKind.REJECTED:
-                    self.stats.rejected += 1
-                    moved = True
-                    self._log.warning(
-                        "rejected", "the backend rejected an event: %s", outcome.detail or outcome.reason
-                    )
-                else:
-                    retry.append((event, outcome))
-            if not retry:
-                self._failing_since = None
-                self._attempts = 0
-                return True
-            events = [event for event, _ in retry]
-            if all(outcome.kind is OutcomeKind.DEFERRED for _, outcome in retry):
-                # Handed back unsent by the transport: again at once, after a pause if nothing
-                # at all moved (a transport that only defers must not spin the loop).
-                if not moved:
-                    await self._wait(self._paced(min(self.backoff_base, 0.05)))
-                continue
-            if moved:
-                attempt = 0
-            attempt += 1
-            self._attempts += 1
-            if self._failing_since is None:
-                self._failing_since = time.monotonic()
-            self._last_error = retry[0][1].detail or retry[0][1].reason
-            retry_after = max((o.retry_after or 0.0) for _, o in retry) or None
-            if retry_after is not None:
-                retry_after = min(retry_after, self.max_retry_after)
-            delay = self._paced(backoff_delay(attempt, self.backoff_base, self.backoff_cap, retry_after))
-            self._log.warning(
-                "retry",
-                "could not deliver %d event(s), retrying in %.2f s: %s",
-                len(retry),
-                delay,
-                self._last_error,
-            )
-            if not await self._wait(delay):
-                # Stopping began during the wait: one attempt at once (as the worker's close).
-                continue
-            if self._stopping.is_set() and time.monotonic() >= self._drain_deadline - _NO_TIME_LEFT:
-                return False
-        return True
+        return events
+
+    def _settle(
+        self, events: Sequence[SerializedEvent], outcomes: Sequence[Outcome]
+    ) -> tuple[list[tuple[SerializedEvent, Outcome]], bool]:
+        """Count the delivered and rejected events; the others with their outcomes, and
+        whether any event moved on."""
+        retry = []
+        moved = False
+        for event, outcome in zip(events, outcomes, strict=True):
+            if outcome.kind is OutcomeKind.DELIVERED:
+                self.stats.delivered += 1
+                moved = True
+            elif outcome.kind is OutcomeKind.REJECTED:
+                self.stats.rejected += 1
+                moved = True
+                self._log.warning(
+                    "rejected", "the backend rejected an event: %s", outcome.detail or outcome.reason
+                )
+            else:
+                retry.append((event, outcome))
+        return retry, moved
+
+    def _failed(self, retry: Sequence[tuple[SerializedEvent, Outcome]], attempt: int) -> float:
+        """Note a failed attempt (for the progress line) and say so; the seconds to wait."""
+        self._attempts += 1
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self._last_error = retry[0][1].detail or retry[0][1].reason
+        retry_after = max((o.retry_after or 0.0) for _, o in retry) or None
+        if retry_after is not None:
+            retry_after = min(retry_after, self.max_retry_after)
+        delay = self._paced(backoff_delay(attempt, self.backoff_base, self.backoff_cap, retry_after))
+        self._log.warning(
+            "retry",
+            "could not deliver %d event(s), retrying in %.2f s: %s",
+            len(retry),
+            delay,
+            self._last_error,
+        )
+        return delay
 
     def _paced(self, delay: float) -> float:
         """While stopping, the worker's close pacing: bounded by a second and by the time

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .._deadletter import Entry, Torn, progress_path, scan
@@ -243,6 +244,17 @@ def replay(
         file.close()
 
 
+@dataclass
+class _Tally:
+    """What a replay did with the file's records."""
+
+    torn: list[Torn] = field(default_factory=list)
+    already: int = 0
+    not_replayable: int = 0
+    sent: int = 0
+    unsent: int = 0
+
+
 def _run(
     path: str,
     file: Any,
@@ -254,52 +266,10 @@ def _run(
     out: TextIO,
     err: TextIO,
 ) -> int:
-    limits = outbox._effective_settings()
-    max_events, max_bytes = int(limits["max_events"]), int(limits["max_bytes"])
-    done = record.done
-    torn: list[Torn] = []
-    already = not_replayable = sent = unsent = 0
-    chunk: list[Entry] = []
-    chunk_bytes = 0
-    stopped = False
-
-    def send_chunk() -> bool:
-        nonlocal sent
-        for entry in chunk:
-            assert entry.event is not None
-            transport.expect(entry.event, entry.key)
-            outbox.emit(entry.event)
-        sent += len(chunk)
-        chunk.clear()
-        return bool(outbox.flush(max(0.0, deadline - time.monotonic())))
-
-    for item in scan(file):
-        if isinstance(item, Torn):
-            torn.append(item)
-            continue
-        if item.event is None:
-            not_replayable += 1
-            continue
-        if done[item.key] > 0:
-            done[item.key] -= 1
-            already += 1
-            continue
-        if stopped:
-            unsent += 1
-            continue
-        size = len(item.event)
-        if chunk and (len(chunk) >= max_events or chunk_bytes + size > max_bytes):
-            chunk_bytes = 0
-            if not send_chunk():
-                stopped = True  # the deadline: the rest is left for the next run
-                unsent += 1
-                continue
-        chunk.append(item)
-        chunk_bytes += size
-    if chunk:
-        send_chunk()
+    tally = _send(file, outbox, transport, record.done, deadline)
     report = outbox.close(max(0.0, deadline - time.monotonic()))
-    if torn:
+    if tally.torn:
+        torn = tally.torn
         lines = ", ".join(str(t.line) for t in torn[:10]) + (", ..." if len(torn) > 10 else "")
         print(
             f"outbox replay: skipped {len(torn)} torn record(s) in {path} (line {lines}): a writer was "
@@ -308,15 +278,19 @@ def _run(
         )
     lost = dict(report.undelivered)
     parts = [
-        f"replayed {sent} events from {path}: delivered {report.delivered}, lost {lost or 'none'}"
+        f"replayed {tally.sent} events from {path}: delivered {report.delivered}, lost {lost or 'none'}"
         + "".join(f" ({_HINTS[r]})" for r in lost if r in _HINTS)
     ]
-    if already:
-        parts.append(f"{already} delivered by an earlier run, skipped (see {record.path})")
-    if unsent:
-        parts.append(f"{unsent} not sent by the deadline (--timeout {timeout:g}): run again to send them")
-    if not_replayable:
-        parts.append(f"{not_replayable} record(s) hold no JSON event (event_text, event_repr): not sent")
+    if tally.already:
+        parts.append(f"{tally.already} delivered by an earlier run, skipped (see {record.path})")
+    if tally.unsent:
+        parts.append(
+            f"{tally.unsent} not sent by the deadline (--timeout {timeout:g}): run again to send them"
+        )
+    if tally.not_replayable:
+        parts.append(
+            f"{tally.not_replayable} record(s) hold no JSON event (event_text, event_repr): not sent"
+        )
     if record.error:
         print(
             f"outbox replay: {record.error}: events delivered since are not recorded, and a rerun "
@@ -324,4 +298,51 @@ def _run(
             file=err,
         )
     print("; ".join(parts), file=out, flush=True)
-    return 0 if report.complete and not unsent else 1
+    return 0 if report.complete and not tally.unsent else 1
+
+
+def _send(file: Any, outbox: Any, transport: _Recording, done: Counter[str], deadline: float) -> _Tally:
+    """Emit the file's events not ``done`` yet, in chunks the outbox's buffer holds, each
+    flushed before the next; what is left when the deadline comes is counted unsent."""
+    limits = outbox._effective_settings()
+    max_events, max_bytes = int(limits["max_events"]), int(limits["max_bytes"])
+    tally = _Tally()
+    chunk: list[Entry] = []
+    chunk_bytes = 0
+    stopped = False
+
+    def send_chunk() -> bool:
+        for entry in chunk:
+            assert entry.event is not None
+            transport.expect(entry.event, entry.key)
+            outbox.emit(entry.event)
+        tally.sent += len(chunk)
+        chunk.clear()
+        return bool(outbox.flush(max(0.0, deadline - time.monotonic())))
+
+    for item in scan(file):
+        if isinstance(item, Torn):
+            tally.torn.append(item)
+            continue
+        if item.event is None:
+            tally.not_replayable += 1
+            continue
+        if done[item.key] > 0:
+            done[item.key] -= 1
+            tally.already += 1
+            continue
+        if stopped:
+            tally.unsent += 1
+            continue
+        size = len(item.event)
+        if chunk and (len(chunk) >= max_events or chunk_bytes + size > max_bytes):
+            chunk_bytes = 0
+            if not send_chunk():
+                stopped = True  # the deadline: the rest is left for the next run
+                tally.unsent += 1
+                continue
+        chunk.append(item)
+        chunk_bytes += size
+    if chunk:
+        send_chunk()
+    return tally

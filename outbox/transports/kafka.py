@@ -437,16 +437,7 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     # Batches of up to 256 KiB per partition unless batch.size says otherwise (aiokafka's own
     # default, 16 KiB, makes one request per dozen events).
     settings["max_batch_size"] = 256 * 1024
-    for key in _INTEGERS:
-        if key in config:
-            value = config[key]
-            try:
-                number = int(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{key}={value!r} is not a whole number") from None
-            if number < 0 or (number == 0 and key != "linger.ms"):
-                raise ConfigError(f"{key}={value!r} is out of range")
-            settings[SUPPORTED_KEYS[key]] = number
+    settings.update(_integer_settings(config))
     if "compression.type" in config:
         codec = str(config["compression.type"]).lower()
         if codec not in _CODECS:
@@ -457,6 +448,38 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         settings["compression_type"] = _CODECS[codec]
     if "client.id" in config:
         settings["client_id"] = str(config["client.id"])
+    settings.update(_security_settings(config))
+    if "enable.idempotence" in config:
+        value = config["enable.idempotence"]
+        if isinstance(value, str):
+            value = {"true": True, "false": False}.get(value.strip().lower(), value)
+        if not isinstance(value, bool):
+            raise ConfigError(f"enable.idempotence={config['enable.idempotence']!r}: use true or false")
+        if value and settings["acks"] != "all":
+            raise ConfigError("enable.idempotence=true needs acks=all")
+        settings["enable_idempotence"] = value
+    return settings
+
+
+def _integer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole-number settings (linger.ms, batch.size, ...) as aiokafka's arguments."""
+    settings: dict[str, Any] = {}
+    for key in _INTEGERS:
+        if key in config:
+            value = config[key]
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}={value!r} is not a whole number") from None
+            if number < 0 or (number == 0 and key != "linger.ms"):
+                raise ConfigError(f"{key}={value!r} is out of range")
+            settings[SUPPORTED_KEYS[key]] = number
+    return settings
+
+
+def _security_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """security.protocol, SASL and TLS as aiokafka's arguments."""
+    settings: dict[str, Any] = {}
     protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
     if protocol not in _PROTOCOLS:
         raise ConfigError(
@@ -481,15 +504,6 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"security.protocol={protocol} needs sasl.username and sasl.password")
     if protocol in ("SSL", "SASL_SSL") or any(k in config for k in _SSL_KEYS):
         settings["ssl_context"] = _ssl_context(config)
-    if "enable.idempotence" in config:
-        value = config["enable.idempotence"]
-        if isinstance(value, str):
-            value = {"true": True, "false": False}.get(value.strip().lower(), value)
-        if not isinstance(value, bool):
-            raise ConfigError(f"enable.idempotence={config['enable.idempotence']!r}: use true or false")
-        if value and settings["acks"] != "all":
-            raise ConfigError("enable.idempotence=true needs acks=all")
-        settings["enable_idempotence"] = value
     return settings
 
 

@@ -26,7 +26,10 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from outbox import Outbox
 
 
 def percentiles(samples: list[int]) -> dict[str, float]:
@@ -94,21 +97,9 @@ def main() -> None:
     work_s = spec["work_us"] / 1e6
     cpu_work = spec["work"] == "cpu"
     warmup = spec.get("warmup", 10)
-    outbox = None
-    if kind != "off":
-        from outbox import Outbox
-
-        outbox = Outbox.from_env()
+    outbox = _outbox(kind)
     per_thread = invocations + warmup
-    lineage: list[Any] = []
-    for t in range(threads):
-        if kind == "objects":
-            pairs = build_objects(per_thread, f"t{t}")
-        elif kind == "dicts":
-            pairs = build_dicts(per_thread, f"t{t}")
-        else:
-            pairs = []
-        lineage.append(pairs)
+    lineage = [_pairs(kind, per_thread, f"t{t}") for t in range(threads)]
     if kind == "helpers":
         from outbox import LineageJob, s3_dataset
 
@@ -157,6 +148,32 @@ def main() -> None:
     for w in workers:
         w.join()
     elapsed = time.monotonic() - started
+    print(json.dumps(_figures(results, firsts, elapsed, outbox, spec.get("close_timeout", 2.0))))
+
+
+def _outbox(kind: str) -> Outbox | None:
+    """The outbox this environment configures (none for ``off``, the handler alone)."""
+    if kind == "off":
+        return None
+    from outbox import Outbox as _Outbox  # imported only when measured: "off" is the handler alone
+
+    return _Outbox.from_env()
+
+
+def _pairs(kind: str, count: int, tag: str) -> list[tuple[Any, Any]]:
+    """One thread's START and COMPLETE events, built before measuring (none for the kinds
+    that build their own)."""
+    if kind == "objects":
+        return build_objects(count, tag)
+    if kind == "dicts":
+        return build_dicts(count, tag)
+    return []
+
+
+def _figures(
+    results: list[list[int]], firsts: list[int], elapsed: float, outbox: Any, close_timeout: float
+) -> dict[str, Any]:
+    """The invocations' percentiles, and the outbox's counts and close report."""
     out: dict[str, Any] = {
         **percentiles([s for r in results for s in r]),
         "first": max(firsts) / 1000,
@@ -167,10 +184,10 @@ def main() -> None:
         stats = outbox.stats()
         out["delivered_while_measuring"] = stats.delivered
         out["emitted"] = stats.emitted
-        report = outbox.close(spec.get("close_timeout", 2.0))
+        report = outbox.close(close_timeout)
         out["delivered"] = report.delivered
         out["lost"] = dict(report.undelivered)
-    print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":

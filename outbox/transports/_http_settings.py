@@ -1,0 +1,311 @@
+"""The HTTP transport's settings: its constructor's arguments checked, the credentials it
+sends (and redacts), its headers, TLS and proxy, and the httpx client made of them.
+
+Everything here runs once, when a transport is built (or its client first made), never per
+event; the checks raise :class:`ConfigError` naming the argument and what is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import re
+import socket
+import ssl
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
+
+import httpx
+
+from .._config import tls_context
+from .._errors import ConfigError
+
+MODES = ("single", "batch", "auto")
+FORMATS = ("array", "openmetadata")
+_USER_AGENT = "lineage-outbox/0.1.0"
+_SEND_BUFFER = 4 * 1024 * 1024
+# RFC 9110's token: what a header name may hold.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Custom headers whose values are credentials (redacted wherever a backend may echo them).
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|passw|cookie|credential|session", re.I)
+# The user information of any URL in a text (a token endpoint's, in its provider's error).
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
+
+
+def redact_url(url: str) -> str:
+    """The URL without a password (``http://user:***@host/``), for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def redact_userinfo(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``."""
+    return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def header_problem(value: str, *, tabs: bool = True) -> str | None:
+    """What keeps ``value`` out of an HTTP header as httpx sends it (ASCII only, no control
+    character), or None.  Never quotes the value."""
+    if any((ord(c) < 32 and not (tabs and c == "\t")) or ord(c) == 127 for c in value):
+        return "a control character (a line break inside the value?)"
+    if not value.isascii():
+        return (
+            "a character an HTTP header cannot carry (a letter outside ASCII, such as é, or a "
+            "non-breaking space)"
+        )
+    return None
+
+
+def secret_text(name: str, value: str | None, *, header: bool = False) -> str | None:
+    """A credential as it will be sent: surrounding whitespace stripped (mounted secrets often
+    end in a newline), control characters refused, and with ``header`` (sent as it is in a
+    header) anything outside ASCII too.  The value itself is never quoted."""
+    if value is None:
+        return None
+    value = value.strip()
+    problem = header_problem(value, tabs=False)
+    if problem is not None and (header or problem.startswith("a control")):
+        raise ConfigError(
+            f"{name} contains {problem}; fix the secret it is read from (the value is not shown)"
+        )
+    return value or None
+
+
+def check_headers(headers: Mapping[str, str], named: str) -> None:
+    """Every custom header's name and value as HTTP can carry them; a ConfigError naming the
+    setting (``named``) and the header, never the value."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{named}: {name!r} is not an HTTP header name; use letters, digits and '-' "
+                "(such as X-Api-Key)"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"{named}: the value of the header {name!r} must be a string")
+        problem = header_problem(value)
+        if problem is not None:
+            raise ConfigError(
+                f"{named}: the value of the header {name!r} contains {problem}; fix it "
+                "(the value is not shown)"
+            )
+
+
+def provider_secrets(provider: Any) -> list[str]:
+    """The credentials a token provider holds (openlineage-python's keep them as attributes),
+    so that its errors reach the log without them."""
+    found = []
+    for attribute in ("api_key", "client_secret", "password", "secret", "token"):
+        value = getattr(provider, attribute, None)
+        if isinstance(value, str) and len(value) >= 4:
+            found.append(value)
+    endpoint = getattr(provider, "token_endpoint", None)
+    if isinstance(endpoint, str):
+        password = urlsplit(endpoint).password
+        if password:
+            found += [password, unquote(password)]
+    return found
+
+
+class RedactingFilter(logging.Filter):
+    """On openlineage-python's HTTP logger, whose token providers log their failures quoting
+    the token endpoint's URL as configured: each record's text without URL passwords or the
+    credentials of the providers built here."""
+
+    secrets: ClassVar[set[str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        redacted = redact_userinfo(text)
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            redacted = redacted.replace(secret, "***")
+        if redacted != text:
+            record.msg, record.args = redacted, None
+        return True
+
+
+OPENLINEAGE_FILTER = RedactingFilter()
+
+
+class NoBearer(Exception):
+    """The token provider failed, or gave a token no header can carry; the message names the
+    provider and holds no credential (safe to log)."""
+
+
+async def provider_bearer(provider: Any, redact: Callable[[str], str]) -> str | None:
+    """The token provider's ``Authorization`` value (its blocking ``get_bearer()`` on the
+    loop's executor); :class:`NoBearer`, never the provider's own exception, when it fails or
+    gives something else than a str.  ``redact`` takes the transport's credentials out of the
+    provider's error."""
+    kind = type(provider).__name__
+    try:
+        bearer = await asyncio.get_running_loop().run_in_executor(None, provider.get_bearer)
+    except Exception as exc:  # requests' errors, RuntimeError, a custom provider's anything
+        text = redact(redact_userinfo(f"{type(exc).__name__}: {exc}"))
+        raise NoBearer(f"the {kind} token provider failed: {text}") from None
+    if not bearer:
+        return None
+    if not isinstance(bearer, str):
+        raise NoBearer(f"the {kind} token provider gave {type(bearer).__name__}, not a str")
+    return bearer
+
+
+def check_bearer(provider: Any, bearer: str) -> None:
+    """:class:`NoBearer` if the provider's ``bearer`` cannot be sent in a header."""
+    problem = header_problem(bearer, tabs=False)
+    if problem is not None:
+        raise NoBearer(
+            f"the token the {type(provider).__name__} token provider gave cannot be sent in an HTTP "
+            f"header: it contains {problem}; check its token endpoint (the token is not shown)"
+        )
+
+
+# -- the constructor's arguments ---------------------------------------------------------------
+
+
+def checked_url(url: Any) -> SplitResult:
+    """``url`` split, once it is known to be an HTTP URL with a numeric port."""
+    parts = urlsplit(url.strip()) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 "
+            "(OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+        )
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ConfigError(
+            f"url={redact_url(url.strip())!r} has a port that is not a number from 0 to 65535; "
+            "use e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+        ) from None
+    return parts
+
+
+def split_credentials(url: str, parts: SplitResult) -> tuple[str, str | None, list[str]]:
+    """The URL without user information, the Basic credentials made of it (or None), and the
+    secrets among them.  httpx gets the URL without them (its own log prints the URL of every
+    request)."""
+    if parts.username is None and parts.password is None:
+        return url, None, []
+    user = secret_text("the url's user name", unquote(parts.username or ""))
+    password = secret_text("the url's password", unquote(parts.password or ""))
+    basic = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return bare, basic, [s for s in (password, basic) if s]
+
+
+def sent_secrets(
+    api_key: str | None, custom_headers: Mapping[str, str] | None, token_provider: Any
+) -> list[str]:
+    """The credentials, besides the URL's, that requests carry or a token provider holds."""
+    secrets = [api_key] if api_key else []
+    for header, text in (custom_headers or {}).items():
+        if _CREDENTIAL_HEADER.search(header):  # "Authorization: Basic xyz": the value, and xyz
+            secrets += [part for part in {text, text.rsplit(" ", 1)[-1]} if len(part) >= 4]
+    if token_provider is not None:
+        secrets += provider_secrets(token_provider)
+    return secrets
+
+
+def check_arguments(
+    mode: Any,
+    batch_format: Any,
+    compression: Any,
+    timeouts: Mapping[str, Any],
+    max_concurrent_requests: Any,
+    verify: Any,
+) -> None:
+    """A ConfigError for the first of these arguments that is not one accepted."""
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r} is not a mode; use one of {', '.join(MODES)}")
+    if batch_format not in FORMATS:
+        raise ConfigError(f"batch_format={batch_format!r} is not a format; use one of {', '.join(FORMATS)}")
+    if compression not in (None, "gzip"):
+        raise ConfigError(f"compression={compression!r} is not supported; use gzip, or leave it unset")
+    for name, value in timeouts.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+        ):
+            raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
+    if (
+        isinstance(max_concurrent_requests, bool)
+        or not isinstance(max_concurrent_requests, int)
+        or (max_concurrent_requests < 1)
+    ):
+        raise ConfigError(f"max_concurrent_requests={max_concurrent_requests!r} is not an integer >= 1")
+    if not isinstance(verify, (bool, str)):
+        raise ConfigError(f"verify={verify!r} must be true, false or the path of a CA bundle")
+
+
+def request_headers(
+    compression: str | None,
+    api_key: str | None,
+    basic: str | None,
+    custom_headers: Mapping[str, str] | None,
+) -> tuple[dict[str, str], set[str]]:
+    """The headers of every request, and the (lower-case) names the custom headers set.
+    Custom headers come last and override the auth header, as in openlineage-python."""
+    headers = {"Content-Type": "application/json", "User-Agent": _USER_AGENT}
+    if compression == "gzip":
+        headers["Content-Encoding"] = "gzip"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    elif basic:
+        headers["Authorization"] = f"Basic {basic}"
+    overrides = {name.lower() for name in (custom_headers or {})}
+    headers = {k: v for k, v in headers.items() if k.lower() not in overrides}
+    headers.update(custom_headers or {})
+    return headers, overrides
+
+
+def new_client(
+    url: str,
+    timeouts: httpx.Timeout,
+    headers: Mapping[str, str],
+    verify: ssl.SSLContext | bool,
+    max_concurrent_requests: int,
+) -> httpx.AsyncClient:
+    """The httpx client a transport sends with."""
+    # Requests in flight are bounded upstream: the worker's lanes (max_concurrency)
+    # times max_concurrent_requests per batch in single mode, one per batch otherwise.
+    # A pool bound here would cap every lane together.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=4 * max_concurrent_requests)
+    return httpx.AsyncClient(
+        timeout=timeouts,
+        headers=dict(headers),
+        transport=httpx.AsyncHTTPTransport(
+            verify=verify,
+            limits=limits,
+            proxy=environment_proxy(url),
+            # A send buffer that holds a whole batch: the request leaves at once, and the
+            # worker can serialize the next batch while the backend reads this one.
+            socket_options=[(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)],
+        ),
+    )
+
+
+def ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:
+    if not cert and isinstance(verify, bool):
+        return verify  # httpx's own default context, or no verification
+    return tls_context(
+        verify if isinstance(verify, str) else None,
+        cert,
+        key,
+        verify=verify is not False,
+        described=f"verify={verify!r}, client_cert={cert!r}",
+    )
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy HTTP(S)_PROXY/NO_PROXY give for ``url``, as httpx would pick it (an explicit
+    httpx transport does not read the environment by itself)."""
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
