@@ -27,9 +27,11 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ._held import Held, Key, order_key
+from ._ledger import Ledger
 from .transports._base import About, Outcome, OutcomeKind
 
 __all__ = ["Backlog", "Settled"]
@@ -63,6 +65,53 @@ class Settled(NamedTuple):
     poison: list[tuple[Held, Outcome]]
 
 
+@dataclass(slots=True)
+class _Answer:
+    """One answer being settled: what it says as a whole, and what it settled so far."""
+
+    outcomes: Sequence[Outcome]
+    now: float
+    delay: Callable[[int, float | None, bool], float]
+    #: The backend took some of it.
+    any_delivered: bool
+    #: Refused without saying which of its events is the trouble, while nothing was taken:
+    #: the bisection's evidence.
+    whole: bool
+    #: Something was settled (taken, or refused for good).
+    moved: bool
+    #: How many of its events the backend judged (not deferred).
+    judged: int
+    keys: int = 0
+    was_suspects: bool = False
+    delivered: list[Held] = field(default_factory=list)
+    rejected: list[tuple[Held, Outcome]] = field(default_factory=list)
+    poison: list[tuple[Held, Outcome]] = field(default_factory=list)
+    _event_delay: float | None = None
+
+    @classmethod
+    def of(
+        cls, outcomes: Sequence[Outcome], now: float, delay: Callable[[int, float | None, bool], float]
+    ) -> _Answer:
+        kinds = [o.kind for o in outcomes]
+        any_delivered = OutcomeKind.DELIVERED in kinds
+        whole = not any_delivered and any(
+            o.kind is OutcomeKind.RETRY and o.about is About.REQUEST for o in outcomes
+        )
+        moved = any_delivered or OutcomeKind.REJECTED in kinds
+        judged = len(kinds) - kinds.count(OutcomeKind.DEFERRED)
+        return cls(outcomes, now, delay, any_delivered, whole, moved, judged)
+
+    def event_delay(self) -> float:
+        """One wait for every key this answer refused about the events, so that the halves of
+        a bisection go again together; a refused event is progress (its key is being
+        isolated), not a failure that grows the backoff (a backend that takes nothing at all
+        is the breaker's to pace)."""
+        if self._event_delay is None:
+            asked = max((o.retry_after or 0.0) for o in self.outcomes) or None
+            self._event_delay = self.delay(1, asked, True)
+        return self._event_delay
+
+
 class Backlog:
     """Held events by key.
 
@@ -92,12 +141,8 @@ class Backlog:
         #: Suspect keys travel at most this many per lane (None: no suspects).
         self.split_to: int | None = None
         self._suspects = 0
-        #: When the backend last took an event.
-        self.last_delivery = -_INF
-        # The poison ledger, by sequence number: when an event was first refused in an answer
-        # about the events, and how many answers about it alone refused it.
-        self._first_failure: dict[int, float] = {}
-        self._blame: dict[int, int] = {}
+        #: The evidence for poison, per event.
+        self.ledger = Ledger(poison_attempts)
 
     def __len__(self) -> int:
         return self.items
@@ -301,116 +346,98 @@ class Backlog:
         if all(o.kind is OutcomeKind.DELIVERED for o in outcomes) and len(outcomes) == len(lane):
             return self._delivered(lane, now)
         self.in_lanes -= len(lane)
-        delivered: list[Held] = []
-        rejected: list[tuple[Held, Outcome]] = []
-        poison: list[tuple[Held, Outcome]] = []
-        kinds = [o.kind for o in outcomes]
-        any_delivered = OutcomeKind.DELIVERED in kinds
-        if any_delivered:
-            self.last_delivery = now
+        answer = _Answer.of(outcomes, now, delay)
+        if answer.any_delivered:
+            self.ledger.took(now)
         by_key: dict[Key, list[tuple[Held, Outcome]]] = {}
         for item, outcome in zip(lane, outcomes, strict=True):
             by_key.setdefault(order_key(item), []).append((item, outcome))
-        # A request refused without saying which of its events is the trouble, while nothing
-        # was taken: the bisection's evidence.
-        whole = not any_delivered and any(
-            o.kind is OutcomeKind.RETRY and o.about is About.REQUEST for o in outcomes
-        )
-        moved = any_delivered or OutcomeKind.REJECTED in kinds
-        judged = len(kinds) - kinds.count(OutcomeKind.DEFERRED)
-        was_suspects = False
-        # One wait for every key this answer refused about the events, so that the halves of a
-        # bisection go again together; a refused event is progress (its key is being isolated),
-        # not a failure that grows the backoff (a backend that takes nothing at all is the
-        # breaker's to pace).
-        event_delay: float | None = None
+        answer.keys = len(by_key)
         for key, pairs in by_key.items():
-            state = self._keys[key]
-            state.muted = False
-            was_suspects = was_suspects or state.suspect
-            fifo = state.fifo
-            head = fifo[0]
-            retry: tuple[Held, Outcome] | None = None
-            took = False
-            for item, outcome in pairs:
-                kind = outcome.kind
-                if kind is OutcomeKind.DELIVERED or kind is OutcomeKind.REJECTED:
-                    if fifo and fifo[0] is item:
-                        fifo.popleft()
-                    else:  # out of order (against the contract): settled all the same
-                        fifo.remove(item)
-                    self.items -= 1
-                    self.bytes -= item.size
-                    if self._first_failure:
-                        self._forget(item.seq)
-                    if kind is OutcomeKind.DELIVERED:
-                        delivered.append(item)
-                        took = True
-                    else:
-                        rejected.append((item, outcome))
-                elif kind is OutcomeKind.RETRY:
-                    if outcome.about is not About.BACKEND:
-                        first = self._first_failure.get(item.seq)
-                        if first is None:
-                            self._first_failure[item.seq] = now
-                    if retry is None:
-                        retry = (item, outcome)
-            if took and state.suspect:
-                state.suspect = False
-                self._suspects -= 1
-            new_head = bool(fifo) and fifo[0] is not head
-            if new_head:
-                state.new_head()
-                self._refused_keys.discard(key)
-            if retry is None:
-                # Settled, or deferred by the transport (not a failure): again at once, after a
-                # pause if nothing at all moved (a transport that only defers must not spin).
-                state.ready_at = 0.0 if moved else now + delay(0, None, False)
-            elif retry[1].about is not About.BACKEND:
-                if event_delay is None:
-                    asked = max((o.retry_after or 0.0) for o in outcomes) or None
-                    event_delay = delay(1, asked, True)
-                self._refused(
-                    key,
-                    state,
-                    judged,
-                    pairs,
-                    retry,
-                    whole,
-                    len(by_key),
-                    any_delivered,
-                    now,
-                    event_delay,
-                    poison,
-                )
-            else:
-                state.refusals += 1
-                self._refused_keys.add(key)
-                state.ready_at = now + delay(state.refusals, retry[1].retry_after, False)
-            if fifo:
-                if state.ready_at <= now:
-                    state.ready_at = 0.0
-                if new_head or fifo[0] is not head:
-                    heapq.heappush(self._heads, (fifo[0].seq, key))
-                self._ready(key, state, fifo[0].seq)
-            else:
-                if state.suspect:
-                    self._suspects -= 1
-                del self._keys[key]
-                self._refused_keys.discard(key)
-        if whole and len(by_key) > 1:
-            self.split_to = max(1, min(self.split_to or len(by_key), len(by_key)) // 2)
-        elif was_suspects and any_delivered and self.split_to is not None:
+            self._settle_key(key, pairs, answer)
+        if answer.whole and answer.keys > 1:
+            self.split_to = max(1, min(self.split_to or answer.keys, answer.keys) // 2)
+        elif answer.was_suspects and answer.any_delivered and self.split_to is not None:
             self.split_to *= 2
         if not self._suspects:
             self.split_to = None
-        return Settled(delivered, rejected, poison)
+        return Settled(answer.delivered, answer.rejected, answer.poison)
+
+    def _settle_key(self, key: Key, pairs: list[tuple[Held, Outcome]], answer: _Answer) -> None:
+        """One key's part of an answer: its settled events leave its FIFO; a refused head
+        waits (a backoff of its own, or the answer's shared one) or is settled as poison."""
+        state = self._keys[key]
+        state.muted = False
+        answer.was_suspects = answer.was_suspects or state.suspect
+        fifo = state.fifo
+        head = fifo[0]
+        retry = self._take_settled(state, pairs, answer)
+        new_head = bool(fifo) and fifo[0] is not head
+        if new_head:
+            state.new_head()
+            self._refused_keys.discard(key)
+        now = answer.now
+        if retry is None:
+            # Settled, or deferred by the transport (not a failure): again at once, after a
+            # pause if nothing at all moved (a transport that only defers must not spin).
+            state.ready_at = 0.0 if answer.moved else now + answer.delay(0, None, False)
+        elif retry[1].about is not About.BACKEND:
+            self._refused(key, state, pairs, retry, answer)
+        else:
+            state.refusals += 1
+            self._refused_keys.add(key)
+            state.ready_at = now + answer.delay(state.refusals, retry[1].retry_after, False)
+        if fifo:
+            if state.ready_at <= now:
+                state.ready_at = 0.0
+            if new_head or fifo[0] is not head:
+                heapq.heappush(self._heads, (fifo[0].seq, key))
+            self._ready(key, state, fifo[0].seq)
+        else:
+            if state.suspect:
+                self._suspects -= 1
+            del self._keys[key]
+            self._refused_keys.discard(key)
+
+    def _take_settled(
+        self, state: _Key, pairs: list[tuple[Held, Outcome]], answer: _Answer
+    ) -> tuple[Held, Outcome] | None:
+        """Take the key's delivered and rejected events out of its FIFO; returns its first
+        refused event (with its outcome), if any."""
+        fifo = state.fifo
+        retry: tuple[Held, Outcome] | None = None
+        took = False
+        for item, outcome in pairs:
+            kind = outcome.kind
+            if kind is OutcomeKind.DELIVERED or kind is OutcomeKind.REJECTED:
+                if fifo and fifo[0] is item:
+                    fifo.popleft()
+                else:  # out of order (against the contract): settled all the same
+                    fifo.remove(item)
+                self.items -= 1
+                self.bytes -= item.size
+                if self.ledger:
+                    self.ledger.forget(item.seq)
+                if kind is OutcomeKind.DELIVERED:
+                    answer.delivered.append(item)
+                    took = True
+                else:
+                    answer.rejected.append((item, outcome))
+            elif kind is OutcomeKind.RETRY:
+                if outcome.about is not About.BACKEND:
+                    self.ledger.refused(item.seq, answer.now)
+                if retry is None:
+                    retry = (item, outcome)
+        if took and state.suspect:
+            state.suspect = False
+            self._suspects -= 1
+        return retry
 
     def _delivered(self, lane: Sequence[Held], now: float) -> Settled:
         """:meth:`settle` for a lane the backend took whole (the common case, in one pass)."""
         self.in_lanes -= len(lane)
         self.items -= len(lane)
-        self.last_delivery = now
+        self.ledger.took(now)
         keys, touched = self._keys, dict[Key, _Key]()
         nbytes = 0
         for item in lane:
@@ -426,9 +453,9 @@ class Backlog:
                 fifo.remove(item)
             nbytes += item.size
         self.bytes -= nbytes
-        if self._first_failure:
+        if self.ledger:
             for item in lane:
-                self._forget(item.seq)
+                self.ledger.forget(item.seq)
         was_suspects = False
         for key, state in touched.items():
             state.muted = False
@@ -454,15 +481,9 @@ class Backlog:
         self,
         key: Key,
         state: _Key,
-        judged: int,
         pairs: list[tuple[Held, Outcome]],
         retry: tuple[Held, Outcome],
-        whole: bool,
-        keys: int,
-        any_delivered: bool,
-        now: float,
-        wait: float,
-        poison: list[tuple[Held, Outcome]],
+        answer: _Answer,
     ) -> None:
         """A key's head was refused, and the answer may be about it."""
         item, outcome = retry
@@ -474,41 +495,31 @@ class Backlog:
         # judged (the others deferred).  A request refused as a whole says nothing about which
         # of its events is the trouble.  (It is the first of its key refused there: the later
         # ones wait behind it.)
-        blame = self._blame.get(seq, 0)
-        if outcome.about is About.EVENT or judged == 1:
-            blame = self._blame[seq] = blame + 1
-        # The backend took other events since this one was first refused: not a backend down.
-        evidence = self.last_delivery >= self._first_failure.get(seq, now)
-        if blame >= self.poison_attempts and evidence:
+        if self.ledger.judge(seq, outcome.about is About.EVENT or answer.judged == 1, answer.now):
             state.fifo.popleft()
             self.items -= 1
             self.bytes -= item.size
-            self._forget(seq)
-            poison.append((item, outcome))
+            self.ledger.forget(seq)
+            answer.poison.append((item, outcome))
             state.new_head()
             self._refused_keys.discard(key)
             state.ready_at = 0.0
             return
-        if whole and keys > 1 and not state.suspect:
+        if answer.whole and answer.keys > 1 and not state.suspect:
             state.suspect = True
             self._suspects += 1
-        elif whole and keys == 1 and len(pairs) > 1:
+        elif answer.whole and answer.keys == 1 and len(pairs) > 1:
             # One key's events refused as a whole (too large together for a Kafka topic, say):
             # its head goes alone, in order, and the rest follows it.
             state.alone = True
         state.refusals += 1
         self._refused_keys.add(key)
-        state.ready_at = now + wait
+        state.ready_at = answer.now + answer.event_delay()
 
     def taken_since_refused(self, item: Held) -> bool:
         """Whether the backend took other events since ``item`` was first refused (about
         itself): the evidence that tells a poison event from a backend that is down."""
-        first = self._first_failure.get(item.seq)
-        return first is not None and self.last_delivery >= first
-
-    def _forget(self, seq: int) -> None:
-        self._first_failure.pop(seq, None)
-        self._blame.pop(seq, None)
+        return self.ledger.taken_since_refused(item.seq)
 
     # -- for the conductor -----------------------------------------------------------------
 
@@ -553,7 +564,6 @@ class Backlog:
         self._heads.clear()
         self.items = self.bytes = self.in_lanes = self._suspects = self.resting = 0
         self.split_to = None
-        self._first_failure.clear()
-        self._blame.clear()
+        self.ledger.clear()
         self._refused_keys.clear()
         return held

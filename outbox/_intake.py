@@ -247,6 +247,24 @@ class Intake:
             adjust += size - estimate
             total += size
             ready.append(Held(seq, ser, size))
+        ready = self._account(ready, untaken, lost, lost_bytes, adjust, sizes // objects if objects else 0)
+        if dead and self.dead_letter is not None:
+            self.dead_letter.write(dead)
+        return ready
+
+    def _account(
+        self,
+        ready: list[Held],
+        untaken: list[Entry],
+        lost: dict[str, int],
+        lost_bytes: int,
+        adjust: int,
+        mean_object: int,
+    ) -> list[Held]:
+        """The buffer's accounts after a batch was serialized: the untaken back in the queue,
+        the in-flight bytes re-priced, the estimate learnt (``mean_object``: 0 if no object
+        was serialized), the byte bound enforced, the lost counted.  Returns what goes on."""
+        buf = self.buffer
         with buf.lock:
             if buf.finalized:
                 return []
@@ -254,8 +272,8 @@ class Intake:
                 lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + len(untaken)
                 lost_bytes += sum(entry[2] for entry in untaken)
             buf.reprice_in_flight_locked(adjust)
-            if objects:
-                buf.learn_locked(sizes // objects)
+            if mean_object:
+                buf.learn_locked(mean_object)
             # An estimate that was short: back within max_bytes by the policy, from the queue;
             # then, if need be, from the newest of this batch (not yet sent).
             over = buf.enforce_bound_locked()
@@ -269,8 +287,6 @@ class Intake:
                     buf.count_locked(reason, n)
                 lowest = min(self.lowest_held(), ready[0].seq if ready else _INF)
                 buf.settle_locked(sum(lost.values()), lost_bytes, lowest)
-        if dead and self.dead_letter is not None:
-            self.dead_letter.write(dead)
         return ready
 
     def _too_large(
