@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import Any, NamedTuple, Protocol, Self
 
 import orjson
 from openlineage.client.naming.dataset import S3, Trino
@@ -37,10 +37,25 @@ from opentelemetry import trace
 from ._log import logger
 from ._plain import dumps, event_key, to_plain
 
-if TYPE_CHECKING:
-    from ._outbox import Outbox
+__all__ = [
+    "DatasetRef",
+    "Emitter",
+    "LineageJob",
+    "Run",
+    "RunRecord",
+    "current_run_id",
+    "s3_dataset",
+    "trino_dataset",
+]
 
-__all__ = ["DatasetRef", "LineageJob", "Run", "RunRecord", "current_run_id", "s3_dataset", "trino_dataset"]
+
+class Emitter(Protocol):
+    """What a run needs of an outbox: to hand it events (``Outbox`` is one)."""
+
+    def emit(self, event: Any) -> bool: ...
+
+    async def emit_async(self, event: Any) -> bool: ...
+
 
 _RUN_EVENT_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
 
@@ -479,7 +494,7 @@ class Run:
 
     def __init__(
         self,
-        outbox: Outbox,
+        outbox: Emitter,
         job: LineageJob,
         *,
         inputs: Iterable[Any] = (),
