@@ -76,3 +76,14 @@ def pytest_runtest_makereport(item, call):
     if report.failed and excinfo is not None and not isinstance(excinfo.value, pytest.skip.Exception):
         crash = getattr(report.longrepr, "reprcrash", None)
         report.longrepr = _TrimmedRepr(_trimmed(excinfo.value), crash)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end suite (marked e2e) runs only when -m names it, as in ``pytest -m e2e
+    tests/e2e``: the default run and any other selection (``-m "not slow"``) leave it out."""
+    if "e2e" in (config.option.markexpr or ""):
+        return
+    left = [item for item in items if item.get_closest_marker("e2e")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("e2e")]

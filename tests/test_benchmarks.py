@@ -2,9 +2,13 @@
 counts checked (no timing is asserted: this machine is shared)."""
 
 import httpx
+import pytest
 
 from outbox.tools.benchmarks import throughput
 from outbox.tools.benchmarks.__main__ import SECTIONS, main
+
+# Each section measured on a small scale: once per CI run, on 3.11 (docs/development.md).
+pytestmark = pytest.mark.slow
 
 
 def test_every_section_has_a_command_line_name():

@@ -6,7 +6,12 @@ runs a longer soak outside pytest.
 
 import os
 
+import pytest
+
 from chaos import run_chaos
+
+# A minute of random faults: once per CI run, on 3.11 (docs/development.md).
+pytestmark = pytest.mark.slow
 
 
 def test_chaos_keeps_every_invariant_through_random_faults():

@@ -15,6 +15,9 @@ import pytest
 FLOOD = Path(__file__).parent / "scripts" / "flood.py"
 MAX_BYTES_MIB = 64
 
+# Eight floods in fresh interpreters (about 15 s): once per CI run, on 3.11 (docs/development.md).
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("kind", ["dict", "object", "str", "bytes", "strsub", "bytessub", "growing", "mix"])
 def test_a_flood_of_large_events_stays_within_the_byte_bound(kind):
