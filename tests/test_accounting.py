@@ -8,7 +8,7 @@ import pytest
 from outbox import Outbox, Outcome
 from outbox.transports import DELIVERED
 
-from helpers import FailingTransport, ScriptedTransport
+from support.helpers import FailingTransport, ScriptedTransport
 
 THREADS = 8
 PER_THREAD = 50_000

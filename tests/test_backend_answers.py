@@ -10,7 +10,7 @@ from outbox import ConfigError, Outbox
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event, run_script, wait_until
+from support.helpers import run_event, run_script, wait_until
 
 
 @pytest.mark.parametrize("asked", ["86400", "inf", "1e400"])

@@ -7,7 +7,7 @@ import pytest
 
 from outbox import ConfigError, Outbox, Policy
 
-from helpers import ScriptedTransport, run_event, wait_until
+from support.helpers import ScriptedTransport, run_event, wait_until
 
 
 def stuck_outbox(policy: str, first=None, **kw) -> tuple[Outbox, ScriptedTransport]:

@@ -1,6 +1,6 @@
-"""The randomized stateful test (see tests/chaos.py): one fixed seed for about a minute.
+"""The randomized stateful test (see tests/support/chaos.py): one fixed seed for about a minute.
 
-``CHAOS_SEED`` and ``CHAOS_SECONDS`` change it; ``python tests/chaos.py --seed N --seconds S``
+``CHAOS_SEED`` and ``CHAOS_SECONDS`` change it; ``python tests/support/chaos.py --seed N --seconds S``
 runs a longer soak outside pytest.
 """
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from chaos import run_chaos
+from support.chaos import run_chaos
 
 # A minute of random faults: once per CI run, on 3.11 (docs/development.md).
 pytestmark = pytest.mark.slow

@@ -28,8 +28,8 @@ from outbox.tools.broker import EmbeddedBroker
 from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.transports import KafkaTransport
 
-from helpers import run_event
-from kafka_helpers import create_topic, read_topic
+from support.helpers import run_event
+from support.kafka_helpers import create_topic, read_topic
 
 # Seeded faults for 7-8 s a seed: once per CI run, on 3.11 (docs/development.md).
 pytestmark = pytest.mark.slow

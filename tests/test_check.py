@@ -17,7 +17,7 @@ from outbox.tools.check import datahub_refusal, openmetadata_verdict
 from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 
-from kafka_helpers import create_topic
+from support.kafka_helpers import create_topic
 
 
 def check(env: dict[str, str], *args: str, cwd: Path | None = None) -> tuple[int, list[str]]:

@@ -11,7 +11,7 @@ from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport
 
-from helpers import run_event, wait_until
+from support.helpers import run_event, wait_until
 
 FAST = {"backoff_base": 0.02, "backoff_cap": 0.2, "linger": 0.01, "close_at_exit": False}
 

@@ -179,11 +179,14 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {  # the first 31: all "sa
         "    - {type: console, name: low, priority: 1}\n"
         "    - {type: http, url: 'http://high:5000', name: high, priority: 5}\n",
     ),
-    "a custom module.Class": ({"OPENLINEAGE__TRANSPORT__TYPE": "ol_transports.RecordingTransport"}, None),
+    "a custom module.Class": (
+        {"OPENLINEAGE__TRANSPORT__TYPE": "support.ol_transports.RecordingTransport"},
+        None,
+    ),
     "transform": (
         {
             "OPENLINEAGE__TRANSPORT__TYPE": "transform",
-            "OPENLINEAGE__TRANSPORT__TRANSFORMER_CLASS": "ol_transports.RenameJob",
+            "OPENLINEAGE__TRANSPORT__TRANSFORMER_CLASS": "support.ol_transports.RenameJob",
             "OPENLINEAGE__TRANSPORT__TRANSPORT": '{"type": "console"}',
         },
         None,

@@ -20,7 +20,7 @@ from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event
+from support.helpers import run_event
 
 ROOT = Path(__file__).parent.parent
 
@@ -147,7 +147,7 @@ def test_a_record_whose_bytes_changed_is_detected(tmp_path):
 KILLED_WRITER = """
     import sys, orjson
     sys.path.insert(0, "tests")
-    from helpers import run_event
+    from support.helpers import run_event
     from outbox._deadletter import DeadLetter
     dead = DeadLetter(sys.argv[1], max_bytes=1 << 40)
     dead.write([("poison", "500", orjson.dumps(run_event(n=n)), None) for n in range(5)])
@@ -212,7 +212,7 @@ def test_a_full_disk_cuts_back_to_the_last_whole_record_and_the_next_write_is_wh
         import json, logging, os, resource, sys, orjson
         logging.basicConfig()
         sys.path.insert(0, "tests")
-        from helpers import run_event
+        from support.helpers import run_event
         from outbox._deadletter import DeadLetter
         def records(first, count):
             return [("poison", "", orjson.dumps(run_event(n=n)), None) for n in range(first, first + count)]
@@ -258,7 +258,7 @@ def test_writers_in_several_processes_at_once_keep_every_record_whole(tmp_path):
     script = """
         import json, sys, orjson
         sys.path.insert(0, "tests")
-        from helpers import run_event
+        from support.helpers import run_event
         from outbox._deadletter import DeadLetter
         dead = DeadLetter(sys.argv[1], max_bytes=200_000)
         base = int(sys.argv[2])

@@ -16,8 +16,8 @@ from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
-from helpers import run_event, wait_until
-from kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from support.helpers import run_event, wait_until
+from support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 
 
 def run_forwarder(forwarder: Forwarder, until, timeout: float = 30.0):

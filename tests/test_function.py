@@ -17,9 +17,9 @@ from function.__main__ import expected, simulate
 from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink
 
-import spec
-from helpers import wait_until
-from kafka_helpers import read_topic
+import support.spec as spec
+from support.helpers import wait_until
+from support.kafka_helpers import read_topic
 
 ROOT = Path(__file__).parent.parent
 OBJECTS = ("docs-src/lineage-src/orders.csv", "docs-src/lineage-src/orders.bad")

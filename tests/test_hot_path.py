@@ -20,7 +20,7 @@ from outbox import LineageJob, Outbox, s3_dataset
 from outbox._buffer import FIRST_ESTIMATE
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
-from helpers import ScriptedTransport, run_event, wait_until
+from support.helpers import ScriptedTransport, run_event, wait_until
 
 # Modules whose code serializes or walks an event: none may run on the caller's thread.
 SERIALIZING = ("outbox._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")

@@ -12,8 +12,8 @@ from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 from outbox.transports.http import parse_retry_after, redact_url
 
-import spec
-from helpers import run_event, wait_until
+import support.spec as spec
+from support.helpers import run_event, wait_until
 
 FAST = {"backoff_base": 0.01, "backoff_cap": 0.05, "linger": 0.01, "close_at_exit": False}
 

@@ -8,7 +8,7 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.transports import HttpTransport
 
-from helpers import run_event, wait_until
+from support.helpers import run_event, wait_until
 
 
 @pytest.fixture(autouse=True)

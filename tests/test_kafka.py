@@ -10,8 +10,8 @@ from outbox.tools.broker import EmbeddedBroker
 from outbox.transports import KafkaTransport
 from outbox.transports.kafka import producer_settings
 
-from helpers import TimedEmitter, run_event, wait_until
-from kafka_helpers import create_topic, read_topic
+from support.helpers import TimedEmitter, run_event, wait_until
+from support.kafka_helpers import create_topic, read_topic
 
 FAST = {"backoff_base": 0.05, "backoff_cap": 0.5, "linger": 0.01, "close_at_exit": False}
 

@@ -18,7 +18,7 @@ from outbox import About, Outbox, Outcome
 from outbox._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
 from outbox._worker import CLOSE_GRACE
 
-from helpers import run_event, wait_until
+from support.helpers import run_event, wait_until
 
 
 def test_lanes_start_at_four_and_double_per_round_trip_while_work_waits():

@@ -15,7 +15,7 @@ import pytest
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED, FileTransport, MemoryTransport
 
-from helpers import ScriptedTransport, run_event, wait_until
+from support.helpers import ScriptedTransport, run_event, wait_until
 
 
 def make(transport, **kw) -> Outbox:

@@ -21,7 +21,7 @@ from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport
 
-from helpers import ScriptedTransport, run_event, run_script, wait_until
+from support.helpers import ScriptedTransport, run_event, run_script, wait_until
 
 GRACE = 0.5  # what close() may take beyond its deadline
 
@@ -469,7 +469,7 @@ def test_fork_over_http_the_child_gets_its_own_client_and_the_parent_notices_not
 def test_fork_over_kafka_the_child_delivers_through_a_fresh_producer(kafka_bootstrap, topic):
     from outbox.transports import KafkaTransport
 
-    from kafka_helpers import read_topic
+    from support.kafka_helpers import read_topic
 
     outbox = make(KafkaTransport(topic, {"bootstrap.servers": kafka_bootstrap}), linger=0)
     for i in range(10):

@@ -12,7 +12,7 @@ from outbox import Outbox, Outcome
 from outbox._log import RateLimitedLog
 from outbox.transports import DELIVERED
 
-from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
+from support.helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 
 _reader = InMemoryMetricReader()
 

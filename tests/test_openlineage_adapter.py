@@ -6,16 +6,16 @@ import threading
 import time
 import uuid
 
-import ol_transports
 import pytest
 
 from outbox import ConfigError, Outbox
 from outbox.transports import OpenLineageTransportAdapter
 
-from helpers import run_event
+import support.ol_transports as ol_transports
+from support.helpers import run_event
 
 FAST = {"backoff_base": 0.02, "backoff_cap": 0.2, "linger": 0.01, "close_at_exit": False}
-CUSTOM = "ol_transports.RecordingTransport"
+CUSTOM = "support.ol_transports.RecordingTransport"
 
 
 @pytest.fixture(autouse=True)
@@ -78,8 +78,8 @@ def test_file_with_storage_options_is_openlineage_pythons_file_transport(tmp_pat
 def test_transform_runs_its_transformer_then_its_inner_transport():
     env = {
         "OPENLINEAGE__TRANSPORT__TYPE": "transform",
-        "OPENLINEAGE__TRANSPORT__TRANSFORMER_CLASS": "ol_transports.RenameJob",
-        "OPENLINEAGE__TRANSPORT__TRANSPORT": '{"type": "ol_transports.RecordingTransport"}',
+        "OPENLINEAGE__TRANSPORT__TRANSFORMER_CLASS": "support.ol_transports.RenameJob",
+        "OPENLINEAGE__TRANSPORT__TRANSPORT": '{"type": "support.ol_transports.RecordingTransport"}',
     }
     outbox = Outbox.from_env(env, **FAST)
     outbox.emit(run_event(n=0))

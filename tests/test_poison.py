@@ -17,7 +17,7 @@ from outbox import About, Outbox, Outcome
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event, wait_until
+from support.helpers import run_event, wait_until
 
 
 def emit_runs(outbox: Outbox, runs: int, per_run: int, poison_at: set[tuple[int, int]]) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 
 from outbox.tools.sink import Sink, validate_event
 
-from helpers import run_event
+from support.helpers import run_event
 
 
 @pytest.mark.parametrize(
@@ -315,7 +315,7 @@ def test_the_outbox_retries_what_datahub_answers_500_rather_than_dropping_it():
     from outbox.tools.sink import SinkBehaviour
     from outbox.transports import HttpTransport
 
-    from helpers import wait_until
+    from support.helpers import wait_until
 
     with Sink(behaviour=SinkBehaviour(flavor="datahub")) as sink:
         transport = HttpTransport(f"{sink.url}/openapi/openlineage/", mode="single")

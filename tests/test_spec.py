@@ -6,7 +6,7 @@ import copy
 import jsonschema
 import pytest
 
-import spec
+import support.spec as spec
 
 VALID = {
     "eventType": "FAIL",

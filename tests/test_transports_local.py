@@ -8,7 +8,7 @@ import time
 from outbox import Outbox
 from outbox.transports import ConsoleTransport, FileTransport, MemoryTransport
 
-from helpers import run_event
+from support.helpers import run_event
 
 
 def test_file_append_writes_json_lines_in_order(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED
 
-from helpers import FailingTransport, ScriptedTransport, run_event, wait_until
+from support.helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 
 
 def make(transport, **kw) -> Outbox:

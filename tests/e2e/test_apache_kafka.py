@@ -11,8 +11,8 @@ from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport, KafkaTransport
 
-from helpers import TimedEmitter, run_event, wait_until
-from kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from support.helpers import TimedEmitter, run_event, wait_until
+from support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.e2e
 

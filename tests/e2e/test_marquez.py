@@ -24,8 +24,8 @@ from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event, wait_until
-from kafka_helpers import committed_offsets, create_topic, produce
+from support.helpers import run_event, wait_until
+from support.kafka_helpers import committed_offsets, create_topic, produce
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import pytest
 
 from e2e.openmetadata import FakeOpenMetadata, run_connector
 
-from kafka_helpers import create_topic, produce, read_topic
+from support.kafka_helpers import create_topic, produce, read_topic
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-SPEC = Path(__file__).parent / "openlineage_spec"
+SPEC = Path(__file__).parent.parent / "openlineage_spec"
 
 # Facet key -> the schema file that defines it (the facets our events carry).
 FACETS = {

@@ -2,8 +2,8 @@
 fault-injecting proxy, forks and SIGTERM, with the invariants of ARCHITECTURE.md checked after
 every step.
 
-    python tests/chaos.py --seed 7 --seconds 600      # a longer soak
-    python tests/chaos.py --seed 7 --steps 40         # replay the first 40 steps of seed 7
+    python tests/support/chaos.py --seed 7 --seconds 600      # a longer soak
+    python tests/support/chaos.py --seed 7 --steps 40         # replay the first 40 steps of seed 7
 
 The seed fixes every choice (which step, its arguments, the outbox's settings); the timing of
 threads and sockets does not repeat exactly, so a replay runs the same steps, not the same
@@ -28,15 +28,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: the support package
+sys.path.insert(0, str(Path(__file__).parent.parent.parent))  # the repository: outbox
 
 from outbox import Outbox
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from helpers import run_event
+from support.helpers import run_event
 
 GRACE = 0.5  # what close() may take beyond its deadline
 SLACK = 0.25  # scheduling noise on a shared, busy machine
@@ -394,7 +394,7 @@ def run_chaos(seed: int, seconds: float, max_steps: int | None = None) -> Chaos:
         steps = "\n".join(f"  {i + 1:4d}. {step}" for i, step in enumerate(chaos.steps))
         raise AssertionError(
             f"chaos seed {seed} failed at step {len(chaos.steps)}: {exc}\n"
-            f"replay: python tests/chaos.py --seed {seed} --steps {len(chaos.steps)}\nsteps:\n{steps}"
+            f"replay: python tests/support/chaos.py --seed {seed} --steps {len(chaos.steps)}\nsteps:\n{steps}"
         ) from exc
     finally:
         chaos.close()
