@@ -33,6 +33,10 @@ __all__ = ["CLOSE_GRACE", "Sidecar", "State"]
 _INF = float("inf")
 
 
+#: The longest a thread that starts the sidecar waits for its loop to run.
+_READY_WITHIN = 1.0
+
+
 class State(enum.Enum):
     #: Built; the worker starts at construction (sync code), on the first emit, or with
     #: ``async with``.
@@ -105,6 +109,11 @@ class Sidecar:
             thread.start()
             self.loop_thread = thread.ident
             self.state = State.RUNNING
+        # Until its loop runs, the sidecar cannot learn what objects weigh: a thread that
+        # emits at once (a burst at start-up) competes with its start for the GIL, and the
+        # objects it queues meanwhile count at the first estimate, however large they are.
+        # Started here, off the hot path, within a bound.
+        worker.ready.wait(_READY_WITHIN)
 
     def start_attached(self) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,9 @@ class Worker:
             dead_letter=dead_letter,
             lowest_held=self.backlog.lowest_seq,
         )
+        #: Set once the drain loop runs (a thread that builds an outbox waits for it: see
+        #: Sidecar.start_thread).
+        self.ready = threading.Event()
         self.last_error: str | None = None
         self.errors = 0  # unexpected errors caught (the worker goes on after each)
         self.closing = False
@@ -211,6 +215,7 @@ class Worker:
             logger.error("traceback of the outbox worker's first error", exc_info=exc)
 
     async def _drain(self) -> None:
+        self.ready.set()
         while True:
             # Cleared first: a wake-up (an answer, an emit, close) from here on is not lost.
             self.wakeup.clear()
@@ -240,12 +245,19 @@ class Worker:
         self.backlog.promote(now)
         s, buf = self.settings, self.buffer
         lanes = 1 if self.dispatch.breaker.failing else self.dispatch.lanes.current
-        # Enough new work for the lanes: the next answer makes room.  Keys refused wait for
-        # their own reasons and do not count, but the backlog as a whole stays within twice
-        # that (while the backend fails: two batches), so that the buffer's policy keeps the
-        # choice of what is dropped.
+        # Only what the free lanes can take now: an event taken from the buffer can no longer
+        # be evicted by drop_oldest, so the buffer's policy keeps the choice of what is dropped
+        # while the lanes are busy.  Keys refused wait for their own reasons and do not count,
+        # nor do the later events of keys on the wire (no lane can take them); the backlog as a
+        # whole stays within twice a full set of lanes (while the backend fails: two batches).
+        free = lanes - len(self._in_flight)
         window = max(_MIN_WINDOW, lanes * s.max_batch_events)
-        if self.backlog.fresh >= window or len(self.backlog) >= 2 * window:
+        backlog = self.backlog
+        if (
+            free <= 0
+            or len(backlog) >= 2 * window
+            or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now))
+        ):
             self._due_in = _INF  # no room: the next answer (or retry, or close) wakes the loop
             return False
         events, nbytes = s.max_batch_events, s.max_batch_bytes

@@ -14,6 +14,8 @@ def stuck_outbox(policy: str, first=None, **kw) -> tuple[Outbox, ScriptedTranspo
     """An outbox whose first batch (of one event) is stuck in flight."""
     transport = ScriptedTransport(open_gate=False)
     kw.setdefault("max_events", 4)
+    # One batch in flight at a time: with more lanes, the next events would go on the wire too.
+    kw.setdefault("max_concurrency", 1)
     outbox = Outbox(transport, policy=policy, max_batch_events=1, linger=0, close_at_exit=False, **kw)
     assert outbox.emit(run_event(n=0) if first is None else first)
     assert transport.send_started.wait(5)
