@@ -245,21 +245,27 @@ class Worker:
         self.backlog.promote(now)
         s, buf = self.settings, self.buffer
         lanes = 1 if self.dispatch.breaker.failing else self.dispatch.lanes.current
-        # Only what the free lanes can take now: an event taken from the buffer can no longer
-        # be evicted by drop_oldest, so the buffer's policy keeps the choice of what is dropped
-        # while the lanes are busy.  Keys refused wait for their own reasons and do not count,
-        # nor do the later events of keys on the wire (no lane can take them); the backlog as a
-        # whole stays within twice a full set of lanes (while the backend fails: two batches).
+        # What the free lanes can take now; and, while the buffer is less than half full, a
+        # window ahead of them (the next batches ready when a lane answers).  An event taken
+        # from the buffer can no longer be evicted by drop_oldest: once the buffer fills, its
+        # policy keeps the choice of what is dropped.  Keys refused wait for their own reasons
+        # and do not count, nor do the later events of keys on the wire (no lane can take
+        # them); the backlog as a whole stays within twice the window (while the backend
+        # fails: two batches).
         free = lanes - len(self._in_flight)
         window = max(_MIN_WINDOW, lanes * s.max_batch_events)
         backlog = self.backlog
-        if (
-            free <= 0
-            or len(backlog) >= 2 * window
-            or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now))
-        ):
+        if len(backlog) >= 2 * window:
             self._due_in = _INF  # no room: the next answer (or retry, or close) wakes the loop
             return False
+        if free <= 0 or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now)):
+            # Read without the lock: an estimate of the fill, which only decides how far ahead.
+            roomy = 2 * (len(buf.queue) + buf.in_flight) < buf.max_events and (
+                2 * buf.held_bytes_locked() < buf.max_bytes
+            )
+            if not roomy or backlog.fresh >= window:
+                self._due_in = _INF
+                return False
         events, nbytes = s.max_batch_events, s.max_batch_bytes
         if self.backlog:
             # Leave a batch's worth of room to the queue: drop_oldest can only evict queued
