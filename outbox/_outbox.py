@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -23,7 +22,7 @@ from ._run import LineageJob, Run
 from ._settings import check_number, from_variables, in_force, resolve
 from ._sidecar import Sidecar, State
 from ._stats import CloseReport, Stats
-from ._waiting import put_async, wait_async, wait_for_room_locked
+from ._waiting import put_async, wait_async
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
@@ -260,39 +259,19 @@ class Outbox:
         """
         # Sized without serializing: text by its length, an object (0) at the estimate the
         # sidecar learns.  Nothing here walks the event: emit's cost is the same for any event.
+        # The buffer does the rest under its lock (``Buffer.put``: the policy included); a
+        # sidecar not started yet is started by its first wake.
         cls = event.__class__
-        if cls in TEXT_CLASSES:
-            nbytes = len(event) or 1  # type: ignore[arg-type]  # str, bytes and their subclasses
-        elif cls in EVENT_CLASSES:
+        if cls in EVENT_CLASSES:
             nbytes = 0
+        elif cls in TEXT_CLASSES:
+            nbytes = len(event) or 1  # type: ignore[arg-type]  # str, bytes and their subclasses
         else:
             admit(event)
             nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
-        buf = self._buffer
-        sidecar = self._sidecar
-        if sidecar.state is State.NEW:
-            sidecar.start_thread()
-        if buf.owned():
-            # A signal handler or finalizer interrupted this very thread inside the outbox:
-            # the lock will not be released until we return.  Park the event aside.
-            if buf.put_reentrant(event, nbytes):
-                sidecar.wake()
-                return True
-            return False
-        with buf.lock:
-            if buf.closed:
-                buf.refuse_locked()
-                return False
-            result = buf.put_locked(event, nbytes)
-            if not result:
-                if nbytes > buf.max_bytes:  # (an object is never refused for its estimate)
-                    buf.count_locked(Reason.TOO_LARGE)
-                elif self._block and threading.get_ident() != sidecar.loop_thread:
-                    result = wait_for_room_locked(buf, event, nbytes, self._block_timeout)
-                else:
-                    buf.count_locked(Reason.DROPPED_FULL)
+        result = self._buffer.put(event, nbytes)
         if result == 2:
-            sidecar.wake()
+            self._sidecar.wake()
         return result > 0
 
     async def emit_async(self, event: Event) -> bool:
@@ -309,17 +288,14 @@ class Outbox:
             return self.emit(event)
         buf = self._buffer
         event, nbytes = sized(event)
-        sidecar = self._sidecar
-        if sidecar.state is State.NEW:
-            sidecar.start_thread()
         if buf.owned():
             if buf.put_reentrant(event, nbytes):
-                sidecar.wake()
+                self._sidecar.wake()
                 return True
             return False
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
         if result == 2:
-            sidecar.wake()
+            self._sidecar.wake()
         return result > 0
 
     def run(

@@ -88,7 +88,9 @@ class Sidecar:
         self.deadline = _INF
         #: Why the worker stopped without being closed (None while it runs or was closed).
         self.stopped: str | None = None
-        self.wake: Callable[[], None] = _noop
+        #: Wakes the worker (from any thread).  Until the sidecar runs, the first event
+        #: accepted starts it: emit itself never checks the state.
+        self.wake: Callable[[], None] = self._start_on_first_wake
 
     # -- start ------------------------------------------------------------------------------
 
@@ -107,13 +109,20 @@ class Sidecar:
             self.wake = _waker(loop, worker)
             self._register()
             thread.start()
-            self.loop_thread = thread.ident
+            self.loop_thread = self.buffer.no_block_thread = thread.ident
             self.state = State.RUNNING
         # Until its loop runs, the sidecar cannot learn what objects weigh: a thread that
         # emits at once (a burst at start-up) competes with its start for the GIL, and the
         # objects it queues meanwhile count at the first estimate, however large they are.
         # Started here, off the hot path, within a bound.
         worker.ready.wait(_READY_WITHIN)
+
+    def _start_on_first_wake(self) -> None:
+        """The wake of a sidecar that has not started (an outbox made in async code, emitted
+        to before ``async with``): start it on its own thread, then wake it."""
+        self.start_thread()
+        if self.worker is not None and self.loop is not None:
+            _waker(self.loop, self.worker)()
 
     def start_attached(self) -> None:
         with self._lock:
@@ -124,7 +133,7 @@ class Sidecar:
             # On the application's own loop a hand-off sleep would hold that loop up.
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
-            self.loop_thread = threading.get_ident()
+            self.loop_thread = self.buffer.no_block_thread = threading.get_ident()
             self.wake = _waker(loop, worker)
             self._register()
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
@@ -294,10 +303,6 @@ class Sidecar:
         if self.stopped is not None:
             return f"the worker stopped: {self.stopped}"
         return self.worker.last_error if self.worker is not None else None
-
-
-def _noop() -> None:
-    pass
 
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:
