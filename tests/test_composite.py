@@ -32,7 +32,7 @@ def test_every_member_gets_every_event_once_and_a_member_that_was_down_catches_u
         assert wait_until(lambda: len(up.events) == 20, 10)
         # Held by the member that is down, in its own buffer; the other one is done with them.
         assert wait_until(lambda: outbox.stats().members["down"]["retried"] >= 20, 10)
-        assert outbox.stats().members["up"]["delivered"] == 20
+        assert wait_until(lambda: outbox.stats().members["up"]["delivered"] == 20, 10)
         down.behaviour = SinkBehaviour()
         report = outbox.close(10)
         stats = outbox.stats()
