@@ -164,7 +164,16 @@ def test_flush_waits_for_every_member():
         for n in range(5):
             outbox.emit(run_event(n=n))
         assert not outbox.flush(0.5)  # handed on at once, but one member cannot send
-        assert len(up.events) == 5  # the other one did, meanwhile
+        assert wait_until(lambda: len(up.events) == 5, 10)  # the other one does
+        assert wait_until(lambda: outbox.stats().members["up"]["delivered"] == 5, 10)
+        assert not outbox.flush(0.2)  # still not: flush waits for every member
+        outbox.close(0)
+    with Sink() as a, Sink() as b:
+        outbox = Outbox(CompositeTransport({"a": HttpTransport(a.url), "b": HttpTransport(b.url)}), **QUIET)
+        for n in range(5):
+            outbox.emit(run_event(n=n))
+        assert outbox.flush(10)
+        assert len(a.events) == len(b.events) == 5  # flushed means: every member has them
         outbox.close(0)
 
 
