@@ -216,6 +216,12 @@ class OpenLineageTransportAdapter:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        # Emits not started yet never will be (nor wait ahead of the transport's close).
+        with self._lock:
+            waiting = [future for _, future in self._running.values()]
+            self._returned.clear()
+        for future in waiting:
+            future.cancel()
         close = getattr(self.transport, "close", None)
         try:
             if callable(close):
@@ -225,5 +231,3 @@ class OpenLineageTransportAdapter:
         finally:
             # Its threads end (an emit still running ends its thread when it returns).
             executor.shutdown(wait=False)
-            with self._lock:
-                self._returned.clear()
