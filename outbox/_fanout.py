@@ -9,7 +9,7 @@ member (``continue_on_success``, the default) runs in two stages::
 
 The intake is the outbox's own buffer and worker, unchanged (so ``emit`` is the same few
 microseconds whatever the members do); its transport is :class:`HandOff`, which puts each
-serialized event (its JSON bytes, shared by every member, not copied) in every member's
+serialized event (the same object, shared by every member, not copied) in every member's
 buffer and answers DELIVERED at once.  Each member then has its own buffer, worker, retry
 list, circuit, lanes and sidecar thread: a member that is down, black-holed or slow fills
 and drops from its own buffer, backs off on its own circuit, and never delays or drops
@@ -110,8 +110,9 @@ class Member:
                 buf.count_locked(Reason.DROPPED_SHUTDOWN, len(batch))
                 return
             for event in batch:
-                body = event.body
-                if buf.put_locked(body, len(body) or 1):
+                # Serialized already: the member's worker takes it as it is (no parsing), and
+                # every member holds the same object.
+                if buf.put_locked(event, len(event.body) or 1):
                     accepted = True
                 else:
                     buf.count_locked(Reason.DROPPED_FULL)
