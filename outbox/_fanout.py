@@ -43,6 +43,7 @@ from ._buffer import Buffer, Policy, Reason
 from ._deadletter import DeadLetter
 from ._metrics import Metrics
 from ._sidecar import CLOSE_GRACE, Sidecar
+from ._slices import checkpoint
 from ._worker import WorkerSettings
 from .transports._base import DELIVERED, Outcome, SerializedEvent, Transport
 from .transports.composite import CompositeTransport
@@ -50,6 +51,8 @@ from .transports.composite import CompositeTransport
 __all__ = ["FanOut", "HandOff", "fans_out"]
 
 _INF = float("inf")
+# Events handed to a member under one hold of its lock.
+_CHUNK = 64
 
 
 def fans_out(transport: Any) -> bool:
@@ -99,23 +102,27 @@ class Member:
         )
 
     def take(self, batch: Sequence[SerializedEvent]) -> None:
-        """Queue ``batch`` (the intake's thread; never waits: the buffer's lock is held for
-        microseconds by whoever holds it)."""
+        """Queue ``batch`` (on the intake's thread; never waits for room).  In chunks, the GIL
+        handed to the application's threads between two (as the intake's own work is)."""
         buf = self.buffer
         accepted = False
-        with buf.lock:
-            if buf.closed:
-                # Handed on after the member's close began (the intake was cut by the deadline).
-                buf.emitted += len(batch)
-                buf.count_locked(Reason.DROPPED_SHUTDOWN, len(batch))
-                return
-            for event in batch:
-                # Serialized already: the member's worker takes it as it is (no parsing), and
-                # every member holds the same object.
-                if buf.put_locked(event, len(event.body) or 1):
-                    accepted = True
-                else:
-                    buf.count_locked(Reason.DROPPED_FULL)
+        for start in range(0, len(batch), _CHUNK):
+            chunk = batch[start : start + _CHUNK]
+            with buf.lock:
+                if buf.closed:
+                    # Handed on after the member's close began (the intake was cut by the deadline).
+                    left = len(batch) - start
+                    buf.emitted += left
+                    buf.count_locked(Reason.DROPPED_SHUTDOWN, left)
+                    break
+                for event in chunk:
+                    # Serialized already: the member's worker takes it as it is (no parsing),
+                    # and every member holds the same object.
+                    if buf.put_locked(event, len(event.body) or 1):
+                        accepted = True
+                    else:
+                        buf.count_locked(Reason.DROPPED_FULL)
+            checkpoint()
         if accepted:
             self.sidecar.wake()
 
