@@ -413,11 +413,12 @@ class Outbox:
         if buf.owned():
             return False
         target = self._flush_target()
-        if target is not None:
-            self._refuse_on_own_loop("flush", "aflush")
-            if not _settled_by(buf, target, deadline):
-                return False
         members = self._sidecar.members
+        if target is None and members is None:
+            return True
+        self._refuse_on_own_loop("flush", "aflush")
+        if target is not None and not _settled_by(buf, target, deadline):
+            return False
         if members is None:
             return True
         # A composite's: handed on to every member; now each member's own sending.
