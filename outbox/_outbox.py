@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -15,6 +15,7 @@ from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._deadletter import DeadLetter
 from ._errors import ConfigError
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
+from ._fanout import FanOut, fans_out
 from ._lifecycle import INHERITED, track
 from ._log import logger
 from ._metrics import Metrics
@@ -226,15 +227,29 @@ class Outbox:
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
         self._metrics = Metrics(self._name, self._buffer)
+        members = None
+        if fans_out(self._transport):
+            # Each member its own buffer, worker and thread; this outbox's worker is their intake.
+            members = FanOut.build(
+                self._transport,  # type: ignore[arg-type]
+                self._name,
+                max_events=limits.max_events,
+                max_bytes=limits.max_bytes,
+                policy=limits.policy,
+                settings=self._settings,
+                shutdown_timeout=self._shutdown_timeout,
+                dead_letter=self._dead_letter,
+            )
         self._sidecar = Sidecar(
             self._buffer,
-            self._transport,
+            members.hand_off if members is not None else self._transport,
             self._settings,
             self._metrics,
             name=self._name,
             shutdown_timeout=self._shutdown_timeout,
             close_at_exit=self._close_at_exit,
             dead_letter=self._dead_letter,
+            members=members,
         )
         # Dropped without close(): drain in the background (the exit hook waits for it).
         self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
@@ -374,16 +389,16 @@ class Outbox:
         if buf.owned():
             return False
         target = self._flush_target()
-        if target is None:
+        members = self._sidecar.members
+        if target is None and members is None:
             return True
         self._refuse_on_own_loop("flush", "aflush")
-        with buf.lock:
-            while buf.lowest_unsettled_locked() <= target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                buf.progress.wait(remaining)
-        return True
+        if target is not None and not _settled_by(buf, target, deadline):
+            return False
+        if members is None:
+            return True
+        # A composite's: handed on to every member; now each member's own sending.
+        return all(_settled_by(b, t, deadline) for b, t in members.flush_targets())
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` for async code: waits without blocking the running loop."""
@@ -393,9 +408,17 @@ class Outbox:
         if buf.owned():
             return False
         target = self._flush_target()
-        if target is None:
+        if target is not None and not await wait_async(
+            buf, lambda: buf.lowest_unsettled_locked() > target, deadline
+        ):
+            return False
+        members = self._sidecar.members
+        if members is None:
             return True
-        return await wait_async(buf, lambda: buf.lowest_unsettled_locked() > target, deadline)
+        for member_buf, member_target in members.flush_targets():
+            if not await wait_async(member_buf, _settled_past(member_buf, member_target), deadline):
+                return False
+        return True
 
     # -- close ---------------------------------------------------------------------------
 
@@ -463,12 +486,16 @@ class Outbox:
         else:
             with buf.lock:
                 snap = buf.snapshot_locked()
-        member_stats = getattr(self._transport, "member_stats", None)
+        if sidecar.members is not None:
+            members = sidecar.members.stats()
+        else:
+            member_stats = getattr(self._transport, "member_stats", None)
+            members = member_stats() if callable(member_stats) else {}
         return Stats(
             **snap,
             last_error=sidecar.last_error(),
             circuit=worker.circuit.value if worker else "closed",
-            members=member_stats() if callable(member_stats) else {},
+            members=members,
         )
 
     @property
@@ -523,3 +550,18 @@ class Outbox:
                 self._buffer.close_locked()
             self._sidecar.state = State.CLOSED
             self._sidecar.report = old.report
+
+
+def _settled_past(buf: Buffer, target: int) -> Callable[[], bool]:
+    return lambda: buf.lowest_unsettled_locked() > target
+
+
+def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
+    """Wait until every event of ``buf`` up to ``target`` is settled, or ``deadline``."""
+    with buf.lock:
+        while buf.lowest_unsettled_locked() <= target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            buf.progress.wait(remaining)
+    return True

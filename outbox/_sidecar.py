@@ -16,7 +16,7 @@ import enum
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
@@ -27,6 +27,9 @@ from ._stats import CloseReport
 from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
+
+if TYPE_CHECKING:
+    from ._fanout import FanOut
 
 __all__ = ["CLOSE_GRACE", "Sidecar", "State"]
 
@@ -64,8 +67,12 @@ class Sidecar:
         shutdown_timeout: float,
         close_at_exit: bool,
         dead_letter: DeadLetter | None = None,
+        members: FanOut | None = None,
     ) -> None:
         self.buffer = buffer
+        #: A fan-out composite's members, each with its own runtime (``_fanout``); this
+        #: sidecar's worker is then their intake, and its close is theirs.
+        self.members = members
         self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
@@ -111,6 +118,8 @@ class Sidecar:
             thread.start()
             self.loop_thread = self.buffer.no_block_thread = thread.ident
             self.state = State.RUNNING
+        if self.members is not None:
+            self.members.start()
         # Until its loop runs, the sidecar cannot learn what objects weigh: a thread that
         # emits at once (a burst at start-up) competes with its start for the GIL, and the
         # objects it queues meanwhile count at the first estimate, however large they are.
@@ -139,6 +148,8 @@ class Sidecar:
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
             self.task.add_done_callback(self._task_done)
             self.state = State.RUNNING
+        if self.members is not None:
+            self.members.start()
 
     def _register(self) -> None:
         if self.close_at_exit:
@@ -190,7 +201,15 @@ class Sidecar:
             )
         if not self.finished.done():
             self.finished.set_result(None)
-        if closing:
+        members = self.members
+        if members is not None:
+            # The intake has handed on all it will (its transport's aclose told them, unless
+            # it never got there): the members drain until the deadline, and the report
+            # waits for the last of them.
+            members.close(self.deadline if closing else None)
+            if closing:
+                members.when_done(self.finish)
+        elif closing:
             self.finish()
 
     # -- close ------------------------------------------------------------------------------
@@ -212,6 +231,16 @@ class Sidecar:
             self.deadline = min(self.deadline, deadline)
             if self.state in (State.NEW, State.RUNNING):
                 self.state = State.CLOSING
+        if self.members is not None:
+            self.members.set_deadline(self.deadline)
+        begin_close = getattr(self.transport, "begin_close", None)
+        if callable(begin_close):
+            # A transport whose rounds run long (the openlineage-python adapter) answers what
+            # it did before the deadline, rather than have it cut and counted at shutdown.
+            try:
+                begin_close(self.deadline)
+            except Exception as exc:
+                logger.warning("%r.begin_close failed: %r", self.transport, exc)
         self._refuse(None)
         loop, worker = self.loop, self.worker
         if loop is not None and worker is not None and not self.finished.done():
@@ -239,6 +268,8 @@ class Sidecar:
         thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, min(0.05, end - time.monotonic())))  # it is on its last lines
+        if self.members is not None:
+            self.members.wait(deadline)
 
     async def wait_async(self, deadline: float) -> None:
         budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
@@ -246,6 +277,8 @@ class Sidecar:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.finished)), budget)
         except TimeoutError:
             logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
+        if self.members is not None:
+            await self.members.wait_async(deadline)
 
     def finish(self) -> CloseReport:
         """Settle the accounts (whatever is still held is lost to shutdown) and make the
@@ -265,6 +298,7 @@ class Sidecar:
                 timed_out=True,
                 pending=snap["queued_events"] + snap["in_flight"],
             )
+        members = self.members.finish() if self.members is not None else {}
         with self._lock, buf.lock:
             if self.report is not None:
                 return self.report
@@ -279,7 +313,9 @@ class Sidecar:
                 delivered=buf.delivered,
                 undelivered=dropped,
                 duration=time.monotonic() - started,
-                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0,
+                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0
+                or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
+                members=members,
             )
             self.report = report
             self.state = State.CLOSED

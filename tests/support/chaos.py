@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: the support pac
 sys.path.insert(0, str(Path(__file__).parent.parent.parent))  # the repository: outbox
 
 from outbox import Outbox
+from outbox._config import ResolvedTransport
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
-from outbox.transports import HttpTransport
+from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
 
 from support.helpers import run_event
 
@@ -43,7 +44,23 @@ SLACK = 0.25  # scheduling noise on a shared, busy machine
 KiB = 1024
 
 POISON = "POISON-7f3a"  # the backend answers 500 to any request carrying it
-BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled", "small_bodies")
+BACKENDS = (
+    "healthy",
+    "refused",
+    "blackhole",
+    "reset",
+    "http_503",
+    "http_429",
+    "stalled",
+    "small_bodies",
+    "slow",
+)
+# What an outbox of a generation ships through: the HTTP transport; a composite of it and a second
+# member (its own sink, behind its own proxy: down, black-holed or slow on its own); or
+# openlineage-python's own HTTP transport behind the adapter (its emit blocks, slow when the
+# backend is).
+SHAPES = ("http", "http", "composite", "adapter")
+MEMBER_BACKENDS = ("healthy", "refused", "blackhole", "slow")
 
 SIGTERM_CHILD = """
 import logging, sys, time
@@ -66,6 +83,10 @@ while True:
 """
 
 
+# A composite member's accounts that are not losses.
+_MEMBER_FIELDS = ("emitted", "delivered", "retried", "queued_events", "in_flight")
+
+
 class InvariantError(AssertionError):
     pass
 
@@ -86,6 +107,11 @@ class Chaos:
         self.sink = Sink(behaviour=SinkBehaviour(poison=POISON)).start()
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
         self.backend = "healthy"
+        # The composite's second member: a backend of its own.
+        self.sink2 = Sink(behaviour=SinkBehaviour(poison=POISON)).start()
+        self.proxy2 = FaultProxy("127.0.0.1", self.sink2.port).start()
+        self.member_backend = "healthy"
+        self.shapes: dict[str, int] = defaultdict(int)
         self.generation = 0
         self.closes = 0
         self.forks = 0
@@ -112,7 +138,21 @@ class Chaos:
             "close_at_exit": False,
         }
         self.mode = rng.choice(["batch", "single", "auto"])
-        self.outbox = Outbox(HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0), **self.settings)
+        self.shape = rng.choice(SHAPES)
+        self.shapes[self.shape] += 1
+        transport: Any = HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0)
+        if self.shape == "composite":
+            other = HttpTransport(self.proxy2.url, mode="batch", timeout=1.0)
+            transport = CompositeTransport({"main": transport, "other": other})
+        elif self.shape == "adapter":
+            config = {
+                "type": "openlineage.client.transport.http.HttpTransport",
+                "url": self.proxy.url,
+                "timeout": 1.0,
+                "retry": {"total": 0},
+            }
+            transport = OpenLineageTransportAdapter.from_config(ResolvedTransport(config))
+        self.outbox = Outbox(transport, **self.settings)
         self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
         self.next_n: dict[str, int] = defaultdict(int)
         self.accepted: dict[str, list[int]] = defaultdict(list)  # run id -> n accepted, in order
@@ -142,6 +182,9 @@ class Chaos:
             poison = rng.random() < 0.2
             name = f"emit threads={threads} count={count} big={big} poison={poison}"
             return name, lambda: self._emit(threads, count, big, poison)
+        if roll < 0.50:
+            member = rng.choice(MEMBER_BACKENDS)
+            return f"member backend {member}", lambda: self._set_member_backend(member)
         if roll < 0.62:
             backend = rng.choice(BACKENDS)
             retry_after = rng.choice(["0", "1", "2"])
@@ -219,7 +262,14 @@ class Chaos:
         elif backend == "small_bodies":
             behaviour.max_body = 60 * KiB  # 413 to larger requests: batches are split
         self.sink.behaviour = behaviour
+        self.proxy.latency = 0.5 if backend == "slow" else 0.0  # a slow emit behind the adapter
         self.proxy.mode = mode  # type: ignore[assignment]
+
+    def _set_member_backend(self, backend: str) -> None:
+        """The composite's second member's backend, apart from the first's."""
+        self.member_backend = backend
+        self.proxy2.latency = 0.5 if backend == "slow" else 0.0
+        self.proxy2.mode = {"refused": "refuse", "blackhole": "blackhole"}.get(backend, "pass")  # type: ignore[assignment]
 
     def _flush(self, timeout: float) -> None:
         began = time.monotonic()
@@ -266,17 +316,31 @@ class Chaos:
             self._new_outbox()
 
     def _check_generation(self, report: Any) -> None:
-        """What the backend holds of this generation agrees with what the outbox reported."""
+        """What the backend holds of this generation agrees with what the outbox reported (for a
+        composite: what each member's backend holds with what that member reported)."""
         time.sleep(0.05)  # a response the proxy relayed may still be on its way to the sink's list
+        if self.shape != "composite":
+            self._check_sink(self.sink, report.delivered, report.undelivered)
+            return
+        for name, sink in (("main", self.sink), ("other", self.sink2)):
+            counts = report.members[name]
+            self._check_sink(sink, counts["delivered"], counts)
+            losses = sum(n for key, n in counts.items() if key not in _MEMBER_FIELDS)
+            check(
+                counts["emitted"] == counts["delivered"] + losses and counts["emitted"] == report.delivered,
+                f"member {name}'s final accounts are not exact: {counts} ({report})",
+            )
+
+    def _check_sink(self, sink: Sink, delivered: int, undelivered: Any) -> None:
         arrived: dict[str, list[int]] = defaultdict(list)
-        for event in self.sink.events:
+        for event in sink.events:
             check("bad" not in event["run"].get("facets", {}), "the backend took a poison event")
             if event["job"]["name"] == self.job:
                 arrived[event["run"]["runId"]].append(event["n"])
         distinct = sum(len(set(ns)) for ns in arrived.values())
-        poison = report.undelivered.get("poison", 0)
+        poison = undelivered.get("poison", 0)
         check(poison <= self.poisoned, f"{poison} events dropped as poison, {self.poisoned} were")
-        check(distinct >= report.delivered, f"{report.delivered} reported delivered, {distinct} arrived")
+        check(distinct >= delivered, f"{delivered} reported delivered, {distinct} arrived")
         for run, ns in arrived.items():
             accepted = set(self.accepted[run])
             phantom = set(ns) - accepted
@@ -369,6 +433,23 @@ class Chaos:
             held_bytes <= self.settings["max_bytes"],
             f"{held_bytes} bytes held, max {self.settings['max_bytes']}",
         )
+        for name, counts in stats.members.items() if self.shape == "composite" else ():
+            losses = sum(n for key, n in counts.items() if key not in _MEMBER_FIELDS)
+            check(
+                counts["emitted"]
+                == counts["delivered"] + losses + counts["queued_events"] + counts["in_flight"],
+                f"member {name}'s accounting is not exact: {counts}",
+            )
+        fanout = outbox._sidecar.members
+        for name, member in fanout.members.items() if fanout is not None else ():
+            mbuf = member.buffer
+            with mbuf.lock:
+                held, held_bytes = len(mbuf.queue) + mbuf.in_flight, mbuf.queued_bytes + mbuf.in_flight_bytes
+            check(held <= self.settings["max_events"], f"member {name} holds {held} events")
+            check(held_bytes <= self.settings["max_bytes"], f"member {name} holds {held_bytes} bytes")
+            msidecar = member.sidecar
+            if msidecar.report is None and msidecar.thread is not None:
+                check(msidecar.thread.is_alive(), f"member {name}'s sidecar thread died")
         sidecar = outbox._sidecar
         if sidecar.report is None and sidecar.thread is not None:
             check(sidecar.thread.is_alive(), f"the sidecar thread died: {stats.last_error}")
@@ -377,11 +458,13 @@ class Chaos:
     def close(self) -> None:
         self.proxy.stop()
         self.sink.stop()
+        self.proxy2.stop()
+        self.sink2.stop()
 
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {len(self.steps)} steps, {self.generation} outboxes, {self.closes} closes, "
-            f"{self.forks} forks, {self.sigterms} SIGTERMs"
+            f"{self.forks} forks, {self.sigterms} SIGTERMs, shapes {dict(self.shapes)}"
         )
 
 
