@@ -390,10 +390,11 @@ class Buffer:
         self._recompute_locked()
         return result
 
-    def drop_offered_locked(self, reason: str) -> None:
-        """An event offered to ``emit`` is not accepted after all: count it under ``reason``."""
-        self.refused += 1
-        self.count_locked(reason)
+    def drop_offered_locked(self, reason: str, n: int = 1) -> None:
+        """``n`` events offered (to ``emit``, or handed to a composite's member) are not
+        accepted after all: count them under ``reason``."""
+        self.refused += n
+        self.count_locked(reason, n)
 
     def _popleft_locked(self) -> int:
         """Forget the oldest queued event; returns the bytes it counted for."""

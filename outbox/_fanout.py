@@ -111,9 +111,7 @@ class Member:
             with buf.lock:
                 if buf.closed:
                     # Handed on after the member's close began (the intake was cut by the deadline).
-                    left = len(batch) - start
-                    buf.emitted += left
-                    buf.count_locked(Reason.DROPPED_SHUTDOWN, left)
+                    buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN, len(batch) - start)
                     break
                 for event in chunk:
                     # Serialized already: the member's worker takes it as it is (no parsing),
@@ -121,7 +119,7 @@ class Member:
                     if buf.put_locked(event, len(event.body) or 1):
                         accepted = True
                     else:
-                        buf.count_locked(Reason.DROPPED_FULL)
+                        buf.drop_offered_locked(Reason.DROPPED_FULL)
             checkpoint()
         if accepted:
             self.sidecar.wake()
