@@ -1,0 +1,92 @@
+"""A ``multiprocessing`` child that emits and returns without ``close()``: multiprocessing ends
+its children with ``os._exit``, so ``atexit`` never runs there.  The outbox closes in
+multiprocessing's own finalizers instead: the child's events arrive at a real sink, or are
+counted in a warning; an outbox that does not close at exit says what it leaves behind."""
+
+import subprocess
+import sys
+
+import pytest
+
+from outbox.tools.faultproxy import free_port
+from outbox.tools.sink import Sink
+
+CHILD = """
+import logging, multiprocessing, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(process)d %(message)s")
+from outbox import Outbox
+from outbox.transports import HttpTransport
+
+URL = {url!r}
+
+def event(n):
+    run = {{"runId": "11111111-1111-1111-1111-1111111111%02d" % (n % 8)}}
+    return {{"eventType": "START", "eventTime": "2026-12-02T10:00:00+00:00", "n": n, "run": run,
+            "job": {{"namespace": "n", "name": "child"}}, "producer": "p", "schemaURL": "s"}}
+
+def make():
+    return Outbox(HttpTransport(URL, mode="batch", timeout=2), linger=30, shutdown_timeout=2,
+                  close_at_exit={close_at_exit})
+
+OUTBOX = make() if {inherited} else None
+
+def child():
+    outbox = OUTBOX if OUTBOX is not None else make()
+    for n in range(100):
+        assert outbox.emit(event(n))
+    # returns: no close(), no flush()
+
+if __name__ == "__main__":
+    process = multiprocessing.get_context({method!r}).Process(target=child)
+    process.start()
+    process.join(60)
+    print("exitcode", process.exitcode)
+"""
+
+
+def run_child(tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True):
+    """The script above in a fresh interpreter (a file: forkserver children import its main)."""
+    script = tmp_path / "parent.py"
+    script.write_text(CHILD.format(url=url, method=method, inherited=inherited, close_at_exit=close_at_exit))
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "inherited"),
+    [("fork", True), ("fork", False), ("forkserver", False)],
+    ids=["fork-inherited-outbox", "fork-own-outbox", "forkserver"],
+)
+def test_a_multiprocessing_child_that_returns_without_close_delivers_its_events(tmp_path, method, inherited):
+    with Sink() as sink:
+        result = run_child(tmp_path, sink.url, method, inherited=inherited)
+        assert result.returncode == 0, result.stderr
+        assert "exitcode 0" in result.stdout, result.stderr
+        # The child's exit waited for its close: the events are there once it has ended.
+        events = sink.events
+    assert sorted(e["n"] for e in events) == list(range(100)), result.stderr
+
+
+def test_a_multiprocessing_child_with_the_backend_down_counts_its_events_when_it_ends(tmp_path):
+    down = f"http://127.0.0.1:{free_port()}/api/v1/lineage"
+    result = run_child(tmp_path, down, "fork")
+    assert result.returncode == 0, result.stderr
+    assert "exitcode 0" in result.stdout, result.stderr
+    # The close report of the child's outbox, logged as it ends: all 100 counted.
+    report = [line for line in result.stderr.splitlines() if "closed at exit" in line]
+    assert len(report) == 1, result.stderr
+    assert "emitted=100" in report[0], report
+    assert "delivered=0" in report[0], report
+
+
+def test_a_multiprocessing_child_whose_outbox_does_not_close_at_exit_warns_of_what_it_leaves(tmp_path):
+    with Sink() as sink:
+        result = run_child(tmp_path, sink.url, "fork", close_at_exit=False)
+        assert result.returncode == 0, result.stderr
+        events = sink.events
+    assert events == []  # close_at_exit=False: the program's own choice
+    warning = [line for line in result.stderr.splitlines() if "multiprocessing child" in line]
+    assert len(warning) == 1, result.stderr
+    assert "100 event(s) not delivered" in warning[0], warning
+    assert "close()" in warning[0], warning
