@@ -40,6 +40,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import weakref
@@ -353,6 +354,23 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _not_a_file(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (nor a directory)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
 def _check_writable(path: str) -> None:
     """A ConfigError now, rather than events lost later without a file to show for it."""
     where = f"dead_letter={path!r}"
@@ -362,6 +380,14 @@ def _check_writable(path: str) -> None:
         raise ConfigError(
             f"{where} is a directory; name a file in it, such as "
             f"{os.path.join(path, 'dead-letters.jsonl')!r} (OUTBOX_DEAD_LETTER)"
+        )
+    kind = _not_a_file(path)
+    if kind:
+        # A FIFO would block the sidecar once its reader stops reading; /dev/null would keep
+        # nothing while the outbox says the events are kept; neither can be rotated.
+        raise ConfigError(
+            f"{where} is {kind}, not a regular file: dead letters must be kept in a file that "
+            "can be read back and rotated; name a file (OUTBOX_DEAD_LETTER)"
         )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -374,7 +400,7 @@ def _check_writable(path: str) -> None:
         probe, probe_path = tempfile.mkstemp(dir=folder, prefix=".outbox-dead-letter-probe-")
         os.close(probe)
         os.unlink(probe_path)
-        if os.path.lexists(path):  # (non-blocking: a FIFO with no reader fails rather than waits)
+        if os.path.lexists(path):  # (non-blocking: should it be a FIFO by now, fail, not wait)
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK))
     except OSError as exc:
         raise ConfigError(

@@ -349,11 +349,27 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
     ):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path)
     os.mkfifo(tmp_path / "fifo")  # no reader: refused at once, not waited on
-    with pytest.raises(ConfigError, match="cannot be written"):
+    with pytest.raises(ConfigError, match="is a FIFO"):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
     assert outbox._dead_letter is not None
     outbox.close(0)
+
+
+def test_dead_letter_on_a_fifo_with_a_reader_or_a_device_is_a_config_error(tmp_path):
+    # A FIFO that someone reads opens fine, and would block the sidecar once the reader stops;
+    # /dev/null keeps nothing while the outbox says it keeps dead letters.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(ConfigError, match=r"is a FIFO \(named pipe\), not a regular file"):
+            Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=fifo, close_at_exit=False)
+    finally:
+        os.close(reader)
+    for device in ("/dev/null", "/dev/full"):
+        with pytest.raises(ConfigError, match=f"dead_letter='{device}' is a device, not a regular file"):
+            Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=device, close_at_exit=False)
 
 
 CONSTRUCT = """
