@@ -171,6 +171,11 @@ class DeadLetter:
         with self._lock:
             return {"written": self._written, "not_written": dict(self._lost)}
 
+    def counts(self) -> dict[str, int]:
+        """``written``, and the records not written by why (for ``Outbox.stats()``)."""
+        with self._lock:
+            return {"written": self._written, **self._lost}
+
     def write(self, records: Iterable[tuple[str, str, bytes | None, Any]]) -> None:
         """``records``: (reason, the backend's answer or why, the event's JSON as the outbox
         serialized it or None, the event as emitted).  Never raises: what the file cannot
@@ -342,13 +347,17 @@ class DeadLetter:
         return f"DeadLetter({self.path!r})"
 
 
-# A fork child must not inherit a counters' lock that another thread of the parent held.
+# A fork child must not inherit a counters' lock that another thread of the parent held, nor
+# the parent's counts.
 _instances: weakref.WeakSet[DeadLetter] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     for dead_letter in list(_instances):
         dead_letter._lock = threading.Lock()
+        # The child's outbox counts from zero (its stats() are its own), and so does its file.
+        dead_letter._written = 0
+        dead_letter._lost = {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
