@@ -30,24 +30,36 @@ def make():
 
 OUTBOX = make() if {inherited} else None
 
-def child():
+def child(first=0):
     outbox = OUTBOX if OUTBOX is not None else make()
-    for n in range(100):
+    for n in range(first, first + 100):
         assert outbox.emit(event(n))
     # returns: no close(), no flush()
 
 if __name__ == "__main__":
-    process = multiprocessing.get_context({method!r}).Process(target=child)
-    process.start()
-    process.join(60)
-    print("exitcode", process.exitcode)
+    context = multiprocessing.get_context({method!r})
+    if {pool}:  # two workers, each a task of 100 events; the pool closed and joined
+        pool = context.Pool(2)
+        pool.map(child, [0, 100], chunksize=1)
+        pool.close()
+        pool.join()
+        print("exitcode 0")
+    else:
+        process = context.Process(target=child)
+        process.start()
+        process.join(60)
+        print("exitcode", process.exitcode)
 """
 
 
-def run_child(tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True):
+def run_child(
+    tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True, pool: bool = False
+):
     """The script above in a fresh interpreter (a file: forkserver children import its main)."""
     script = tmp_path / "parent.py"
-    script.write_text(CHILD.format(url=url, method=method, inherited=inherited, close_at_exit=close_at_exit))
+    script.write_text(
+        CHILD.format(url=url, method=method, inherited=inherited, close_at_exit=close_at_exit, pool=pool)
+    )
     return subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path
     )
@@ -66,6 +78,14 @@ def test_a_multiprocessing_child_that_returns_without_close_delivers_its_events(
         # The child's exit waited for its close: the events are there once it has ended.
         events = sink.events
     assert sorted(e["n"] for e in events) == list(range(100)), result.stderr
+
+
+def test_pool_workers_that_end_with_the_pool_deliver_what_their_tasks_emitted(tmp_path):
+    with Sink() as sink:
+        result = run_child(tmp_path, sink.url, "fork", pool=True)
+        assert result.returncode == 0, result.stderr
+        events = sink.events
+    assert sorted(e["n"] for e in events) == list(range(200)), result.stderr
 
 
 def test_a_multiprocessing_child_with_the_backend_down_counts_its_events_when_it_ends(tmp_path):
