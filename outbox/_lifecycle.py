@@ -10,8 +10,9 @@ child.  (Signals are ``Outbox.close_on_signal``, in ``_signals``.)
 - A ``multiprocessing`` child (any start method) ends with ``os._exit``: ``atexit`` never runs
   there.  ``multiprocessing`` runs its own finalizers first (``util._exit_function`` in
   ``Process._bootstrap``), so the first sidecar started in such a child registers one
-  (``multiprocessing.util.Finalize``) that closes them as the exit hook would, and warns of an
-  outbox with ``close_at_exit=False`` that still holds events.  (Registered at the sidecar's
+  (``multiprocessing.util.Finalize``) that closes them as the exit hook would.
+- Either way, an outbox with ``close_at_exit=False`` that still holds events as the process ends
+  is named in a warning (nothing else would count what it loses).  (Registered at the sidecar's
   start, not in the fork hook: ``_bootstrap`` clears the finalizers after the fork hooks ran.)
 """
 
@@ -89,14 +90,42 @@ def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
             logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
 
 
-@atexit.register
-def _close_all_at_exit() -> None:
+def _close_all_at_exit(where: str = "this process") -> None:
     with _OPEN_LOCK:
         sidecars = [s for s in _OPEN if s.active]
     try:
         close_all(sidecars)
     except Exception as exc:  # never fail interpreter exit
         logger.warning("closing the outboxes at exit failed: %r", exc)
+    _warn_of_unclosed(where)
+
+
+atexit.register(_close_all_at_exit)
+
+# Sidecars already warned of (a spawn child reaches both multiprocessing's finalizers and atexit).
+_WARNED: weakref.WeakSet[Sidecar] = weakref.WeakSet()
+
+
+def _warn_of_unclosed(where: str) -> None:
+    """Nothing lost silently: an outbox that does not close at exit and still holds events as
+    the process ends says so (its events are lost, and nothing else would count them)."""
+    with _OPEN_LOCK:
+        unclosed = [s for s in _STARTED if s.active and not s.close_at_exit and s not in _WARNED]
+    for sidecar in unclosed:
+        _WARNED.add(sidecar)
+        try:
+            held = sidecar.held()
+        except Exception:  # never fail interpreter exit
+            continue
+        if held:
+            logger.warning(
+                "outbox %r: %s (pid %d) ends with %d event(s) not delivered, and close_at_exit=False: "
+                "they are lost; call close() before it ends",
+                sidecar.name,
+                where,
+                os.getpid(),
+                held,
+            )
 
 
 # -- the end of a multiprocessing child ------------------------------------------------------
@@ -125,19 +154,7 @@ def _hook_multiprocessing_exit() -> None:
 
 
 def _close_at_multiprocessing_exit() -> None:
-    _close_all_at_exit()
-    with _OPEN_LOCK:
-        unclosed = [s for s in _STARTED if s.active and not s.close_at_exit]
-    for sidecar in unclosed:
-        held = sidecar.held()
-        if held:
-            logger.warning(
-                "outbox %r: this multiprocessing child (pid %d) ends with %d event(s) not delivered, "
-                "and close_at_exit=False: they are lost; call close() before the child returns",
-                sidecar.name,
-                os.getpid(),
-                held,
-            )
+    _close_all_at_exit("this multiprocessing child")
 
 
 # -- fork -----------------------------------------------------------------------------------------
@@ -191,6 +208,7 @@ def _forget_open_sidecars() -> list[Sidecar]:
     inherited = list(_OPEN)
     _OPEN.clear()
     _STARTED.clear()
+    _WARNED.clear()
     return inherited
 
 

@@ -67,8 +67,8 @@ def run_child(
 
 @pytest.mark.parametrize(
     ("method", "inherited"),
-    [("fork", True), ("fork", False), ("forkserver", False)],
-    ids=["fork-inherited-outbox", "fork-own-outbox", "forkserver"],
+    [("fork", True), ("fork", False), ("forkserver", False), ("spawn", False)],
+    ids=["fork-inherited-outbox", "fork-own-outbox", "forkserver", "spawn"],
 )
 def test_a_multiprocessing_child_that_returns_without_close_delivers_its_events(tmp_path, method, inherited):
     with Sink() as sink:
@@ -110,3 +110,43 @@ def test_a_multiprocessing_child_whose_outbox_does_not_close_at_exit_warns_of_wh
     assert len(warning) == 1, result.stderr
     assert "100 event(s) not delivered" in warning[0], warning
     assert "close()" in warning[0], warning
+
+
+BARE_FORK = """
+import logging, os, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(process)d %(message)s")
+from outbox import Outbox
+from outbox.transports import HttpTransport
+
+kept = Outbox(HttpTransport({url!r}, mode="batch", timeout=2), linger=30, shutdown_timeout=2, name="kept")
+left = Outbox(HttpTransport({url!r}, mode="batch", timeout=2), linger=30, close_at_exit=False, name="left")
+pid = os.fork()
+role = "child" if pid == 0 else "parent"
+for n in range(10):
+    kept.emit({{"eventType": "START", "eventTime": "2026-12-02T10:00:00+00:00", "n": n, "role": role,
+               "run": {{"runId": "11111111-1111-1111-1111-111111111111"}},
+               "job": {{"namespace": "n", "name": role}}, "producer": "p", "schemaURL": "s"}})
+    left.emit({{"eventType": "START", "n": n}})
+if pid:
+    os.waitpid(pid, 0)
+# both end normally: atexit runs
+"""
+
+
+def test_a_process_or_bare_fork_child_that_ends_normally_warns_of_an_outbox_left_unclosed(tmp_path):
+    with Sink() as sink:
+        script = tmp_path / "bare.py"
+        script.write_text(BARE_FORK.format(url=sink.url))
+        result = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        events = sink.events
+    # close_at_exit (the default): the parent's and the child's events delivered at exit.
+    assert sorted(e["n"] for e in events if e["role"] == "child") == list(range(10))
+    assert sorted(e["n"] for e in events if e["role"] == "parent") == list(range(10))
+    # close_at_exit=False: each process says what it leaves, once.
+    warnings = [line for line in result.stderr.splitlines() if "outbox 'left'" in line]
+    assert len(warnings) == 2, result.stderr
+    assert all("10 event(s) not delivered, and close_at_exit=False" in line for line in warnings), warnings
+    assert len({line.split()[0] for line in warnings}) == 2  # two processes
