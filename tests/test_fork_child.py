@@ -38,11 +38,16 @@ def child(first=0):
 
 if __name__ == "__main__":
     context = multiprocessing.get_context({method!r})
-    if {pool}:  # two workers, each a task of 100 events; the pool closed and joined
+    if {pool!r} == "pool":  # two workers, each a task of 100 events; the pool closed and joined
         pool = context.Pool(2)
         pool.map(child, [0, 100], chunksize=1)
         pool.close()
         pool.join()
+        print("exitcode 0")
+    elif {pool!r} == "executor":
+        import concurrent.futures
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as executor:
+            list(executor.map(child, [0, 100]))
         print("exitcode 0")
     else:
         process = context.Process(target=child)
@@ -53,7 +58,7 @@ if __name__ == "__main__":
 
 
 def run_child(
-    tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True, pool: bool = False
+    tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True, pool: str = ""
 ):
     """The script above in a fresh interpreter (a file: forkserver children import its main)."""
     script = tmp_path / "parent.py"
@@ -80,9 +85,10 @@ def test_a_multiprocessing_child_that_returns_without_close_delivers_its_events(
     assert sorted(e["n"] for e in events) == list(range(100)), result.stderr
 
 
-def test_pool_workers_that_end_with_the_pool_deliver_what_their_tasks_emitted(tmp_path):
+@pytest.mark.parametrize("pool", ["pool", "executor"])
+def test_pool_workers_that_end_with_the_pool_deliver_what_their_tasks_emitted(tmp_path, pool):
     with Sink() as sink:
-        result = run_child(tmp_path, sink.url, "fork", pool=True)
+        result = run_child(tmp_path, sink.url, "fork", pool=pool)
         assert result.returncode == 0, result.stderr
         events = sink.events
     assert sorted(e["n"] for e in events) == list(range(200)), result.stderr
