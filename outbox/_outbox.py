@@ -496,6 +496,7 @@ class Outbox:
             last_error=sidecar.last_error(),
             circuit=worker.circuit.value if worker else "closed",
             members=members,
+            dead_letter=self._dead_letter.counts() if self._dead_letter is not None else {},
         )
 
     @property

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
-from ._lifecycle import closes_at_exit, no_longer_closes_at_exit
+from ._lifecycle import no_longer_closes_at_exit, started
 from ._log import logger
 from ._slices import install
 from ._stats import CloseReport
@@ -152,8 +152,7 @@ class Sidecar:
             self.members.start()
 
     def _register(self) -> None:
-        if self.close_at_exit:
-            closes_at_exit(self)
+        started(self, self.close_at_exit)
 
     def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
         block_async_signals()
@@ -218,6 +217,12 @@ class Sidecar:
     def active(self) -> bool:
         """Running or closing: what the exit hook closes."""
         return self.state is State.RUNNING or self.state is State.CLOSING
+
+    def held(self) -> int:
+        """Events accepted and not settled yet (queued or in flight)."""
+        with self.buffer.lock:
+            snap = self.buffer.snapshot_locked()
+        return int(snap["queued_events"]) + int(snap["in_flight"])
 
     def on_own_loop(self) -> bool:
         return self.loop_thread == threading.get_ident() and not self.finished.done()

@@ -52,6 +52,11 @@ class Stats:
     #: member.  A failover chain (``continue_on_success=False``) shows ``delivered``,
     #: ``retried`` and one count per rejection reason.
     members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The dead-letter file's own accounting (empty without one): ``written`` records, and
+    #: records it could not take, by why: ``dead_letter_full`` (the file and ``FILE.1`` at
+    #: their cap), ``dead_letter_error`` (a write failed: a full disk, a removed folder).  The
+    #: events themselves are counted in ``dropped`` under their own reasons either way.
+    dead_letter: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:

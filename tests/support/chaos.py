@@ -16,9 +16,11 @@ import argparse
 import ast
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -31,8 +33,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: the support package
 sys.path.insert(0, str(Path(__file__).parent.parent.parent))  # the repository: outbox
 
+import orjson
+
 from outbox import Outbox
 from outbox._config import ResolvedTransport
+from outbox._deadletter import Torn, rotated_path, scan
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
@@ -44,6 +49,8 @@ SLACK = 0.25  # scheduling noise on a shared, busy machine
 KiB = 1024
 
 POISON = "POISON-7f3a"  # the backend answers 500 to any request carrying it
+# The reasons whose events go to the dead-letter file.
+DEAD_LETTERED = ("rejected_by_backend", "poison", "too_large", "invalid_event")
 BACKENDS = (
     "healthy",
     "refused",
@@ -116,6 +123,7 @@ class Chaos:
         self.closes = 0
         self.forks = 0
         self.sigterms = 0
+        self.folder = tempfile.mkdtemp(prefix="outbox-chaos-")
         self._new_outbox()
 
     # -- the system under test ------------------------------------------------------------
@@ -137,6 +145,12 @@ class Chaos:
             "send_timeout": rng.choice([1.0, 3.0]),
             "close_at_exit": False,
         }
+        # Half the outboxes keep a dead-letter file, some with a cap small enough to rotate and fill.
+        self.dead_letter: str | None = None
+        if rng.random() < 0.5:
+            self.dead_letter = os.path.join(self.folder, f"dead-{self.generation}.jsonl")
+            self.settings["dead_letter"] = self.dead_letter
+            self.settings["dead_letter_max_bytes"] = rng.choice([16 * KiB, 64 * 1024 * KiB])
         self.mode = rng.choice(["batch", "single", "auto"])
         self.shape = rng.choice(SHAPES)
         self.shapes[self.shape] += 1
@@ -312,6 +326,7 @@ class Chaos:
         report = results[0][2]
         check(report.emitted == report.delivered + report.lost, f"close report not exact: {report}")
         self._check_generation(report)
+        self._check_dead_letters(report)
         if not final:
             self._new_outbox()
 
@@ -347,6 +362,35 @@ class Chaos:
             check(not phantom, f"run {run}: events {sorted(phantom)[:5]} arrived but were never accepted")
             firsts = list(dict.fromkeys(ns))  # first arrival of each event, duplicates dropped
             check(firsts == sorted(firsts), f"run {run}: arrived out of order: {firsts[:40]}")
+
+    def _check_dead_letters(self, report: Any) -> None:
+        """Every event settled for good is in the dead-letter file, whole, or counted as what the
+        file could not take; nothing in it is torn."""
+        if self.dead_letter is None:
+            return
+        due = sum(report.undelivered.get(reason, 0) for reason in DEAD_LETTERED)
+
+        def counted() -> int:
+            return sum(self.outbox.stats().dead_letter.values())
+
+        deadline = time.monotonic() + 2.0  # the worker accounts, then writes
+        while counted() < due and time.monotonic() < deadline:
+            time.sleep(0.01)
+        accounts = dict(self.outbox.stats().dead_letter)
+        check(counted() == due, f"dead letters {accounts} for {due} events settled for good: {report}")
+        kept = 0
+        for path in (rotated_path(self.dead_letter), self.dead_letter):
+            if not os.path.exists(path):
+                continue
+            with open(path, "rb") as file:
+                for item in scan(file):
+                    check(not isinstance(item, Torn), f"a torn dead-letter record in {path}: {item}")
+                    assert not isinstance(item, Torn)
+                    check(item.event is not None, f"a dead letter without its event in {path}")
+                    assert item.event is not None
+                    if orjson.loads(item.event)["job"]["name"] == self.job:  # not a fork child's
+                        kept += 1
+        check(kept == accounts.get("written", 0), f"{kept} dead letters in the file, {accounts} counted")
 
     def _fork(self) -> None:
         self.forks += 1
@@ -460,6 +504,7 @@ class Chaos:
         self.sink.stop()
         self.proxy2.stop()
         self.sink2.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def summary(self) -> str:
         return (
