@@ -23,6 +23,7 @@ from ._deadletter import DeadLetter
 from ._lifecycle import closes_at_exit, no_longer_closes_at_exit
 from ._log import logger
 from ._slices import install
+from ._spill import Spill
 from ._stats import CloseReport
 from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
@@ -64,8 +65,10 @@ class Sidecar:
         shutdown_timeout: float,
         close_at_exit: bool,
         dead_letter: DeadLetter | None = None,
+        spill: Spill | None = None,
     ) -> None:
         self.buffer = buffer
+        self.spill = spill
         self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
@@ -100,7 +103,7 @@ class Sidecar:
             # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
             # run on daemon threads, so an unresolvable host cannot hold the process at exit.
             loop.set_default_executor(DaemonExecutor(f"{self.name}-resolver"))
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
             thread.name = f"{self.name}-sidecar"
             self.loop, self.worker, self.thread = loop, worker, thread
@@ -120,7 +123,7 @@ class Sidecar:
             if self.state is not State.NEW:
                 return
             loop = asyncio.get_running_loop()
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             # On the application's own loop a hand-off sleep would hold that loop up.
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
@@ -130,6 +133,9 @@ class Sidecar:
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
             self.task.add_done_callback(self._task_done)
             self.state = State.RUNNING
+
+    def _new_worker(self) -> Worker:
+        return Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter, self.spill)
 
     def _register(self) -> None:
         if self.close_at_exit:
