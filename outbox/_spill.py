@@ -93,6 +93,8 @@ class Spill:
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         self.max_bytes = max_bytes
+        # Small enough that settled segments free room well within the bound.
+        self._segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
         self.interval = interval
         self.log = RateLimitedLog(log_interval)
         self.owner = f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -321,7 +323,7 @@ class Spill:
         if void is None and not events:
             return
         at = time.time()
-        records: list[bytes] = [encode_void(void, at)] if void is not None else []
+        records: list[tuple[int, bytes]] = [(-1, encode_void(void, at))] if void is not None else []
         done: list[tuple[int, Any, SerializedEvent]] = []
         if slicer is not None:
             slicer.begin()
@@ -336,12 +338,24 @@ class Spill:
                 except Exception:  # the intake counts it as invalid_event
                     continue
             done.append((start + offset, event, ser))
-            records.append(encode_event(start + offset, at, ser))
+            records.append((start + offset, encode_event(start + offset, at, ser)))
         end = start + len(events)
         with buf.lock:
             self._replace_locked(buf, done)
         self._spilled_upto = end
-        self._append(records, done, end - 1, at)
+        self._append(records, at)
+
+    def cover(self, items: list[Any]) -> None:
+        """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
+        emit raced the last one): written now, before any transport sees them."""
+        if self._closed:
+            return
+        fresh = [item for item in items if item.seq >= self._spilled_upto]
+        if not fresh:
+            return
+        at = time.time()
+        self._spilled_upto = fresh[-1].seq + 1
+        self._append([(item.seq, encode_event(item.seq, at, item.event)) for item in fresh], at)
 
     def _replace_locked(self, buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
         """Objects serialized here take their serialized form's place in the queue (the
@@ -350,28 +364,42 @@ class Spill:
         total = count = 0
         for seq, event, ser in done:
             index = seq - head
-            if 0 <= index < len(queue) and queue[index] is event:
+            if not 0 <= index < len(queue):
+                continue  # taken meanwhile (or shed: then the next tick finds it void)
+            now = queue[index]
+            if now is event:
                 if event is not ser:
                     if not buf.sizes[index]:
                         count += 1
                         total += len(ser.body)
                     buf.replace_locked(index, ser)
                 self._refs.append((seq, ser))
+            elif now.__class__ is SerializedEvent and event.__class__ is not SerializedEvent:
+                # The intake's sampling serialized it in place meanwhile (it runs at our
+                # slices' hand-offs): the same event.  (emit never queues a SerializedEvent.)
+                self._refs.append((seq, now))
             else:
-                self._refs.append((seq, event))
+                self._refs.append((seq, event))  # not the one written: the next tick voids it
         if count:
             buf.learn_locked(total // count)
 
-    def _append(self, records: list[bytes], done: list[Any], last_seq: int, at: float) -> None:
-        n = len(done)
-        if not records:
+    def _append(self, entries: list[tuple[int, bytes]], at: float) -> None:
+        """Append records, ``(seq, record)`` in order (seq -1: a void record), within
+        ``max_spill_bytes``: what does not fit is counted ``spill_full`` and not written."""
+        if not entries:
             return
-        data = b"".join(records)
         if time.monotonic() < self._retry_at:
-            self._count("spill_failed", n)
+            self._count("spill_failed", sum(seq >= 0 for seq, _ in entries))
             return
-        if self.disk_bytes + len(data) > self.max_bytes:
-            self._count("spill_full", n)
+        room = self.max_bytes - self.disk_bytes
+        fit = size = 0
+        for _, record in entries:
+            if size + len(record) > room:
+                break
+            size += len(record)
+            fit += 1
+        if fit < len(entries):
+            self._count("spill_full", sum(seq >= 0 for seq, _ in entries[fit:]))
             self.log.warning(
                 "spill-full",
                 "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk "
@@ -379,10 +407,13 @@ class Spill:
                 self.directory,
                 self.max_bytes,
             )
+            entries = entries[:fit]
+        n = sum(seq >= 0 for seq, _ in entries)
+        if not entries:
             return
         try:
             segment = self._segment()
-            view = memoryview(data)
+            view = memoryview(b"".join(record for _, record in entries))
             while view:
                 wrote = os.write(self._fd, view)
                 segment.size += wrote
@@ -391,10 +422,12 @@ class Spill:
         except OSError as exc:
             self._failed(exc, n)
             return
+        last_seq = max(seq for seq, _ in entries)
         segment.max_seq = max(segment.max_seq, last_seq)
         self.written += n
-        self._marks.append((last_seq, at))
-        if segment.size >= SEGMENT_BYTES:
+        if n:
+            self._marks.append((last_seq, at))
+        if segment.size >= self._segment_bytes:
             self._close_segment()
 
     def _segment(self) -> _Segment:
@@ -444,7 +477,8 @@ class Spill:
         while self._segments and self._segments[0].max_seq < lowest:
             self._delete(self._segments.popleft())
         current = self._current
-        if current is not None and current.max_seq < lowest and current.size >= SEGMENT_BYTES // 16:
+        if current is not None and 0 <= current.max_seq < lowest:
+            # All settled (the backend keeps up): begin afresh rather than let it grow.
             self._close_segment()
             self._delete(self._segments.pop())
         try:
@@ -498,6 +532,7 @@ class Spill:
             "spilled_events": max(0, self._spilled_upto - self._lowest) if self.written else 0,
             "spilled_bytes": self.disk_bytes,
             "segments": len(self._segments) + (self._current is not None),
+            "written": self.written,
             "recovered": self.recovered,
             "recovering": len(self._recovered),
             "not_spilled_full": self.not_spilled.get("spill_full", 0),

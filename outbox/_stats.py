@@ -47,7 +47,8 @@ class Stats:
     #: per rejection reason (empty for other transports).
     members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: With a ``spill_dir``: ``spilled_events`` (written and not yet settled),
-    #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``recovered`` (events of dead
+    #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``written`` (events written in
+    #: all), ``recovered`` (events of dead
     #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
     #: ``not_spilled_failed`` (accepted events not written: ``max_spill_bytes`` reached, or the
     #: disk failed; they are still held in memory), ``oldest_age`` (seconds since the oldest

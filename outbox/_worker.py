@@ -283,6 +283,8 @@ class Worker:
         if self.spill is not None:  # on disk before it can reach a transport
             self.spill.tick(buf, self.slicer, now, force=True)
         items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
+        if self.spill is not None:
+            self.spill.cover(items)
         self.backlog.add(items)
         return True
 
