@@ -102,7 +102,8 @@ def test_records_round_trip_and_void():
     data = encode_event(7, 1.5, ser(7)) + encode_void(8, 2.0) + encode_event(8, 2.5, ser(9))
     records = list(parse(data))
     assert [(r.kind, r.seq) for r in records] == [(EVENT, 7), (VOID, 8), (EVENT, 8)]
-    assert records[0].event == ser(7) and records[0].at == 1.5
+    assert records[0].event == ser(7)
+    assert records[0].at == 1.5
     assert records[2].event.body == ser(9).body
 
 
@@ -125,7 +126,7 @@ def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
 def test_an_unusable_directory_is_a_config_error(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(ConfigError, match="spill_dir=.*not usable.*writable directory"):
+    with pytest.raises(ConfigError, match=r"spill_dir=.*not usable.*writable directory"):
         Outbox(HttpTransport(refused_url()), spill_dir=str(a_file / "sub"))
     with pytest.raises(ConfigError, match="max_spill_bytes"):
         Outbox(HttpTransport(refused_url()), spill_dir=str(tmp_path), max_spill_bytes=0)
@@ -163,7 +164,9 @@ def test_close_with_the_backend_down_hands_the_events_to_the_next_outbox(tmp_pat
     report = first.close()
     assert report.undelivered == {"spilled_at_close": 50}
     state = inspect_dir(spill)
-    assert state["owners_alive"] == 0 and state["owners_gone"] == 1 and state["bytes"] > 0
+    assert state["owners_alive"] == 0
+    assert state["owners_gone"] == 1
+    assert state["bytes"] > 0
     with Sink() as sink:
         second = Outbox(HttpTransport(sink.url), spill_dir=spill)
         assert second.emit(run_event(run_id=RUNS[0], n=50))  # newer than all of the first's
@@ -190,7 +193,8 @@ def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
         # Delivered: forgotten within an interval or so.
         assert wait_until(lambda: box.stats().spill["spilled_bytes"] == 0)
         spill_stats = box.stats().spill
-        assert spill_stats["spilled_events"] == 0 and spill_stats["segments"] == 0
+        assert spill_stats["spilled_events"] == 0
+        assert spill_stats["segments"] == 0
         assert spill_stats["written"] + spill_stats["not_spilled_full"] == 2000
         assert spill_stats["written"] > 0
         assert box.close(10).complete
@@ -210,7 +214,8 @@ def test_the_spill_full_is_counted_and_the_events_still_go(tmp_path):
         assert box.emit(run_event(n=n))
     assert wait_until(lambda: box.stats().spill["written"] + box.stats().spill["not_spilled_full"] == 200)
     stats = box.stats().spill
-    assert stats["not_spilled_full"] > 0 and stats["spilled_bytes"] <= 20_000
+    assert stats["not_spilled_full"] > 0
+    assert stats["spilled_bytes"] <= 20_000
     assert sum(p.stat().st_size for p in spill.glob("*.seg")) <= 20_000
     report = box.close()
     # Not all of them are on disk: counted as lost to shutdown, not as handed on.
@@ -292,7 +297,8 @@ def test_a_torn_tail_left_by_a_kill_is_skipped_with_one_warning(tmp_path, caplog
         assert box.close(10).complete
         assert sorted(delivered_ns(sink)) == list(range(99))
     torn = [r for r in caplog.records if "torn or corrupt" in r.getMessage()]
-    assert len(torn) == 1 and str(segment) in torn[0].getMessage()
+    assert len(torn) == 1
+    assert str(segment) in torn[0].getMessage()
 
 
 def test_a_disk_that_fails_is_counted_warned_once_and_the_outbox_goes_on(tmp_path):
@@ -316,11 +322,13 @@ def test_a_disk_that_fails_is_counted_warned_once_and_the_outbox_goes_on(tmp_pat
         child.stdin.flush()
         stats = json.loads(read_line(child, "stats "))
         _, err = child.communicate(timeout=15)
-    assert stats["delivered"] == 400 and stats["dropped"] == {}
+    assert stats["delivered"] == 400
+    assert stats["dropped"] == {}
     assert stats["spill"]["not_spilled_failed"] > 0
     warnings = [line for line in err.splitlines() if "spill: writing to" in line]
     assert len(warnings) == 1, err
-    assert str(spill) in warnings[0] and "ulimit" in warnings[0]
+    assert str(spill) in warnings[0]
+    assert "ulimit" in warnings[0]
     assert sorted(delivered_ns(sink)) == list(range(400))
 
 
