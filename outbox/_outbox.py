@@ -216,8 +216,8 @@ class Outbox:
             self._limits, self._settings, self._shutdown_timeout, dead_letter, self._dead_letter_max_bytes
         )
         spill = self._spill
-        settings["spill_dir"] = spill.directory if spill is not None else None
         if spill is not None:
+            settings["spill_dir"] = spill.directory
             settings["max_spill_bytes"] = spill.max_bytes
             settings["spill_interval"] = spill.interval
         return settings

@@ -555,7 +555,10 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
     path = os.fspath(directory)
     state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
     if not state["exists"]:
-        state["writable"] = os.access(os.path.dirname(os.path.abspath(path)) or ".", os.W_OK)
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        state["writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
         return state
     state["writable"] = os.access(path, os.W_OK | os.X_OK)
     names = sorted(os.listdir(path))

@@ -372,3 +372,41 @@ def test_two_processes_share_a_directory_and_one_adopts_a_dead_ones_events(tmp_p
     assert sorted(s["spill"]["recovered"] for s in stats) == [0, 300]
     assert_run_order(sink)
     assert os.listdir(spill) == []
+
+
+def test_outbox_check_reports_the_spill_directory_without_adopting_it(tmp_path):
+    spill = tmp_path / "spill"
+    first = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=0.2)
+    for n in range(20):
+        assert first.emit(run_event(n=n))
+    assert first.close().undelivered == {"spilled_at_close": 20}
+    before = sorted(os.listdir(spill))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
+    with Sink() as sink:
+
+        def check(directory: Path) -> tuple[int, str]:
+            env = {**clean, "OPENLINEAGE_URL": sink.url, "OUTBOX_SPILL_DIR": str(directory)}
+            done = subprocess.run(
+                [sys.executable, "-m", "outbox.tools.cli", "check", "--timeout", "3"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            lines = [entry for entry in done.stdout.splitlines() if entry.split()[1:2] == ["spill"]]
+            assert len(lines) == 1, done.stdout + done.stderr
+            return done.returncode, lines[0]
+
+        status, spill_line = check(spill)
+        assert status == 0
+        assert spill_line.startswith("ok")
+        assert "0 live and 1 gone process(es)" in spill_line
+        assert "1 segment(s)" in spill_line
+        assert sorted(os.listdir(spill)) == before  # nothing adopted, nothing moved
+        assert sink.events == []
+        a_file = tmp_path / "file"
+        a_file.write_text("x")
+        status, spill_line = check(a_file / "sub")
+        assert status == 1
+        assert spill_line.startswith("FAIL")
+        assert "not writable" in spill_line
