@@ -253,7 +253,7 @@ class Outbox:
                 self._spill.feed_locked(self._buffer)
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
-        self._metrics = Metrics(self._name, self._buffer)
+        self._metrics = Metrics(self._name, self._buffer, self._spill)
         self._sidecar = Sidecar(
             self._buffer,
             self._transport,
