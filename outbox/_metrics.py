@@ -81,7 +81,7 @@ def _spill_instruments(meter: metrics.Meter) -> None:
         return [
             metrics.Observation(n, {"outbox.name": name, "reason": reason})
             for spill, name in live
-            for reason, n in dict(spill.not_spilled).items()
+            for reason, n in dict(spill.disk.not_spilled).items()
         ]
 
     meter.create_observable_counter(

@@ -40,39 +40,16 @@ from ._errors import ConfigError
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
 from ._slices import Slicer
+from ._spilldisk import Segments, inspect_dir, read_checkpoint
 from ._spillfmt import EVENT, encode_event, encode_void, parse
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Spill", "inspect_dir"]
 
 DEFAULT_MAX_BYTES = 1024**3
 DEFAULT_INTERVAL = 0.1
-#: A segment is closed (and a new one begun) past this size.
-SEGMENT_BYTES = 4 * 1024 * 1024
 #: Seconds between two looks for dead owners while running.
 SCAN_INTERVAL = 5.0
-#: Seconds before writing again after the disk failed.
-RETRY_AFTER = 5.0
 _INF = float("inf")
-_DISK_ERRORS = {
-    errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
-    errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
-    errno.EFBIG: "a file size limit was hit (ulimit -f): raise it",
-    errno.EACCES: "permission denied: make the directory writable by this process",
-    errno.EPERM: "permission denied: make the directory writable by this process",
-    errno.EROFS: "the filesystem is read-only: point spill_dir at a writable one",
-    errno.EIO: "an I/O error: check the disk",
-}
-
-
-def _fix(exc: OSError) -> str:
-    return _DISK_ERRORS.get(exc.errno or 0, "check the directory")
-
-
-class _Segment:
-    __slots__ = ("max_seq", "path", "size")
-
-    def __init__(self, path: str) -> None:
-        self.path, self.size, self.max_seq = path, 0, -1
 
 
 class Spill:
@@ -93,32 +70,22 @@ class Spill:
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         self.max_bytes = max_bytes
-        # Small enough that settled segments free room well within the bound.
-        self._segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
         self.interval = interval
         self.log = RateLimitedLog(log_interval)
         self.owner = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._lock_fd = self._take_own_lock()
-        self._segments: deque[_Segment] = deque()
-        self._current: _Segment | None = None
-        self._fd = -1
-        self._seg_no = 0
-        self.disk_bytes = 0
+        self.disk = Segments(self.directory, self.owner, max_bytes, self.log)
         self._spilled_upto = 0  # the next sequence number to write
         self._refs: deque[tuple[int, Any]] = deque()  # written, maybe still queued
-        self._marks: deque[tuple[int, float]] = deque()  # (highest seq of a write, its time)
         self._checkpoint = -1
         self._lowest = 0
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
-        self._retry_at = -_INF
         self._closed = False
         #: Events of dead owners read and not yet queued; owners being adopted.
         self._recovered: deque[SerializedEvent] = deque()
         self._adopting: list[tuple[str, int, int]] = []  # (owner, lock fd, last seq fed)
-        self.written = 0
         self.recovered = 0
-        self.not_spilled: dict[str, int] = {}
         if adopt:
             self._scan()
 
@@ -149,7 +116,7 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
-        for fd in (self._lock_fd, self._fd, *(fd for _, fd, _ in self._adopting)):
+        for fd in (self._lock_fd, self.disk.fd, *(fd for _, fd, _ in self._adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -207,7 +174,7 @@ class Spill:
 
     def _read_owner(self, owner: str) -> list[SerializedEvent]:
         """A dead owner's events above its checkpoint, in order."""
-        settled = _read_checkpoint(self._path(".ckpt", owner))
+        settled = read_checkpoint(self._path(".ckpt", owner))
         kept: list[tuple[int, SerializedEvent]] = []
         for path in self._owner_segments(owner):
             try:
@@ -343,7 +310,7 @@ class Spill:
         with buf.lock:
             self._replace_locked(buf, done)
         self._spilled_upto = end
-        self._append(records, at)
+        self.disk.append(records, at)
 
     def cover(self, items: list[Any]) -> None:
         """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
@@ -355,7 +322,7 @@ class Spill:
             return
         at = time.time()
         self._spilled_upto = fresh[-1].seq + 1
-        self._append([(item.seq, encode_event(item.seq, at, item.event)) for item in fresh], at)
+        self.disk.append([(item.seq, encode_event(item.seq, at, item.event)) for item in fresh], at)
 
     def _replace_locked(self, buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
         """Objects serialized here take their serialized form's place in the queue (the
@@ -383,104 +350,15 @@ class Spill:
         if count:
             buf.learn_locked(total // count)
 
-    def _append(self, entries: list[tuple[int, bytes]], at: float) -> None:
-        """Append records, ``(seq, record)`` in order (seq -1: a void record), within
-        ``max_spill_bytes``: what does not fit is counted ``spill_full`` and not written."""
-        if not entries:
-            return
-        if time.monotonic() < self._retry_at:
-            self._count("spill_failed", sum(seq >= 0 for seq, _ in entries))
-            return
-        room = self.max_bytes - self.disk_bytes
-        fit = size = 0
-        for _, record in entries:
-            if size + len(record) > room:
-                break
-            size += len(record)
-            fit += 1
-        if fit < len(entries):
-            self._count("spill_full", sum(seq >= 0 for seq, _ in entries[fit:]))
-            self.log.warning(
-                "spill-full",
-                "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk "
-                "until delivered ones free room (raise max_spill_bytes for longer outages)",
-                self.directory,
-                self.max_bytes,
-            )
-            entries = entries[:fit]
-        n = sum(seq >= 0 for seq, _ in entries)
-        if not entries:
-            return
-        try:
-            segment = self._segment()
-            view = memoryview(b"".join(record for _, record in entries))
-            while view:
-                wrote = os.write(self._fd, view)
-                segment.size += wrote
-                self.disk_bytes += wrote
-                view = view[wrote:]
-        except OSError as exc:
-            self._failed(exc, n)
-            return
-        last_seq = max(seq for seq, _ in entries)
-        segment.max_seq = max(segment.max_seq, last_seq)
-        self.written += n
-        if n:
-            self._marks.append((last_seq, at))
-        if segment.size >= self._segment_bytes:
-            self._close_segment()
-
-    def _segment(self) -> _Segment:
-        if self._current is None:
-            self._seg_no += 1
-            segment = _Segment(self._path(f"-{self._seg_no:08d}.seg"))
-            self._fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            self._current = segment
-        return self._current
-
-    def _close_segment(self) -> None:
-        if self._current is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
-            self._segments.append(self._current)
-            self._current = None
-
-    def _failed(self, exc: OSError, n: int) -> None:
-        self._count("spill_failed", n)
-        self._retry_at = time.monotonic() + RETRY_AFTER
-        self._close_segment()  # a torn tail stays at its end; the next write begins a new one
-        self.log.warning(
-            "spill-failed",
-            "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "
-            "again in %g s",
-            self.directory,
-            exc.strerror or exc,
-            _fix(exc),
-            RETRY_AFTER,
-        )
-
-    def _count(self, reason: str, n: int) -> None:
-        if n:
-            self.not_spilled[reason] = self.not_spilled.get(reason, 0) + n
-
     def _record_progress(self, buf: Buffer) -> None:
         """Checkpoint the oldest unsettled event; delete the segments below it."""
         with buf.lock:
             lowest = buf.lowest_unsettled_locked()
         lowest = int(min(lowest, self._spilled_upto))
         self._lowest = lowest
-        while self._marks and self._marks[0][0] < lowest:
-            self._marks.popleft()
         if lowest == self._checkpoint:
             return
-        while self._segments and self._segments[0].max_seq < lowest:
-            self._delete(self._segments.popleft())
-        current = self._current
-        if current is not None and 0 <= current.max_seq < lowest:
-            # All settled (the backend keeps up): begin afresh rather than let it grow.
-            self._close_segment()
-            self._delete(self._segments.pop())
+        self.disk.forget_below(lowest)
         try:
             tmp = self._path(".ckpt.tmp")
             with open(tmp, "w") as f:
@@ -492,11 +370,6 @@ class Spill:
                 "spill-ckpt", "spill: cannot write the checkpoint in %s: %s", self.directory, exc
             )
 
-    def _delete(self, segment: _Segment) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(segment.path)
-        self.disk_bytes -= segment.size
-
     def close(self, buf: Buffer) -> bool:
         """The worker is done: write the last events and the checkpoint, let go of the files
         (a successor adopts what is unsettled).  Returns True if every event still held is
@@ -507,12 +380,10 @@ class Spill:
         self._closed = True
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
-            durable = not self.not_spilled and self._spilled_upto >= buf.next_seq and not self._recovered
-        self._close_segment()
-        if not held and not self._recovered:
-            for segment in self._segments:
-                self._delete(segment)
-            self._segments.clear()
+            durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq and not self._recovered
+        everything_settled = not held and not self._recovered
+        self.disk.close(delete=everything_settled)
+        if everything_settled:
             for suffix in (".ckpt", ".lock"):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(suffix))
@@ -527,72 +398,17 @@ class Spill:
     def stats(self) -> dict[str, float]:
         """What ``Stats.spill`` shows (read without the buffer's lock: a snapshot that may be a
         tick old)."""
-        oldest = self._marks[0][1] if self._marks else None
+        disk = self.disk
+        marks = disk.marks
+        oldest = marks[0][1] if marks else None
         return {
-            "spilled_events": max(0, self._spilled_upto - self._lowest) if self.written else 0,
-            "spilled_bytes": self.disk_bytes,
-            "segments": len(self._segments) + (self._current is not None),
-            "written": self.written,
+            "spilled_events": max(0, self._spilled_upto - self._lowest) if disk.written else 0,
+            "spilled_bytes": disk.disk_bytes,
+            "segments": len(disk),
+            "written": disk.written,
             "recovered": self.recovered,
             "recovering": len(self._recovered),
-            "not_spilled_full": self.not_spilled.get("spill_full", 0),
-            "not_spilled_failed": self.not_spilled.get("spill_failed", 0),
+            "not_spilled_full": disk.not_spilled.get("spill_full", 0),
+            "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             "oldest_age": max(0.0, time.time() - oldest) if oldest is not None else 0.0,
         }
-
-
-def _read_checkpoint(path: str) -> int:
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The state of a spill directory, for ``outbox check``: whether it is writable, its
-    owners (alive or not), segments, bytes, and the time of its oldest record."""
-    path = os.fspath(directory)
-    state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
-    if not state["exists"]:
-        parent = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        state["writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
-        return state
-    state["writable"] = os.access(path, os.W_OK | os.X_OK)
-    names = sorted(os.listdir(path))
-    segments = [n for n in names if n.endswith(".seg")]
-    owners = [n[:-5] for n in names if n.endswith(".lock") and not n.startswith(".")]
-    alive = 0
-    for owner in owners:
-        try:
-            fd = os.open(os.path.join(path, f"{owner}.lock"), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            alive += 1
-        finally:
-            os.close(fd)
-    oldest: float | None = None
-    size = 0
-    for name in segments:
-        full = os.path.join(path, name)
-        with contextlib.suppress(OSError):
-            size += os.path.getsize(full)
-            with open(full, "rb") as f:
-                head = f.read(64 * 1024)
-            for record in parse(head):
-                if not isinstance(record, int):
-                    oldest = record.at if oldest is None else min(oldest, record.at)
-                    break
-    state.update(
-        owners_alive=alive,
-        owners_gone=len(owners) - alive,
-        segments=len(segments),
-        bytes=size,
-        oldest_event_age=None if oldest is None else max(0.0, time.time() - oldest),
-    )
-    return state
