@@ -282,7 +282,10 @@ class Spill:
         if void is not None:
             self._spilled_upto = min(self._spilled_upto, void)
         start = max(self._spilled_upto, head)
-        return void, start, list(islice(queue, start - head, None))
+        # The newest, from the tail: the cost is what is new, not the length of the queue.
+        fresh = list(islice(reversed(queue), max(0, head + len(queue) - start)))
+        fresh.reverse()
+        return void, start, fresh
 
     def _write_new(self, buf: Buffer, slicer: Slicer | None) -> None:
         with buf.lock:
