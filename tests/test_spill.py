@@ -410,3 +410,51 @@ def test_outbox_check_reports_the_spill_directory_without_adopting_it(tmp_path):
         assert status == 1
         assert spill_line.startswith("FAIL")
         assert "not writable" in spill_line
+
+
+FORKING = """
+import json, os, sys, time
+sys.path.insert(0, {tests!r})
+from outbox import Outbox
+from outbox.transports import HttpTransport
+from support.helpers import run_event
+box = Outbox(HttpTransport({url!r}, timeout=0.5), spill_dir={spill!r})
+for n in range(50):
+    assert box.emit(run_event(n=n))
+while box.stats().spill["written"] < 50:
+    time.sleep(0.01)
+import outbox._spill
+outbox._spill.SCAN_INTERVAL = 3600  # the child must not adopt its parent's events itself
+pid = os.fork()
+if pid == 0:  # the child: an outbox of its own; it lives on after its parent is killed
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)  # (the test reads the parent's pipes to their end)
+    assert box.emit(run_event(n=1000))
+    time.sleep(60)
+    os._exit(0)
+print("forked", pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_forked_child_does_not_keep_its_dead_parents_events_from_adoption(tmp_path):
+    spill = str(tmp_path / "spill")
+    code = FORKING.format(tests=str(Path(__file__).parent), url=refused_url(), spill=spill)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    child = int(read_line(parent, "forked "))
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.communicate()
+        with Sink() as sink:
+            # The child lives and inherited the parent's descriptors: the parent is gone all
+            # the same, and its events are adopted.
+            box = Outbox(HttpTransport(sink.url), spill_dir=spill)
+            assert box.close(10).complete
+            assert sorted(delivered_ns(sink)) == list(range(50))
+            assert box.stats().spill["recovered"] == 50
+        assert inspect_dir(spill)["owners_alive"] == 1  # the child, with its own owner
+    finally:
+        os.kill(child, signal.SIGKILL)
