@@ -52,6 +52,16 @@ SCAN_INTERVAL = 5.0
 _INF = float("inf")
 
 
+class _Adoption:
+    """A dead owner being adopted: its lock, held; the last of its events queued here (its
+    sequence number there, ``fed``, and here, ``last``)."""
+
+    __slots__ = ("fd", "fed", "last", "owner")
+
+    def __init__(self, owner: str, fd: int) -> None:
+        self.owner, self.fd, self.fed, self.last = owner, fd, -1, -1
+
+
 class Spill:
     """One process's spill in ``directory`` (see the module's docstring).
 
@@ -83,8 +93,8 @@ class Spill:
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
         #: Events of dead owners read and not yet queued; owners being adopted.
-        self._recovered: deque[SerializedEvent] = deque()
-        self._adopting: list[tuple[str, int, int]] = []  # (owner, lock fd, last seq fed)
+        self._recovered: deque[tuple[int, SerializedEvent]] = deque()  # (its seq there, event)
+        self._adopting: list[_Adoption] = []
         self.recovered = 0
         if adopt:
             self._scan()
@@ -116,7 +126,7 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
-        for fd in (self._lock_fd, self.disk.fd, *(fd for _, fd, _ in self._adopting)):
+        for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self._adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -153,7 +163,7 @@ class Spill:
                 continue
             events = self._read_owner(owner)
             self._recovered.extend(events)
-            self._adopting.append((owner, fd, -1))
+            self._adopting.append(_Adoption(owner, fd))
             if events:
                 logger.warning(
                     "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
@@ -172,7 +182,7 @@ class Spill:
         segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
         return [os.path.join(self.directory, n) for n in sorted(segs)]
 
-    def _read_owner(self, owner: str) -> list[SerializedEvent]:
+    def _read_owner(self, owner: str) -> list[tuple[int, SerializedEvent]]:
         """A dead owner's events above its checkpoint, in order."""
         settled = read_checkpoint(self._path(".ckpt", owner))
         kept: list[tuple[int, SerializedEvent]] = []
@@ -194,25 +204,27 @@ class Spill:
                         kept.pop()
                 elif record.seq >= settled and record.event is not None:
                     kept.append((record.seq, record.event))
-        return [event for _, event in kept]
+        return kept
 
     def feed_locked(self, buf: Buffer) -> int:
         """Queue recovered events while the buffer has room (caller holds its lock).
         Returns how many were queued."""
         recovered = self._recovered
         n = 0
+        fed = -1
         while recovered:
-            event = recovered[0]
+            seq, event = recovered[0]
             size = len(event.body) or 1
             if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(event, size):
                 break
             recovered.popleft()
+            fed = seq
             n += 1
         if n:
             self.recovered += n
             if self._adopting:
-                owner, fd, _ = self._adopting[-1]
-                self._adopting[-1] = (owner, fd, buf.next_seq - 1)
+                adoption = self._adopting[-1]
+                adoption.fed, adoption.last = fed, buf.next_seq - 1
         return n
 
     def _finish_adoptions(self) -> None:
@@ -220,14 +232,30 @@ class Spill:
         its files go, the lock file last."""
         if self._recovered or not self._adopting:
             return
-        owner, fd, last = self._adopting[0]
-        if last >= self._spilled_upto:
+        adoption = self._adopting[0]
+        if adoption.last >= self._spilled_upto:
             return
+        owner = adoption.owner
         for path in (*self._owner_segments(owner), self._path(".ckpt", owner), self._path(".lock", owner)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        os.close(fd)
+        os.close(adoption.fd)
         self._adopting.pop(0)
+
+    def _release_adoptions(self) -> None:
+        """Closing with a dead owner's events not all queued: what was queued here (and is in
+        our own segments) is marked settled in its checkpoint, so that the next adopter does
+        not send it again; the rest stays in its files, its lock let go."""
+        for adoption in self._adopting:
+            if adoption.fed >= 0 and adoption.last < self._spilled_upto:
+                path = self._path(".ckpt", adoption.owner)
+                with contextlib.suppress(OSError):
+                    with open(path + ".tmp", "w") as f:
+                        f.write(f"{adoption.fed + 1}\n")
+                    os.replace(path + ".tmp", path)
+            with contextlib.suppress(OSError):
+                os.close(adoption.fd)
+        self._adopting.clear()
 
     # -- the worker's side ------------------------------------------------------------------
 
@@ -383,17 +411,16 @@ class Spill:
         self._closed = True
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
-            durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq and not self._recovered
-        everything_settled = not held and not self._recovered
-        self.disk.close(delete=everything_settled)
-        if everything_settled:
+            durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq
+        # (Events adopted and not yet queued stay in their dead owner's files.)
+        self.disk.close(delete=not held)
+        if not held:
             for suffix in (".ckpt", ".lock"):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(suffix))
-        for fd in (self._lock_fd, *(fd for _, fd, _ in self._adopting)):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._adopting.clear()
+        self._release_adoptions()
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
         return durable and held > 0
 
     # -- observability ------------------------------------------------------------------------

@@ -178,6 +178,30 @@ def test_close_with_the_backend_down_hands_the_events_to_the_next_outbox(tmp_pat
     assert os.listdir(spill) == []
 
 
+def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypatch):
+    import outbox._spill
+
+    monkeypatch.setattr(outbox._spill, "SCAN_INTERVAL", 0.1)
+    spill = str(tmp_path / "spill")
+    down = refused_url()
+    first = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, shutdown_timeout=0.2)
+    for n in range(100):
+        assert first.emit(run_event(n=n))
+    assert first.close().undelivered == {"spilled_at_close": 100}
+    # A successor whose buffer holds 30: it queues 30 of the 100, and closes with the backend
+    # still down.  The 30 are in its own segments now; the 70 stay where they were.
+    second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=0.2)
+    assert second.stats().spill["recovering"] == 70
+    assert second.close().undelivered == {"spilled_at_close": 30}
+    with Sink() as sink:
+        third = Outbox(HttpTransport(sink.url), spill_dir=spill)
+        assert sink.wait_for(100, 10), len(sink.events)
+        assert third.close(10).complete
+        ns = delivered_ns(sink)
+    assert sorted(ns) == list(range(100))  # each once
+    assert os.listdir(spill) == []
+
+
 def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
     spill = tmp_path / "spill"
     with Sink() as sink:
