@@ -273,11 +273,20 @@ class Spill:
             return max(0.0, self._last_tick + self.interval - now)
         return max(0.0, self._next_scan - now)
 
+    def write(self, buf: Buffer, slicer: Slicer | None) -> None:
+        """Write what was queued since the last write, now (before a batch is taken).
+        Never raises."""
+        if self._closed:
+            return
+        try:
+            self._write_new(buf, slicer)
+        except Exception as exc:  # a bug of ours must not stop the worker
+            self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
+
     def tick(self, buf: Buffer, slicer: Slicer | None, now: float, force: bool = False) -> None:
-        """Write what was queued since the last write, record progress, forget what is
-        settled, adopt dead owners' events.  ``force``: now, whatever the interval (before a
-        batch is taken).  Never raises: a failure of ours is logged and the outbox goes on in
-        memory."""
+        """Once an interval: write what was queued since the last write, record progress,
+        forget what is settled, adopt dead owners' events (``force``: now).  Never raises: a
+        failure of ours is logged and the outbox goes on in memory."""
         if self._closed or (not force and now < self._last_tick + self.interval):
             return
         self._last_tick = now

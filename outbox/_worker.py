@@ -281,7 +281,7 @@ class Worker:
                 self._due_in = _INF
                 return False
         if self.spill is not None:  # on disk before it can reach a transport
-            self.spill.tick(buf, self.slicer, now, force=True)
+            self.spill.write(buf, self.slicer)
         items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
         if self.spill is not None:
             self.spill.cover(items)
