@@ -393,6 +393,10 @@ class Spill:
     def _record_progress(self, buf: Buffer) -> None:
         """Checkpoint the oldest unsettled event; delete the segments below it."""
         with buf.lock:
+            if buf.finalized:
+                # The close's report was made without the worker (it overran the deadline):
+                # what it counted as lost is still on disk, and stays there for a successor.
+                return
             lowest = buf.lowest_unsettled_locked()
         lowest = int(min(lowest, self._spilled_upto))
         self._lowest = lowest
@@ -421,9 +425,10 @@ class Spill:
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
             durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq
+            keep = held or buf.finalized  # finalized: see _record_progress
         # (Events adopted and not yet queued stay in their dead owner's files.)
-        self.disk.close(delete=not held)
-        if not held:
+        self.disk.close(delete=not keep)
+        if not keep:
             for suffix in (".ckpt", ".lock"):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(suffix))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from outbox import ConfigError, Outbox
+from outbox import ConfigError, Outbox, Outcome
 from outbox._serde import SerializedEvent
 from outbox._spill import inspect_dir
 from outbox._spillfmt import EVENT, VOID, encode_event, encode_void, parse
@@ -200,6 +200,33 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
         ns = delivered_ns(sink)
     assert sorted(ns) == list(range(100))  # each once
     assert os.listdir(spill) == []
+
+
+class LoopBlockingTransport:
+    """A transport that blocks its event loop (a bug in it): the worker overruns close's
+    deadline, and the close reports without it."""
+
+    async def send(self, batch, deadline):
+        time.sleep(1.0)  # noqa: ASYNC251 (the point: it blocks the loop)
+        return [Outcome.retry("http_503", "down")] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_close_that_reports_without_the_worker_leaves_the_spill_for_a_successor(tmp_path):
+    spill = str(tmp_path / "spill")
+    box = Outbox(LoopBlockingTransport(), spill_dir=spill, linger=0.0)
+    for n in range(10):
+        assert box.emit(run_event(n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == 10)
+    report = box.close(0.05)
+    assert report.undelivered == {"dropped_shutdown": 10}  # counted lost by this process...
+    box._sidecar.finished.result(10)  # (the worker ends once the transport lets it)
+    with Sink() as sink:
+        successor = Outbox(HttpTransport(sink.url), spill_dir=spill)
+        assert successor.close(10).complete
+        assert sorted(delivered_ns(sink)) == list(range(10))  # ...but handed on all the same
 
 
 def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
