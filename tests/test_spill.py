@@ -120,6 +120,33 @@ def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
     assert len(bad) == 2  # the corrupt record, the torn tail: one report each
 
 
+def test_events_shed_after_they_were_written_are_voided_and_their_numbers_reused(tmp_path):
+    from outbox._buffer import Buffer, Policy
+    from outbox._spill import Spill
+
+    buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    with buf.lock:
+        for n in range(5):
+            assert buf.put_locked(run_event(n=n), 0)
+    spill.tick(buf, None, 0.0, force=True)
+    with buf.lock:
+        assert buf.shed_locked(1) > 0  # the newest (n=4) taken back: seq 4 is given again
+        assert buf.put_locked(run_event(n=40), 0)
+        assert buf.put_locked(run_event(n=41), 0)
+    spill.tick(buf, None, 1.0, force=True)
+    # What a successor would read: n=4 is gone, and seqs 4 and 5 hold the new events.
+    recovered = spill._read_owner(spill.owner)
+    assert [(seq, json.loads(e.body)["n"]) for seq, e in recovered] == [
+        (0, 0),
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 40),
+        (5, 41),
+    ]
+
+
 # -- configuration -----------------------------------------------------------------------------
 
 
