@@ -61,6 +61,9 @@ class Reason:
     DROPPED_REENTRANT = "dropped_reentrant"
     #: The worker stopped without being closed (see ``Stats.last_error``); nothing can be sent.
     WORKER_STOPPED = "worker_stopped"
+    #: Not delivered by the close deadline, but written to the spill directory, where the
+    #: next outbox to start with it adopts and delivers them (not lost: handed on).
+    SPILLED_AT_CLOSE = "spilled_at_close"
 
 
 # An event taken by the worker: (sequence number, the event as given, its size in bytes:

@@ -22,6 +22,9 @@ from ._metrics import Metrics
 from ._run import LineageJob, Run
 from ._settings import check_number, from_variables, in_force, resolve
 from ._sidecar import Sidecar, State
+from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
+from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
+from ._spill import Spill
 from ._stats import CloseReport, Stats
 from ._waiting import put_async, wait_async
 from .transports._base import Transport
@@ -90,6 +93,16 @@ class Outbox:
         dead_letter_max_bytes: The dead-letter file's size at which it is rotated to ``FILE.1``
             (never overwritten: while it exists and the file is full, records are not written,
             counted as ``dead_letter_full``); at most twice this on disk.  Default 64 MiB.
+        spill_dir: A directory on local disk to which the sidecar writes every accepted event
+            (within ``spill_interval``) until the backend has it, so that a process that is
+            killed, or closes with the backend down, hands what it had not delivered to the
+            next outbox started with the same directory (see docs/operations.md, "The spill").
+            Off by default.  Several processes may share it.  Made if missing; checked for
+            writing at construction.
+        max_spill_bytes: The most bytes this outbox keeps in ``spill_dir`` (default 1 GiB);
+            events beyond it are not written (counted in ``stats().spill``).
+        spill_interval: Seconds between two writes to the spill (default 0.1): what a SIGKILL
+            can lose.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
         name: Names the sidecar thread, log lines and the ``outbox.name`` metric attribute.
 
@@ -119,6 +132,9 @@ class Outbox:
         log_interval: float = 30.0,
         dead_letter: str | os.PathLike[str] | None = None,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        spill_dir: str | os.PathLike[str] | None = None,
+        max_spill_bytes: int = SPILL_MAX_BYTES,
+        spill_interval: float = SPILL_INTERVAL,
         close_at_exit: bool = True,
         name: str = "outbox",
     ) -> None:
@@ -155,6 +171,7 @@ class Outbox:
                 )
             # A directory, a missing folder, an unwritable one: a ConfigError naming the path.
             self._dead_letter = DeadLetter(dead_letter, float(log_interval), dead_letter_max_bytes)
+        self._spill = _make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
         self._transport = transport
         self._name = name
         self._shutdown_timeout = float(shutdown_timeout)
@@ -195,9 +212,15 @@ class Outbox:
     def _effective_settings(self) -> dict[str, Any]:
         """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
         dead_letter = self._dead_letter.path if self._dead_letter is not None else None
-        return in_force(
+        settings = in_force(
             self._limits, self._settings, self._shutdown_timeout, dead_letter, self._dead_letter_max_bytes
         )
+        spill = self._spill
+        if spill is not None:
+            settings["spill_dir"] = spill.directory
+            settings["max_spill_bytes"] = spill.max_bytes
+            settings["spill_interval"] = spill.interval
+        return settings
 
     @classmethod
     def _from_environment(
@@ -224,9 +247,13 @@ class Outbox:
             policy=limits.policy,
             block_timeout=limits.block_timeout,
         )
+        if self._spill is not None:
+            # Events of a process that died with this spill directory go first.
+            with self._buffer.lock:
+                self._spill.feed_locked(self._buffer)
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
-        self._metrics = Metrics(self._name, self._buffer)
+        self._metrics = Metrics(self._name, self._buffer, self._spill)
         members = None
         if fans_out(self._transport):
             # Each member its own buffer, worker and thread; this outbox's worker is their intake.
@@ -250,6 +277,7 @@ class Outbox:
             close_at_exit=self._close_at_exit,
             dead_letter=self._dead_letter,
             members=members,
+            spill=self._spill,
         )
         # Dropped without close(): drain in the background (the exit hook waits for it).
         self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
@@ -497,6 +525,7 @@ class Outbox:
             circuit=worker.circuit.value if worker else "closed",
             members=members,
             dead_letter=self._dead_letter.counts() if self._dead_letter is not None else {},
+            spill=self._spill.stats() if self._spill is not None else {},
         )
 
     @property
@@ -545,6 +574,8 @@ class Outbox:
             logger.warning(
                 "%r has no clone(): the forked child shares its parent's transport object", self._transport
             )
+        if self._spill is not None:
+            self._spill = self._spill.for_child()
         self._init_runtime()
         if old.state in (State.CLOSING, State.CLOSED):
             with self._buffer.lock:
@@ -566,3 +597,15 @@ def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
                 return False
             buf.progress.wait(remaining)
     return True
+
+
+def _make_spill(directory: Any, max_bytes: Any, interval: Any, log_interval: float) -> Spill | None:
+    check_number("max_spill_bytes", max_bytes, minimum=1, integer=True)
+    check_number("spill_interval", interval, minimum=0, above=True)
+    if directory is None:
+        return None
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+        raise ConfigError(
+            f"spill_dir={directory!r} is not a path; pass the path of a directory on local disk"
+        )
+    return Spill(directory, max_bytes=max_bytes, interval=float(interval), log_interval=log_interval)

@@ -23,6 +23,7 @@ from ._deadletter import DeadLetter
 from ._lifecycle import no_longer_closes_at_exit, started
 from ._log import logger
 from ._slices import install
+from ._spill import Spill
 from ._stats import CloseReport
 from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
@@ -68,11 +69,13 @@ class Sidecar:
         close_at_exit: bool,
         dead_letter: DeadLetter | None = None,
         members: FanOut | None = None,
+        spill: Spill | None = None,
     ) -> None:
         self.buffer = buffer
         #: A fan-out composite's members, each with its own runtime (``_fanout``); this
         #: sidecar's worker is then their intake, and its close is theirs.
         self.members = members
+        self.spill = spill
         self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
@@ -109,7 +112,7 @@ class Sidecar:
             # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
             # run on daemon threads, so an unresolvable host cannot hold the process at exit.
             loop.set_default_executor(DaemonExecutor(f"{self.name}-resolver"))
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
             thread.name = f"{self.name}-sidecar"
             self.loop, self.worker, self.thread = loop, worker, thread
@@ -138,7 +141,7 @@ class Sidecar:
             if self.state is not State.NEW:
                 return
             loop = asyncio.get_running_loop()
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             # On the application's own loop a hand-off sleep would hold that loop up.
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
@@ -150,6 +153,9 @@ class Sidecar:
             self.state = State.RUNNING
         if self.members is not None:
             self.members.start()
+
+    def _new_worker(self) -> Worker:
+        return Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter, self.spill)
 
     def _register(self) -> None:
         started(self, self.close_at_exit)

@@ -57,6 +57,14 @@ class Stats:
     #: their cap), ``dead_letter_error`` (a write failed: a full disk, a removed folder).  The
     #: events themselves are counted in ``dropped`` under their own reasons either way.
     dead_letter: Mapping[str, int] = field(default_factory=dict)
+    #: With a ``spill_dir``: ``spilled_events`` (written and not yet settled),
+    #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``written`` (events written in
+    #: all), ``recovered`` (events of dead
+    #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
+    #: ``not_spilled_failed`` (accepted events not written: ``max_spill_bytes`` reached, or the
+    #: disk failed; they are still held in memory), ``oldest_age`` (seconds since the oldest
+    #: unsettled event was written).  Empty without a spill.
+    spill: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:

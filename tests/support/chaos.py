@@ -124,6 +124,13 @@ class Chaos:
         self.forks = 0
         self.sigterms = 0
         self.folder = tempfile.mkdtemp(prefix="outbox-chaos-")
+        # The spill: one directory for every generation, each outbox using it or not (drawn from
+        # a stream of its own, so that a seed's other steps stay what they were): a generation
+        # closed with events held hands them to the next one that uses it.
+        self.spill_dir = tempfile.mkdtemp(prefix="chaos-spill-")
+        self.spill_rng = random.Random(seed ^ 0x5EED)
+        self.spilled = 0  # generations with a spill
+        self.checked: dict[int, int] = {}  # per sink: its events looked at by the last check
         self._new_outbox()
 
     # -- the system under test ------------------------------------------------------------
@@ -152,6 +159,7 @@ class Chaos:
             self.settings["dead_letter"] = self.dead_letter
             self.settings["dead_letter_max_bytes"] = rng.choice([16 * KiB, 64 * 1024 * KiB])
         self.mode = rng.choice(["batch", "single", "auto"])
+        spill: dict[str, Any] = {}
         self.shape = rng.choice(SHAPES)
         self.shapes[self.shape] += 1
         transport: Any = HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0)
@@ -166,10 +174,16 @@ class Chaos:
                 "retry": {"total": 0},
             }
             transport = OpenLineageTransportAdapter.from_config(ResolvedTransport(config))
-        self.outbox = Outbox(transport, **self.settings)
+        # The spill with the HTTP transport alone (a composite's members and the adapter have none).
+        if self.shape == "http" and self.spill_rng.random() < 0.5:
+            self.spilled += 1
+            spill = {"spill_dir": self.spill_dir, "spill_interval": self.spill_rng.choice([0.02, 0.1])}
+        self.outbox = Outbox(transport, **self.settings, **spill)
         self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
         self.next_n: dict[str, int] = defaultdict(int)
         self.accepted: dict[str, list[int]] = defaultdict(list)  # run id -> n accepted, in order
+        # Poison events accepted by earlier generations (one may be adopted through the spill).
+        self.poisoned_before = getattr(self, "poisoned_before", 0) + getattr(self, "poisoned", 0)
         self.poisoned = 0  # poison events accepted
         self.run_locks = {run: threading.Lock() for run in self.runs}
 
@@ -353,9 +367,32 @@ class Chaos:
             if event["job"]["name"] == self.job:
                 arrived[event["run"]["runId"]].append(event["n"])
         distinct = sum(len(set(ns)) for ns in arrived.values())
+        # Events of earlier generations (and of their forked children) this one adopted from the
+        # spill and delivered.
+        earlier = {f"chaos-{self.seed}-{g}" for g in range(1, self.generation)}
+        earlier |= {f"{job}-child" for job in [*earlier, self.job]}
+        events = sink.events
+        # (Counted with duplicates: at least once across a restart may send an event twice.)
+        checked = self.checked.get(id(sink), 0)
+        adopted = sum(e["job"]["name"] in earlier for e in events[checked:])
+        self.checked[id(sink)] = len(events)
         poison = undelivered.get("poison", 0)
-        check(poison <= self.poisoned, f"{poison} events dropped as poison, {self.poisoned} were")
-        check(distinct >= delivered, f"{delivered} reported delivered, {distinct} arrived")
+        could = self.poisoned + (self.poisoned_before if self.outbox._spill is not None else 0)
+        check(poison <= could, f"{poison} events dropped as poison, {could} were")
+        check(
+            distinct + adopted >= delivered,
+            f"{delivered} reported delivered, {distinct} + {adopted} adopted arrived",
+        )
+        # A run's order holds across generations too (the spill hands events on, oldest first).
+        across: dict[str, list[int]] = defaultdict(list)
+        for event in events:
+            if event["job"]["name"] in earlier:
+                across[event["run"]["runId"]].append(event["n"])
+        for run, ns in across.items():
+            firsts = list(dict.fromkeys(ns))
+            check(
+                firsts == sorted(firsts), f"run {run}: arrived out of order across a restart: {firsts[:40]}"
+            )
         for run, ns in arrived.items():
             accepted = set(self.accepted[run])
             phantom = set(ns) - accepted
@@ -505,11 +542,13 @@ class Chaos:
         self.proxy2.stop()
         self.sink2.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {len(self.steps)} steps, {self.generation} outboxes, {self.closes} closes, "
-            f"{self.forks} forks, {self.sigterms} SIGTERMs, shapes {dict(self.shapes)}"
+            f"{self.forks} forks, {self.sigterms} SIGTERMs, shapes {dict(self.shapes)}, "
+            f"{self.spilled} outboxes with a spill"
         )
 
 

@@ -21,9 +21,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,11 @@ def measure(
                 for label in labels:
                     runs = []
                     for _ in range(args.repeat):
+                        env = dict(envs.get(label, {}))
+                        spill = None
+                        if getattr(args, "spill", False) and label != "off":
+                            spill = tempfile.mkdtemp(prefix="outbox-tail-spill-")
+                            env["OUTBOX_SPILL_DIR"] = spill
                         spec = {
                             "kind": "off" if label == "off" else kind,
                             "label": label,
@@ -123,9 +130,13 @@ def measure(
                             "invocations": args.invocations,
                             "work": args.work,
                             "work_us": args.work_us,
-                            "env": envs.get(label, {}),
+                            "env": env,
                         }
-                        runs.append(run_row(spec, library))
+                        try:
+                            runs.append(run_row(spec, library))
+                        finally:
+                            if spill is not None:
+                                shutil.rmtree(spill, ignore_errors=True)
                     row = {
                         key: statistics.median([r[key] for r in runs])
                         for key in ("p50", "p99", "p99.9", "max", "first")
@@ -243,6 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the benchmark's processes under SCHED_FIFO (needs root or CAP_SYS_NICE), so that "
         "other work on a shared machine does not preempt the handler while it is measured",
+    )
+    parser.add_argument(
+        "--spill",
+        action="store_true",
+        help="give every outbox a spill directory (OUTBOX_SPILL_DIR, a fresh temporary one per row)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     return parser
