@@ -317,7 +317,9 @@ class Buffer:
         try:
             queue = self.queue
             n = len(queue)
-            if nbytes or n >= self.object_room:
+            if nbytes:
+                return self._put_text_locked(event, nbytes, n)
+            if n >= self.object_room:
                 return self._put_slow_locked(event, nbytes)
             queue.append(event)
             self.sizes.append(0)
@@ -327,6 +329,27 @@ class Buffer:
             return 2
         finally:
             lock.release()
+
+    def _put_text_locked(self, event: Any, nbytes: int, n: int) -> int:
+        """:meth:`put` for text (its exact size known): checked against the accounts as they
+        are, then the fast path's numbers lowered without recomputing them."""
+        estimate = self.estimate
+        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes + nbytes
+        if self.closed or n + self.in_flight >= self.max_events or held > self.max_bytes:
+            return self._put_slow_locked(event, nbytes)
+        self.queue.append(event)
+        self.sizes.append(nbytes)
+        self.exact_bytes += nbytes
+        self.exact_count += 1
+        # What objects may still take shrinks by these bytes: lowered by nbytes // estimate,
+        # which never leaves it above the exact figure (the next recompute makes it exact).
+        drop = nbytes // estimate
+        self.object_room -= drop
+        self.wake_at_objects -= drop
+        if n + 1 >= self.wake_at_events or held >= self.wake_at_bytes:
+            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            return 2
+        return 1
 
     def _put_slow_locked(self, event: Any, nbytes: int) -> int:
         """:meth:`put` when the fast path does not apply: closed, full, or the first object

@@ -254,19 +254,25 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
         with buf.lock:
             queued = len(buf.queue)
             fits = buf.has_room_locked(0)
-            # The fast path's numbers are exact: an object takes it if and only if it fits.
-            if buf.measured and not buf.closed:
-                assert (queued < buf.object_room) == fits, (queued, buf.object_room)
+            # The fast path never takes an object that does not fit (after a recompute its
+            # number is exact; text lowers it conservatively in between).
+            if queued < buf.object_room:
+                assert fits, (queued, buf.object_room)
             held = buf.held_bytes_locked()
-            woken_by_events = queued + 1 >= buf.wake_at_events
-            woken_by_bytes = held + buf.estimate >= buf.wake_at_bytes
+            text_fits = buf.has_room_locked(arg) if op == "text" else False
+            price = arg if op == "text" else buf.estimate
+            woken = queued + 1 >= buf.wake_at_events or held + price >= buf.wake_at_bytes
+            refusing = buf.closed
         if op == "object":
-            fast = buf.measured and not buf.closed and fits
             result = buf.put({"eventType": "START"}, 0)
-            if fast:
-                assert result == (2 if woken_by_events or woken_by_bytes else 1)
+            if buf.measured and not refusing and fits:  # accepted as the full check would
+                assert result == (2 if woken else 1)
         elif op == "text":
-            buf.put(b"x" * arg, arg)
+            result = buf.put(b"x" * arg, arg)
+            if not refusing and text_fits:
+                assert result == (2 if woken else 1)
+            elif policy is not Policy.DROP_OLDEST or refusing:
+                assert result == 0
         else:
             with buf.lock:
                 if op == "take":
@@ -286,3 +292,25 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
         with buf.lock:
             _accounts_add_up(buf)
             assert len(buf.queue) + buf.in_flight <= buf.max_events
+
+
+def test_text_lowers_what_objects_may_take_and_wakes_on_time():
+    buf = _buffer(Policy.DROP_NEWEST, max_events=100, max_bytes=10_000)
+    with buf.lock:
+        buf.learn_locked(1_000)  # objects weigh 1,000 bytes: ten would fit
+    assert buf.put(b"x" * 5_500, 5_500)  # text takes more than half of the bytes
+    accepted = sum(bool(buf.put({"eventType": "START"}, 0)) for _ in range(10))
+    with buf.lock:
+        assert accepted == 4  # 5,500 + 4 x 1,000 <= 10,000 < 5,500 + 5 x 1,000
+        assert buf.held_bytes_locked() == 9_500
+        _accounts_add_up(buf)
+
+    buf = _buffer(max_events=100, max_bytes=10_000)
+    with buf.lock:
+        buf.wake_at_locked(2, float("inf"))
+    assert buf.put(b"{}", 2) == 1
+    assert buf.put(b"{}", 2) == 2  # the second event wakes the worker
+    with buf.lock:
+        buf.wake_at_locked(float("inf"), 10)
+    assert buf.put(b"12345", 5) == 1  # 9 bytes queued
+    assert buf.put(b"1", 1) == 2  # 10: the worker is woken
