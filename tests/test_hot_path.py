@@ -6,6 +6,7 @@ microseconds is measured by ``python -m outbox.tools.benchmarks tail``, not here
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import uuid
@@ -84,10 +85,13 @@ def _mixed_events(n: int) -> list[Any]:
 
 class CallRecorder:
     """A profiler of the calling thread only (``sys.setprofile`` is per thread): the module
-    of every Python function and C function called."""
+    of every Python function and C function called.  Other libraries' garbage-collector
+    callbacks (hypothesis times every collection) are set aside meanwhile: a collection may
+    run on any thread, and what they call is not the outbox's."""
 
     def __init__(self) -> None:
         self.modules: Counter[str] = Counter()
+        self._gc_callbacks: list[Any] = []
 
     def __call__(self, frame: Any, what: str, arg: Any) -> None:
         if what == "call":
@@ -98,11 +102,14 @@ class CallRecorder:
             ] += 1
 
     def __enter__(self) -> CallRecorder:
+        self._gc_callbacks = gc.callbacks[:]
+        gc.callbacks.clear()
         sys.setprofile(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         sys.setprofile(None)
+        gc.callbacks.extend(self._gc_callbacks)
 
     def serializing(self) -> dict[str, int]:
         return {m: n for m, n in self.modules.items() if m.split(".")[0] in SERIALIZING or m in SERIALIZING}
