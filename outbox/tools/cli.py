@@ -368,8 +368,9 @@ def _add_replay(commands: Commands) -> None:
         "what the backend acknowledges is recorded in FILE.replayed as it goes, so a second run "
         "sends only the rest; an event whose acknowledgement was not seen (the deadline, a crash) "
         "goes again next time. Torn records (a writer cut off mid-record) are skipped with one "
-        "warning. Prints one summary line; exits 0 when nothing is left to send, 1 when events "
-        "remain (run it again), 2 for bad input or no configured backend.",
+        "warning. Prints one summary line (what was delivered, and what is left in FILE for the "
+        "next run, by reason); exits 0 when nothing is left to send, 1 when events remain (run it "
+        "again), 2 for bad input or no configured backend (unless --console).",
     )
     replay.add_argument(
         "file", metavar="FILE", help="a dead-letter file, or JSON lines of OpenLineage events"
@@ -384,7 +385,8 @@ def _add_replay(commands: Commands) -> None:
     replay.add_argument(
         "--console",
         action="store_true",
-        help="print the events to standard output instead of sending them (records nothing)",
+        help="print the events to standard output instead of sending them (records nothing; "
+        "the summary goes to standard error)",
     )
     replay.add_argument(
         "--progress",
