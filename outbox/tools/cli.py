@@ -42,13 +42,103 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _seconds_or_zero(raw: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds, 0 or more, such as 5")
+    return value
+
+
+def _session_seconds(raw: str) -> float:
+    """An argparse type: a consumer group session, which Kafka brokers take from 6 s."""
+    value = _positive_float(raw)
+    if value < 6:
+        raise argparse.ArgumentTypeError(
+            f"{raw} s is shorter than Kafka brokers accept (group.min.session.timeout.ms, 6 s); "
+            "give 6 or more"
+        )
+    return value
+
+
+def _port(raw: str) -> int:
+    """An argparse type: a TCP port, 0 (a free one) to 65535."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a port; give 0 (a free one) to 65535")
+    return value
+
+
+def _fraction(raw: str) -> float:
+    """An argparse type: a share from 0 to 1."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a fraction; give 0 to 1, such as 0.5")
+    return value
+
+
+def _status(raw: str) -> int:
+    """An argparse type: an HTTP status code."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 100 <= value <= 599:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an HTTP status; give 100 to 599, such as 503")
+    return value
+
+
+def _byte_count(raw: str) -> int:
+    """An argparse type: a number of bytes, 1 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of bytes; give 1 or more")
+    return value
+
+
+def _demo_file(raw: str | None) -> tuple[Path, int] | str:
+    """Where the demo (or the sink's --store) writes, and how many lines it held before; or
+    why it cannot write there."""
+    import os
+
+    path = Path(raw) if raw else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a folder; give a file to write the events to"
+    if not folder.is_dir():
+        return f"the folder of {path} does not exist; create it, or give a path in one"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"cannot write {path}; give a path you can write"
+    try:
+        before = len(path.read_bytes().splitlines()) if path.exists() else 0
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return path, before
+
+
 def _demo(args: argparse.Namespace) -> int:
     from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
 
     from .. import Outbox
     from ..transports import FileTransport
 
-    path = Path(args.file) if args.file else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
+    where = _demo_file(args.file)
+    if isinstance(where, str):
+        print(f"outbox demo: --file: {where}", file=sys.stderr)
+        return 2
+    path, before = where
     job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn")
     outbox = Outbox(FileTransport(path, append=True), name="demo")
     costs = []
@@ -69,7 +159,7 @@ def _demo(args: argparse.Namespace) -> int:
             costs.append(time.perf_counter_ns() - started)
     report = outbox.close(5)
     costs.sort()
-    lines = path.read_text().splitlines()
+    lines = path.read_text().splitlines()[before:]  # this run's (the file is appended to)
     print(
         f"emitted {len(costs)} events for {args.runs} runs; "
         f"emit() median {costs[len(costs) // 2] / 1000:.1f} µs, max {costs[-1] / 1000:.1f} µs"
@@ -78,7 +168,8 @@ def _demo(args: argparse.Namespace) -> int:
         f"close(): delivered {report.delivered}, lost {dict(report.undelivered) or 'none'}, "
         f"in {report.duration * 1000:.1f} ms"
     )
-    print(f"{len(lines)} events in {path}; the first:")
+    earlier = f" (after {before} lines already there)" if before else ""
+    print(f"{len(lines)} events written to {path}{earlier}; the first:")
     print(json.dumps(json.loads(lines[0]), indent=2) if lines else "(none)")
     return 0 if report.complete and len(lines) == len(costs) else 1
 
@@ -99,14 +190,27 @@ def _sink(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
     )
-    sink = Sink(
-        args.host,
-        args.port,
-        store=args.store,
-        echo=not args.quiet,
-        behaviour=behaviour,
-        log_requests="all" if args.verbose else "refused",
-    )
+    if args.store:
+        problem = _demo_file(args.store)
+        if isinstance(problem, str):
+            print(f"outbox sink: --store: {problem}", file=sys.stderr)
+            return 2
+    try:
+        sink = Sink(
+            args.host,
+            args.port,
+            store=args.store,
+            echo=not args.quiet,
+            behaviour=behaviour,
+            log_requests="all" if args.verbose else "refused",
+        )
+    except OSError as exc:  # the port is taken, the host is not this machine's
+        print(
+            f"outbox sink: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; give another "
+            "--port (0 for a free one) or --host",
+            file=sys.stderr,
+        )
+        return 1
     routes = ", ".join(f"POST {route}" for route in sink.served_routes())
     print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
     try:
@@ -134,7 +238,18 @@ def _forward(args: argparse.Namespace) -> int:
             "outbox forward: give --url or set OPENLINEAGE_URL (the HTTP backend to post to)", file=sys.stderr
         )
         return 2
-    kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
+    try:
+        kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
+    except json.JSONDecodeError as exc:
+        kafka_config = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
+    if not isinstance(kafka_config, dict):
+        why = kafka_config if isinstance(kafka_config, str) else "is not a JSON object"
+        print(
+            f"outbox forward: --kafka-config {why}; give an object such as "
+            '\'{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}\'',
+            file=sys.stderr,
+        )
+        return 2
     kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
     try:
         transport = HttpTransport(
@@ -263,7 +378,7 @@ def _add_sink(commands: Commands) -> None:
         "(its status and reason), and lists what it accepted at GET /api/v1/events.",
     )
     sink.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    sink.add_argument("--port", type=int, default=5000, help="port (default 5000; 0 for a free one)")
+    sink.add_argument("--port", type=_port, default=5000, help="port (default 5000; 0 for a free one)")
     sink.add_argument("--store", metavar="FILE", help="also append accepted events to this JSON-lines file")
     sink.add_argument(
         "--flavor",
@@ -273,7 +388,7 @@ def _add_sink(commands: Commands) -> None:
     )
     sink.add_argument(
         "--openmetadata-all-failed-status",
-        type=int,
+        type=_status,
         default=200,
         help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
     )
@@ -284,15 +399,17 @@ def _add_sink(commands: Commands) -> None:
         help="openmetadata: the tables the server has, comma-separated service.db.schema.table names "
         "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
     )
-    sink.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
-    sink.add_argument("--fail-status", type=int, help="answer this HTTP status instead of accepting")
     sink.add_argument(
-        "--fail-rate", type=float, default=1.0, help="fraction of requests that fail (default 1)"
+        "--delay", type=_seconds_or_zero, default=0.0, help="seconds to wait before each answer"
+    )
+    sink.add_argument("--fail-status", type=_status, help="answer this HTTP status instead of accepting")
+    sink.add_argument(
+        "--fail-rate", type=_fraction, default=1.0, help="fraction of requests that fail (default 1)"
     )
     sink.add_argument("--retry-after", help="Retry-After value sent with --fail-status")
     sink.add_argument("--single-only", action="store_true", help="answer 404 on the batch route")
     sink.add_argument("--api-key", help="require Authorization: Bearer API_KEY")
-    sink.add_argument("--max-body", type=int, help="answer 413 to larger bodies (bytes)")
+    sink.add_argument("--max-body", type=_byte_count, help="answer 413 to larger bodies (bytes)")
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
     sink.add_argument(
         "--verbose",
@@ -338,13 +455,18 @@ def _add_forward(commands: Commands) -> None:
         help="batch body: the spec's JSON array (default), or OpenMetadata's {\"events\": [...]}",
     )
     fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
-    fwd.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
     fwd.add_argument(
-        "--drain-timeout", type=float, default=10.0, help="seconds to finish the batch at SIGTERM"
+        "--progress-interval",
+        type=_seconds_or_zero,
+        default=10.0,
+        help="seconds between progress lines (default 10; 0: none)",
+    )
+    fwd.add_argument(
+        "--drain-timeout", type=_seconds_or_zero, default=10.0, help="seconds to finish the batch at SIGTERM"
     )
     fwd.add_argument(
         "--session-timeout",
-        type=float,
+        type=_session_seconds,
         default=10.0,
         help="consumer group session in seconds (default 10; Kafka needs >= 6)",
     )
@@ -377,7 +499,7 @@ def _add_replay(commands: Commands) -> None:
     )
     replay.add_argument(
         "--timeout",
-        type=float,
+        type=_positive_float,
         default=30.0,
         help="seconds the whole replay may take, whatever the file's size (default 30); what is "
         "not delivered by then is left for the next run",
