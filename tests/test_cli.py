@@ -62,6 +62,13 @@ def test_check_refuses_a_timeout_that_is_not_a_positive_number(timeout):
         (["sink", "--delay", "-1"], "argument --delay: -1 is not a number of seconds, 0 or more"),
         (["sink", "--fail-status", "42"], "argument --fail-status: '42' is not an HTTP status"),
         (["sink", "--max-body", "0"], "argument --max-body: '0' is not a number of bytes; give 1 or more"),
+        (["bench", "--invocations", "0"], "argument --invocations: '0' is not a whole number of 1 or more"),
+        (
+            ["bench", "--policies", "--buffer-sizes", "0"],
+            "argument --buffer-sizes: '0' is not a whole number",
+        ),
+        (["bench", "--rate", "-5"], "argument --rate: '-5' is not a finite number of 0 or more"),
+        (["bench", "--error-rate", "3"], "argument --error-rate: '3' is not a fraction"),
     ],
 )
 def test_an_argument_out_of_range_is_refused_at_once_naming_it(args, said, tmp_path):

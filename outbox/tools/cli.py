@@ -14,98 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _args
+
 __all__ = ["main"]
 
 if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
-
-
-def _run_count(raw: str) -> int:
-    """An argparse type: a whole number of runs, 1 or more."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of runs; give 1 or more")
-    return value
-
-
-def _positive_float(raw: str) -> float:
-    """An argparse type: a finite number of seconds above 0."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds above 0, such as 5")
-    return value
-
-
-def _seconds_or_zero(raw: str) -> float:
-    """An argparse type: a finite number of seconds, 0 or more."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds, 0 or more, such as 5")
-    return value
-
-
-def _session_seconds(raw: str) -> float:
-    """An argparse type: a consumer group session, which Kafka brokers take from 6 s."""
-    value = _positive_float(raw)
-    if value < 6:
-        raise argparse.ArgumentTypeError(
-            f"{raw} s is shorter than Kafka brokers accept (group.min.session.timeout.ms, 6 s); "
-            "give 6 or more"
-        )
-    return value
-
-
-def _port(raw: str) -> int:
-    """An argparse type: a TCP port, 0 (a free one) to 65535."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a port; give 0 (a free one) to 65535")
-    return value
-
-
-def _fraction(raw: str) -> float:
-    """An argparse type: a share from 0 to 1."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a fraction; give 0 to 1, such as 0.5")
-    return value
-
-
-def _status(raw: str) -> int:
-    """An argparse type: an HTTP status code."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 100 <= value <= 599:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not an HTTP status; give 100 to 599, such as 503")
-    return value
-
-
-def _byte_count(raw: str) -> int:
-    """An argparse type: a number of bytes, 1 or more."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of bytes; give 1 or more")
-    return value
 
 
 def _demo_file(raw: str | None) -> tuple[Path, int] | str:
@@ -340,7 +254,7 @@ def _add_check(commands: Commands) -> None:
     )
     check.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_args.positive_seconds,
         default=5.0,
         help="seconds each check may take (default 5)",
     )
@@ -362,7 +276,7 @@ def _add_demo(commands: Commands) -> None:
         "transport, closes it, and prints emit()'s cost, the close report and the first event.",
     )
     demo.add_argument(
-        "--runs", type=_run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
+        "--runs", type=_args.run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
     )
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
@@ -378,7 +292,7 @@ def _add_sink(commands: Commands) -> None:
         "(its status and reason), and lists what it accepted at GET /api/v1/events.",
     )
     sink.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    sink.add_argument("--port", type=_port, default=5000, help="port (default 5000; 0 for a free one)")
+    sink.add_argument("--port", type=_args.port, default=5000, help="port (default 5000; 0 for a free one)")
     sink.add_argument("--store", metavar="FILE", help="also append accepted events to this JSON-lines file")
     sink.add_argument(
         "--flavor",
@@ -388,7 +302,7 @@ def _add_sink(commands: Commands) -> None:
     )
     sink.add_argument(
         "--openmetadata-all-failed-status",
-        type=_status,
+        type=_args.status,
         default=200,
         help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
     )
@@ -400,16 +314,16 @@ def _add_sink(commands: Commands) -> None:
         "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
     )
     sink.add_argument(
-        "--delay", type=_seconds_or_zero, default=0.0, help="seconds to wait before each answer"
+        "--delay", type=_args.seconds_or_zero, default=0.0, help="seconds to wait before each answer"
     )
-    sink.add_argument("--fail-status", type=_status, help="answer this HTTP status instead of accepting")
+    sink.add_argument("--fail-status", type=_args.status, help="answer this HTTP status instead of accepting")
     sink.add_argument(
-        "--fail-rate", type=_fraction, default=1.0, help="fraction of requests that fail (default 1)"
+        "--fail-rate", type=_args.fraction, default=1.0, help="fraction of requests that fail (default 1)"
     )
     sink.add_argument("--retry-after", help="Retry-After value sent with --fail-status")
     sink.add_argument("--single-only", action="store_true", help="answer 404 on the batch route")
     sink.add_argument("--api-key", help="require Authorization: Bearer API_KEY")
-    sink.add_argument("--max-body", type=_byte_count, help="answer 413 to larger bodies (bytes)")
+    sink.add_argument("--max-body", type=_args.byte_count, help="answer 413 to larger bodies (bytes)")
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
     sink.add_argument(
         "--verbose",
@@ -457,16 +371,19 @@ def _add_forward(commands: Commands) -> None:
     fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
     fwd.add_argument(
         "--progress-interval",
-        type=_seconds_or_zero,
+        type=_args.seconds_or_zero,
         default=10.0,
         help="seconds between progress lines (default 10; 0: none)",
     )
     fwd.add_argument(
-        "--drain-timeout", type=_seconds_or_zero, default=10.0, help="seconds to finish the batch at SIGTERM"
+        "--drain-timeout",
+        type=_args.seconds_or_zero,
+        default=10.0,
+        help="seconds to finish the batch at SIGTERM",
     )
     fwd.add_argument(
         "--session-timeout",
-        type=_session_seconds,
+        type=_args.session_seconds,
         default=10.0,
         help="consumer group session in seconds (default 10; Kafka needs >= 6)",
     )
@@ -499,7 +416,7 @@ def _add_replay(commands: Commands) -> None:
     )
     replay.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_args.positive_seconds,
         default=30.0,
         help="seconds the whole replay may take, whatever the file's size (default 30); what is "
         "not delivered by then is left for the next run",
