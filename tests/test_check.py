@@ -421,3 +421,18 @@ def test_check_judges_each_event_as_the_sinks_flavours_answer_it(changes):
     if isinstance(value.get("run"), dict):
         processed = openmetadata_single_answer(value, ["svc.c.s.t", "svc.b.k.csv"])["message"]
         assert openmetadata_verdict([value])[0] == (processed == "Event processed"), (value, processed)
+
+
+def test_a_transport_check_cannot_reach_says_so_rather_than_passing_quietly():
+    # openlineage-python's datadog transport, its site down: before, "nothing to reach", passed.
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "datadog",
+        "OPENLINEAGE__TRANSPORT__APIKEY": "dd-key-0001",
+        "OPENLINEAGE__TRANSPORT__SITE": f"http://127.0.0.1:{free_port()}",
+    }
+    status, lines = check(env)
+    assert status == 0, lines  # the configuration is valid; its backend was not judged
+    reach = line(lines, "reach")
+    assert "its backend is NOT reached by check" in reach
+    assert "send one event" in reach
+    assert "dd-key-0001" not in "\n".join(lines)
