@@ -479,6 +479,9 @@ def test_replay_keeps_its_deadline_whatever_the_buffer_size_and_the_next_run_sen
     assert cut.returncode == 1, cut.stderr
     assert 3 <= took < 20  # used its time, and kept it (each event beyond 10 waited 60 s before)
     assert "40 not sent by the deadline (--timeout 3): run again to send them" in cut.stdout, cut.stdout
+    # The wait said what it waited for, once, while it waited (on stderr).
+    assert cut.stderr.count("outbox replay: still sending to HttpTransport(") == 1, cut.stderr
+    assert "(--timeout 3) for it to take the events" in cut.stderr
     assert "dropped_shutdown" in cut.stdout
     with Sink() as sink:
         rest = replay(path, sink.url, "--timeout", "30", env=small)

@@ -40,6 +40,8 @@ class Busy(Exception):
 
 
 _KEY_LEN = 32
+#: A replay still sending after this many seconds says what it waits for.
+_QUIET = 2.0
 # Losses that a setting of the replaying outbox can avoid.
 _HINTS = {
     "too_large": "raise OUTBOX_MAX_BATCH_BYTES to send larger events",
@@ -268,8 +270,23 @@ def _run(
     out: TextIO,
     err: TextIO,
 ) -> int:
-    tally = _send(file, outbox, transport, record.done, deadline)
-    report = outbox.close(max(0.0, deadline - time.monotonic()))
+    def still_sending() -> None:  # a long wait says what it waits for (once)
+        left = deadline - time.monotonic()
+        print(
+            f"outbox replay: still sending to {transport!r}; waiting up to {left:.0f} s more "
+            f"(--timeout {timeout:g}) for it to take the events",
+            file=err,
+            flush=True,
+        )
+
+    waiting = threading.Timer(_QUIET, still_sending)
+    waiting.daemon = True
+    waiting.start()
+    try:
+        tally = _send(file, outbox, transport, record.done, deadline)
+        report = outbox.close(max(0.0, deadline - time.monotonic()))
+    finally:
+        waiting.cancel()
     if tally.torn:
         torn = tally.torn
         lines = ", ".join(str(t.line) for t in torn[:10]) + (", ..." if len(torn) > 10 else "")
