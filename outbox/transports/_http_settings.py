@@ -124,9 +124,9 @@ def config_secrets(config: dict[str, Any], origin: Callable[[str], str]) -> list
     """The credentials of an openlineage-python transport ``config`` (every string under a key
     naming one, every custom header's value), for redaction; an API key's, a token's and a
     header value's surrounding whitespace is stripped in ``config`` (mounted secrets often end
-    in a newline).  A ``ConfigError`` naming
-    the setting (``origin`` of its top-level key), never the value, for an API key, a token or
-    a header value that no HTTP header can carry."""
+    in a newline).  A ``ConfigError`` naming the setting (``origin`` of its top-level key, then
+    the path below it), never the value, for an API key, a token or a header value that no
+    HTTP header can carry."""
     found: list[str] = []
 
     def name(path: list[str]) -> str:
@@ -173,7 +173,8 @@ def safe_failure(exc: BaseException, secrets: Sequence[str]) -> str:
     (an encoding error of a header, an invalid header), which may be a credential."""
     kind = type(exc).__name__
     text = str(exc)
-    if isinstance(exc, UnicodeError) or "ProtocolError" in kind or _QUOTES_A_HEADER.search(f"{kind} {text}"):
+    quoting = isinstance(exc, UnicodeError) or "LocalProtocolError" in kind
+    if quoting or _QUOTES_A_HEADER.search(f"{kind} {text}"):
         return f"{kind} (a header value HTTP cannot carry?; its text is not shown, it may quote a credential)"
     text = redact_userinfo(text)
     for secret in sorted(secrets, key=len, reverse=True):
