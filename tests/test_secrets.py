@@ -127,3 +127,28 @@ def test_a_token_only_sending_finds_unsendable_is_never_quoted_in_a_log_line_or_
     assert "STATS" in output
     assert "emit raised InvalidHeader (a header value HTTP cannot carry?" in output
     assert "vault-TOKEN" not in output
+
+
+@pytest.mark.parametrize(
+    ("args", "variable", "said"),
+    [
+        (
+            ["forward", "--topic", "t", "--url", "http://127.0.0.1:9", "--api-key", "clé-" + KEY],
+            None,
+            "--api-key",
+        ),
+        (["forward", "--topic", "t", "--url", "http://127.0.0.1:9"], KEY + "\nX", "OPENLINEAGE_API_KEY"),
+        (["sink", "--port", "0", "--api-key", "clé-" + KEY], None, "--api-key"),
+    ],
+)
+def test_the_commands_name_the_api_key_a_header_cannot_carry_as_it_was_given(args, variable, said):
+    # Before: forward named "api_key (OPENLINEAGE_API_KEY or auth.apiKey)" for --api-key, and
+    # the sink served, requiring a token no client can send.
+    env = clean_env(**({"OPENLINEAGE_API_KEY": variable} if variable else {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.tools.cli", *args], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"outbox {args[0]}: {said} contains "), done.stderr
+    assert "(the value is not shown)" in done.stderr
+    assert KEY not in done.stdout + done.stderr

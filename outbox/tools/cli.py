@@ -89,6 +89,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
+    from ..transports._http_settings import header_problem
     from .sink import Sink, SinkBehaviour
 
     tables = tuple(t.strip() for spec in args.openmetadata_tables or () for t in spec.split(",") if t.strip())
@@ -104,10 +105,17 @@ def _sink(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
     )
+    unsendable = header_problem(args.api_key, tabs=False) if args.api_key is not None else None
+    if unsendable is not None:
+        print(
+            f"outbox sink: --api-key contains {unsendable}; no client could send it (the value is not shown)",
+            file=sys.stderr,
+        )
+        return 2
     if args.store:
-        problem = _demo_file(args.store)
-        if isinstance(problem, str):
-            print(f"outbox sink: --store: {problem}", file=sys.stderr)
+        store = _demo_file(args.store)
+        if isinstance(store, str):
+            print(f"outbox sink: --store: {store}", file=sys.stderr)
             return 2
     try:
         sink = Sink(
@@ -144,6 +152,7 @@ def _forward(args: argparse.Namespace) -> int:
 
     from .._errors import ConfigError
     from ..transports import HttpTransport
+    from ..transports._http_settings import secret_text
     from .forward import BrokersUnreachable, Forwarder
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")
@@ -166,13 +175,19 @@ def _forward(args: argparse.Namespace) -> int:
         return 2
     kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
     try:
+        # Named as the user gave it (HttpTransport's own message names the variables).
+        api_key = secret_text(
+            "--api-key" if args.api_key else "OPENLINEAGE_API_KEY",
+            args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),
+            header=True,
+        )
         transport = HttpTransport(
             url,
             endpoint=args.endpoint,
             batch_endpoint=args.batch_endpoint,
             mode=args.mode,
             batch_format=args.batch_format,
-            api_key=args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),
+            api_key=api_key,
         )
         forwarder = Forwarder(
             kafka_config,
