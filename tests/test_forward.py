@@ -424,7 +424,9 @@ def test_forward_waiting_for_brokers_stops_at_sigterm():
 
 
 @pytest.mark.slow  # about 15 s: the consumer notices the loss by its own timeouts
-def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_exits_cleanly(topic):
+def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_exits_cleanly(
+    topic, session_timeout
+):
     # Before: the lines went on "lag 0" as if all were quiet, and SIGTERM with the brokers gone
     # ended in a CancelledError traceback from aiokafka's consumer.stop() (exit 1).
     import queue
@@ -438,7 +440,7 @@ def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_e
             [
                 sys.executable, "-m", "outbox.tools.cli", "forward", "--bootstrap-servers", bootstrap,
                 "--topic", topic, "--url", "http://127.0.0.1:9", "--progress-interval", "0.5",
-                "--session-timeout", "6",
+                "--session-timeout", str(session_timeout),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -14,7 +14,6 @@ __all__ = [
     "positive_seconds",
     "run_count",
     "seconds_or_zero",
-    "session_seconds",
     "status",
 ]
 
@@ -49,17 +48,6 @@ def seconds_or_zero(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds, 0 or more, such as 5")
-    return value
-
-
-def session_seconds(raw: str) -> float:
-    """An argparse type: a consumer group session, which Kafka brokers take from 6 s."""
-    value = positive_seconds(raw)
-    if value < 6:
-        raise argparse.ArgumentTypeError(
-            f"{raw} s is shorter than Kafka brokers accept (group.min.session.timeout.ms, 6 s); "
-            "give 6 or more"
-        )
     return value
 
 

@@ -398,9 +398,10 @@ def _add_forward(commands: Commands) -> None:
     )
     fwd.add_argument(
         "--session-timeout",
-        type=_args.session_seconds,
+        type=_args.positive_seconds,
         default=10.0,
-        help="consumer group session in seconds (default 10; Kafka needs >= 6)",
+        help="consumer group session in seconds (default 10; Kafka brokers take 6 or more unless "
+        "their group.min.session.timeout.ms is lower)",
     )
     fwd.add_argument(
         "--wait-for-brokers",
