@@ -57,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         return tail.main(argv[1:])
+    if argv[:1] == ["instructions"]:
+        # The caller's cost in instructions (callgrind): repeatable on a busy machine.
+        from outbox.tools.benchmarks import instructions
+
+        return instructions.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.only:
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -113,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "backend, lanes against one batch in flight), cpu (process CPU per delivered event against "
         "the floor), tail (a handler's invocation latency while the sidecar ships), kafka "
         "(against the raw aiokafka producer); 'python -m outbox.tools.benchmarks tail --help' for "
-        "the tail in every backend state",
+        "the tail in every backend state; 'python -m outbox.tools.benchmarks instructions --help' for "
+        "the caller's cost in instructions (repeatable on a busy machine)",
     )
     return parser
 
