@@ -392,3 +392,50 @@ def test_an_api_key_a_header_cannot_carry_fails_the_config_check_naming_the_vari
     output = "\n".join(lines)
     for part in ("sécret", "ключ", "-42"):
         assert part not in output
+
+
+# Variants of one event, each against DataHub's and OpenMetadata's needs.
+VARIANTS = [
+    {},
+    {"eventType": None},
+    {"eventType": "START"},
+    {"run": {"runId": "r", "facets": ENGINE}},
+    {"run": {"runId": "r", "facets": ENGINE}, "eventType": None},
+    {"producer": "https://github.com/OpenLineage/OpenLineage/tree/1.54.0/client/python"},
+    {"producer": "https://github.com/OpenLineage/OpenLineage/client"},
+    {"producer": "https://github.com/apache/airflow/tree/2.9/openlineage"},
+    {"outputs": [{"namespace": "trino://h:443", "name": "c.s.t"}]},
+    {"outputs": [{"namespace": "trino://h:443", "name": "c.s.t"}], "eventType": None},
+    {"outputs": [{"namespace": "trino://h:443", "name": "c.s.t"}], "eventType": "FAIL"},
+    {"run": None},
+]
+
+
+@pytest.mark.parametrize("changes", VARIANTS)
+def test_check_judges_each_event_as_the_sinks_flavours_answer_it(changes):
+    from outbox.tools._sink_rules import datahub_failure, openmetadata_single_answer
+
+    value = event(**changes)
+    value = {k: v for k, v in value.items() if v is not None or k == "eventType"}
+    # DataHub: check refuses exactly what the datahub flavour answers 500 to.
+    assert (datahub_refusal(value) is None) == (datahub_failure(value) is None), value
+    # OpenMetadata: check's verdict on the event alone is "draws lineage" exactly where the
+    # openmetadata flavour processes it (with its tables known).
+    if isinstance(value.get("run"), dict):
+        processed = openmetadata_single_answer(value, ["svc.c.s.t", "svc.b.k.csv"])["message"]
+        assert openmetadata_verdict([value])[0] == (processed == "Event processed"), (value, processed)
+
+
+def test_a_transport_check_cannot_reach_says_so_rather_than_passing_quietly():
+    # openlineage-python's datadog transport, its site down: before, "nothing to reach", passed.
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "datadog",
+        "OPENLINEAGE__TRANSPORT__APIKEY": "dd-key-0001",
+        "OPENLINEAGE__TRANSPORT__SITE": f"http://127.0.0.1:{free_port()}",
+    }
+    status, lines = check(env)
+    assert status == 0, lines  # the configuration is valid; its backend was not judged
+    reach = line(lines, "reach")
+    assert "its backend is NOT reached by check" in reach
+    assert "send one event" in reach
+    assert "dd-key-0001" not in "\n".join(lines)

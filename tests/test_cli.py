@@ -1,6 +1,8 @@
 """The ``outbox`` command's own arguments, refused as a user meets them: a process, its exit
 status and its message."""
 
+import os
+import socket
 import subprocess
 import sys
 
@@ -8,12 +10,15 @@ import pytest
 
 
 def outbox(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``outbox ARGS`` as a user runs it, with no OPENLINEAGE_* or OUTBOX_* variable set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
     return subprocess.run(
         [sys.executable, "-m", "outbox.tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -38,3 +43,92 @@ def test_check_refuses_a_timeout_that_is_not_a_positive_number(timeout):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "argument --timeout:" in done.stderr
     assert "number of seconds" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["replay", "--timeout", "inf", "F"], "argument --timeout: inf is not a number of seconds above 0"),
+        (["replay", "--timeout", "-1", "F"], "argument --timeout: -1 is not a number of seconds above 0"),
+        (["replay", "--timeout", "0", "F"], "argument --timeout: 0 is not a number of seconds above 0"),
+        (["forward", "--topic", "t", "--session-timeout", "0"], "0 is not a number of seconds above 0"),
+        (
+            ["forward", "--topic", "t", "--progress-interval", "-1"],
+            "-1 is not a number of seconds, 0 or more",
+        ),
+        (["forward", "--topic", "t", "--drain-timeout", "nan"], "nan is not a number of seconds, 0 or more"),
+        (["sink", "--port", "99999"], "argument --port: '99999' is not a port; give 0 (a free one) to 65535"),
+        (["sink", "--fail-rate", "2"], "argument --fail-rate: '2' is not a fraction; give 0 to 1"),
+        (["sink", "--delay", "-1"], "argument --delay: -1 is not a number of seconds, 0 or more"),
+        (["sink", "--fail-status", "42"], "argument --fail-status: '42' is not an HTTP status"),
+        (["sink", "--max-body", "0"], "argument --max-body: '0' is not a number of bytes; give 1 or more"),
+        (["bench", "--invocations", "0"], "argument --invocations: '0' is not a whole number of 1 or more"),
+        (
+            ["bench", "--policies", "--buffer-sizes", "0"],
+            "argument --buffer-sizes: '0' is not a whole number",
+        ),
+        (["bench", "--rate", "-5"], "argument --rate: '-5' is not a finite number of 0 or more"),
+        (["bench", "--error-rate", "3"], "argument --error-rate: '3' is not a fraction"),
+    ],
+)
+def test_an_argument_out_of_range_is_refused_at_once_naming_it(args, said, tmp_path):
+    # Before: replay ran with any timeout (inf: a traceback), the sink crashed on a port out of
+    # range and served with --fail-rate 2, forward tried the brokers first.
+    done = outbox(*[str(tmp_path / "f.jsonl") if a == "F" else a for a in args])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (
+            "{bad",
+            "--kafka-config is not JSON (Expecting property name enclosed in double quotes at character 2)",
+        ),
+        ("[1]", "--kafka-config is not a JSON object"),
+    ],
+)
+def test_forward_refuses_a_kafka_config_that_is_not_a_json_object(config, said):
+    done = outbox("forward", "--topic", "t", "--url", "http://127.0.0.1:9", "--kafka-config", config)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"outbox forward: {said}; give an object such as"), done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_demo_refuses_a_file_it_cannot_write_before_emitting(tmp_path):
+    done = outbox("demo", "--runs", "1", "--file", str(tmp_path / "missing" / "d.jsonl"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"outbox demo: --file: the folder of {tmp_path / 'missing' / 'd.jsonl'} does not exist" in done.stderr
+    )
+    done = outbox("demo", "--runs", "1", "--file", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"outbox demo: --file: {tmp_path} is a folder" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_demo_run_twice_into_one_file_reports_its_own_events(tmp_path):
+    path = tmp_path / "d.jsonl"
+    assert outbox("demo", "--runs", "1", "--file", str(path)).returncode == 0
+    again = outbox("demo", "--runs", "1", "--file", str(path))
+    # Before: "4 events in d.jsonl" and exit 1, the first run's two events taken for this one's.
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"2 events written to {path} (after 2 lines already there)" in again.stdout
+    assert len(path.read_text().splitlines()) == 4
+
+
+def test_sink_on_a_port_in_use_or_a_store_it_cannot_write_says_so_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = outbox("sink", "--port", str(port))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith(f"outbox sink: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert "Traceback" not in done.stderr
+    done = outbox("sink", "--port", "0", "--store", str(tmp_path / "missing" / "s.jsonl"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "outbox sink: --store: the folder of" in done.stderr

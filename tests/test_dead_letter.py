@@ -480,7 +480,7 @@ def test_outbox_replay_sends_a_dead_letter_file_again_and_a_second_run_sends_not
         again = replay(path, fixed.url, "--timeout", "10")
         arrived = sorted(e["n"] for e in fixed.events)
     assert first.returncode == 0, first.stderr
-    assert f"replayed 4 events from {path}: delivered 4, lost none" in first.stdout
+    assert f"replayed 4 events from {path}: delivered 4, none left undelivered" in first.stdout
     assert arrived == [0, 1, 2, 7]  # once: the second run found them recorded
     assert again.returncode == 0, again.stderr
     assert "replayed 0 events" in again.stdout
@@ -500,7 +500,9 @@ def test_a_second_replay_sends_only_what_the_first_did_not_deliver(tmp_path):
         arrived = [e["n"] for e in sink.events]
     assert delivered_first == list(range(40))
     assert first.returncode == 1, first.stdout + first.stderr
-    assert "lost {'poison': 10}" in first.stdout
+    # Not "lost": what was not delivered stays in the file, and the second run sends it.
+    assert f"delivered 40, 10 not delivered (poison: 10), left in {path} for the next run" in first.stdout
+    assert "lost" not in first.stdout
     assert second.returncode == 0, second.stdout + second.stderr
     assert sorted(arrived) == list(range(50))  # every event once: no duplicates of the 40
     assert "replayed 10 events" in second.stdout
@@ -518,6 +520,9 @@ def test_replay_keeps_its_deadline_whatever_the_buffer_size_and_the_next_run_sen
     assert cut.returncode == 1, cut.stderr
     assert 3 <= took < 20  # used its time, and kept it (each event beyond 10 waited 60 s before)
     assert "40 not sent by the deadline (--timeout 3): run again to send them" in cut.stdout, cut.stdout
+    # The wait said what it waited for, once, while it waited (on stderr).
+    assert cut.stderr.count("outbox replay: still sending to HttpTransport(") == 1, cut.stderr
+    assert "(--timeout 3) for it to take the events" in cut.stderr
     assert "dropped_shutdown" in cut.stdout
     with Sink() as sink:
         rest = replay(path, sink.url, "--timeout", "30", env=small)
@@ -541,8 +546,10 @@ def test_replay_refuses_to_run_without_a_configured_backend_unless_asked_for_the
     assert "lineage is disabled" in disabled.stderr
     shown = replay(path, None, "--console")
     assert shown.returncode == 0, shown.stderr
-    printed = [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
+    # Standard output is the events alone (for jq and the like); the summary is on stderr.
+    printed = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [e["n"] for e in printed] == [0, 1, 2]
+    assert "replayed 3 events" in shown.stderr
     assert not Path(str(path) + ".replayed").exists()  # a look at the file delivers nothing
     with Sink() as sink:
         assert replay(path, sink.url).returncode == 0

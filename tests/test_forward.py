@@ -1,6 +1,7 @@
 """outbox forward: Kafka (embedded broker) to HTTP (outbox sink), at least once."""
 
 import asyncio
+import contextlib
 import re
 import select
 import signal
@@ -11,6 +12,7 @@ import threading
 import time
 
 import orjson
+import pytest
 
 from outbox.tools.broker import EmbeddedBroker
 from outbox.tools.faultproxy import free_port
@@ -456,6 +458,46 @@ def test_forward_waiting_for_brokers_stops_at_sigterm():
     assert "waiting for the Kafka brokers" in process.stdout.readline()
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "Unclosed" not in err
+
+
+@pytest.mark.slow  # about 15 s: the consumer notices the loss by its own timeouts
+def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_exits_cleanly(
+    topic, session_timeout
+):
+    # Before: the lines went on "lag 0" as if all were quiet, and SIGTERM with the brokers gone
+    # ended in a CancelledError traceback from aiokafka's consumer.stop() (exit 1).
+    import queue
+
+    broker = EmbeddedBroker()
+    broker.start()
+    lines: queue.Queue[str] = queue.Queue()
+    try:
+        bootstrap = broker.bootstrap_servers
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "outbox.tools.cli", "forward", "--bootstrap-servers", bootstrap,
+                "--topic", topic, "--url", "http://127.0.0.1:9", "--progress-interval", "0.5",
+                "--session-timeout", str(session_timeout),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+        assert "consumed 0" in lines.get(timeout=20)  # forwarding
+    finally:
+        broker.stop()
+    said = ""
+    deadline = time.monotonic() + 20
+    while "error(s) since the last line" not in said and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            said = lines.get(timeout=1)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert f"; the Kafka brokers {bootstrap}: " in said, said
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert "Unclosed" not in err

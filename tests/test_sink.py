@@ -1,5 +1,6 @@
 """outbox sink: validation, storage, listing, the command line."""
 
+import contextlib
 import json
 import re
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import time
 
 import httpx
+import orjson
 import pytest
 
 from outbox.tools.sink import Sink, validate_event
@@ -326,6 +328,23 @@ def test_the_outbox_retries_what_datahub_answers_500_rather_than_dropping_it():
     assert "rejected_by_backend" not in report.undelivered
 
 
+def read_lines(process, count, timeout=15.0):
+    """The next ``count`` lines of the process's stdout, or those that came within ``timeout``."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(process.stdout.readline()) for _ in range(count)], daemon=True
+    ).start()
+    got = []
+    with contextlib.suppress(queue.Empty):
+        for _ in range(count):
+            got.append(lines.get(timeout=timeout))
+    assert len(got) == count, got
+    return got
+
+
 def start_sink_command(*options):
     process = subprocess.Popen(
         [sys.executable, "-m", "outbox.tools.cli", "sink", "--port", "0", *options],
@@ -365,9 +384,13 @@ def test_the_sink_command_logs_each_refused_request_with_its_status_and_reason()
         assert httpx.post(route, json=engine, headers=auth).status_code == 200
         assert "START" in process.stdout.readline()  # the accepted event's line, no request line
         assert httpx.post(route, json=run_event(), headers=auth).status_code == 500
-        assert httpx.post(f"{route}/batch", json=[engine], headers=auth).status_code == 404
-        assert httpx.post(route, json=engine).status_code == 401
-        lines = [process.stdout.readline() for _ in range(3)]
+        batch = orjson.dumps([engine, engine])
+        assert httpx.post(f"{route}/batch", content=batch, headers=auth).status_code == 404
+        body = orjson.dumps(engine)
+        assert httpx.post(route, content=body).status_code == 401
+        assert httpx.post(route, content=b"{not json", headers=auth).status_code == 400
+        assert httpx.get(f"{url}/api/v1/nothing").status_code == 404
+        lines = read_lines(process, 5)
     finally:
         process.terminate()
         process.wait(5)
@@ -375,8 +398,14 @@ def test_the_sink_command_logs_each_refused_request_with_its_status_and_reason()
         " 500 POST /openapi/openlineage/api/v1/lineage (1 event): Unable to determine orchestrator"
         in lines[0]
     )
-    assert " 404 POST /openapi/openlineage/api/v1/lineage/batch (1 event): HTTP 404: no route" in lines[1]
-    assert " 401 POST /openapi/openlineage/api/v1/lineage (1 event): no bearer token" in lines[2]
+    # A body that was not read as events is said by its size, not as "1 event".
+    assert (
+        f" 404 POST /openapi/openlineage/api/v1/lineage/batch ({len(batch):,} bytes): HTTP 404: no route"
+        in lines[1]
+    )
+    assert f" 401 POST /openapi/openlineage/api/v1/lineage ({len(body):,} bytes): no bearer token" in lines[2]
+    assert " 400 POST /openapi/openlineage/api/v1/lineage (9 bytes): " in lines[3]
+    assert " 404 GET /api/v1/nothing: no route for GET /api/v1/nothing" in lines[4]
 
 
 def test_the_sink_command_logs_accepted_requests_too_when_verbose():

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import _args
 from ._bench_child import CONTENDERS
 from ._bench_report import Result, percentile, plot, render, summarize
 
@@ -399,7 +400,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--buffer-sizes",
         nargs="+",
-        type=int,
+        type=_args.count,
         default=[1000, 10_000],
         metavar="N",
         help="with --policies: the max_events values to compare (default 1000 10000)",
@@ -409,10 +410,13 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
 def _add_load(parser: argparse.ArgumentParser) -> None:
     """What each contender is put through: the handler, the load, the backends' faults."""
     parser.add_argument(
-        "--invocations", type=int, default=2000, help="handler calls per contender (default 2000)"
+        "--invocations", type=_args.count, default=2000, help="handler calls per contender (default 2000)"
     )
     parser.add_argument(
-        "--work-us", type=float, default=200.0, help="the handler's own work per call, µs (default 200)"
+        "--work-us",
+        type=_args.non_negative,
+        default=200.0,
+        help="the handler's own work per call, µs (default 200)",
     )
     parser.add_argument(
         "--model",
@@ -422,21 +426,33 @@ def _add_load(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=_args.non_negative,
         default=None,
         help="open loop at this many calls/s (default: closed loop; 1000 with --policies)",
     )
     parser.add_argument(
-        "--latency", type=float, default=0.5, help="the slow backends' answer delay in s (default 0.5)"
+        "--latency",
+        type=_args.seconds_or_zero,
+        default=0.5,
+        help="the slow backends' answer delay in s (default 0.5)",
     )
     parser.add_argument(
-        "--error-rate", type=float, default=0.5, help="the errors backend's share of 503s (default 0.5)"
+        "--error-rate",
+        type=_args.fraction,
+        default=0.5,
+        help="the errors backend's share of 503s (default 0.5)",
     )
     parser.add_argument(
-        "--close-timeout", type=float, default=5.0, help="the close() deadline given to contenders, s"
+        "--close-timeout",
+        type=_args.seconds_or_zero,
+        default=5.0,
+        help="the close() deadline given to contenders, s",
     )
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds before a contender counts as blocked"
+        "--timeout",
+        type=_args.positive_seconds,
+        default=60.0,
+        help="seconds before a contender counts as blocked",
     )
 
 

@@ -14,32 +14,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _args
+
 __all__ = ["main"]
 
 if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
-def _run_count(raw: str) -> int:
-    """An argparse type: a whole number of runs, 1 or more."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of runs; give 1 or more")
-    return value
+def _demo_file(raw: str | None) -> tuple[Path, int] | str:
+    """Where the demo (or the sink's --store) writes, and how many lines it held before; or
+    why it cannot write there."""
+    import os
 
-
-def _positive_float(raw: str) -> float:
-    """An argparse type: a finite number of seconds above 0."""
+    path = Path(raw) if raw else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a folder; give a file to write the events to"
+    if not folder.is_dir():
+        return f"the folder of {path} does not exist; create it, or give a path in one"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"cannot write {path}; give a path you can write"
     try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds, such as 5") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{raw} is not a number of seconds above 0, such as 5")
-    return value
+        before = len(path.read_bytes().splitlines()) if path.exists() else 0
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return path, before
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -48,7 +48,11 @@ def _demo(args: argparse.Namespace) -> int:
     from .. import Outbox
     from ..transports import FileTransport
 
-    path = Path(args.file) if args.file else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
+    where = _demo_file(args.file)
+    if isinstance(where, str):
+        print(f"outbox demo: --file: {where}", file=sys.stderr)
+        return 2
+    path, before = where
     job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn")
     outbox = Outbox(FileTransport(path, append=True), name="demo")
     costs = []
@@ -69,7 +73,7 @@ def _demo(args: argparse.Namespace) -> int:
             costs.append(time.perf_counter_ns() - started)
     report = outbox.close(5)
     costs.sort()
-    lines = path.read_text().splitlines()
+    lines = path.read_text().splitlines()[before:]  # this run's (the file is appended to)
     print(
         f"emitted {len(costs)} events for {args.runs} runs; "
         f"emit() median {costs[len(costs) // 2] / 1000:.1f} µs, max {costs[-1] / 1000:.1f} µs"
@@ -78,12 +82,14 @@ def _demo(args: argparse.Namespace) -> int:
         f"close(): delivered {report.delivered}, lost {dict(report.undelivered) or 'none'}, "
         f"in {report.duration * 1000:.1f} ms"
     )
-    print(f"{len(lines)} events in {path}; the first:")
+    earlier = f" (after {before} lines already there)" if before else ""
+    print(f"{len(lines)} events written to {path}{earlier}; the first:")
     print(json.dumps(json.loads(lines[0]), indent=2) if lines else "(none)")
     return 0 if report.complete and len(lines) == len(costs) else 1
 
 
 def _sink(args: argparse.Namespace) -> int:
+    from ..transports._http_settings import header_problem
     from .sink import Sink, SinkBehaviour
 
     tables = tuple(t.strip() for spec in args.openmetadata_tables or () for t in spec.split(",") if t.strip())
@@ -99,14 +105,34 @@ def _sink(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_body=args.max_body,
     )
-    sink = Sink(
-        args.host,
-        args.port,
-        store=args.store,
-        echo=not args.quiet,
-        behaviour=behaviour,
-        log_requests="all" if args.verbose else "refused",
-    )
+    unsendable = header_problem(args.api_key, tabs=False) if args.api_key is not None else None
+    if unsendable is not None:
+        print(
+            f"outbox sink: --api-key contains {unsendable}; no client could send it (the value is not shown)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.store:
+        store = _demo_file(args.store)
+        if isinstance(store, str):
+            print(f"outbox sink: --store: {store}", file=sys.stderr)
+            return 2
+    try:
+        sink = Sink(
+            args.host,
+            args.port,
+            store=args.store,
+            echo=not args.quiet,
+            behaviour=behaviour,
+            log_requests="all" if args.verbose else "refused",
+        )
+    except OSError as exc:  # the port is taken, the host is not this machine's
+        print(
+            f"outbox sink: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; give another "
+            "--port (0 for a free one) or --host",
+            file=sys.stderr,
+        )
+        return 1
     routes = ", ".join(f"POST {route}" for route in sink.served_routes())
     print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
     try:
@@ -126,6 +152,7 @@ def _forward(args: argparse.Namespace) -> int:
 
     from .._errors import ConfigError
     from ..transports import HttpTransport
+    from ..transports._http_settings import secret_text
     from .forward import BrokersUnreachable, Forwarder
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")
@@ -134,16 +161,33 @@ def _forward(args: argparse.Namespace) -> int:
             "outbox forward: give --url or set OPENLINEAGE_URL (the HTTP backend to post to)", file=sys.stderr
         )
         return 2
-    kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
+    try:
+        kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
+    except json.JSONDecodeError as exc:
+        kafka_config = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
+    if not isinstance(kafka_config, dict):
+        why = kafka_config if isinstance(kafka_config, str) else "is not a JSON object"
+        print(
+            f"outbox forward: --kafka-config {why}; give an object such as "
+            '\'{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}\'',
+            file=sys.stderr,
+        )
+        return 2
     kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
     try:
+        # Named as the user gave it (HttpTransport's own message names the variables).
+        api_key = secret_text(
+            "--api-key" if args.api_key else "OPENLINEAGE_API_KEY",
+            args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),
+            header=True,
+        )
         transport = HttpTransport(
             url,
             endpoint=args.endpoint,
             batch_endpoint=args.batch_endpoint,
             mode=args.mode,
             batch_format=args.batch_format,
-            api_key=args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),
+            api_key=api_key,
         )
         forwarder = Forwarder(
             kafka_config,
@@ -225,7 +269,7 @@ def _add_check(commands: Commands) -> None:
     )
     check.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_args.positive_seconds,
         default=5.0,
         help="seconds each check may take (default 5)",
     )
@@ -247,7 +291,7 @@ def _add_demo(commands: Commands) -> None:
         "transport, closes it, and prints emit()'s cost, the close report and the first event.",
     )
     demo.add_argument(
-        "--runs", type=_run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
+        "--runs", type=_args.run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
     )
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
@@ -263,7 +307,7 @@ def _add_sink(commands: Commands) -> None:
         "(its status and reason), and lists what it accepted at GET /api/v1/events.",
     )
     sink.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    sink.add_argument("--port", type=int, default=5000, help="port (default 5000; 0 for a free one)")
+    sink.add_argument("--port", type=_args.port, default=5000, help="port (default 5000; 0 for a free one)")
     sink.add_argument("--store", metavar="FILE", help="also append accepted events to this JSON-lines file")
     sink.add_argument(
         "--flavor",
@@ -273,7 +317,7 @@ def _add_sink(commands: Commands) -> None:
     )
     sink.add_argument(
         "--openmetadata-all-failed-status",
-        type=int,
+        type=_args.status,
         default=200,
         help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
     )
@@ -284,15 +328,17 @@ def _add_sink(commands: Commands) -> None:
         help="openmetadata: the tables the server has, comma-separated service.db.schema.table names "
         "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
     )
-    sink.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
-    sink.add_argument("--fail-status", type=int, help="answer this HTTP status instead of accepting")
     sink.add_argument(
-        "--fail-rate", type=float, default=1.0, help="fraction of requests that fail (default 1)"
+        "--delay", type=_args.seconds_or_zero, default=0.0, help="seconds to wait before each answer"
+    )
+    sink.add_argument("--fail-status", type=_args.status, help="answer this HTTP status instead of accepting")
+    sink.add_argument(
+        "--fail-rate", type=_args.fraction, default=1.0, help="fraction of requests that fail (default 1)"
     )
     sink.add_argument("--retry-after", help="Retry-After value sent with --fail-status")
     sink.add_argument("--single-only", action="store_true", help="answer 404 on the batch route")
     sink.add_argument("--api-key", help="require Authorization: Bearer API_KEY")
-    sink.add_argument("--max-body", type=int, help="answer 413 to larger bodies (bytes)")
+    sink.add_argument("--max-body", type=_args.byte_count, help="answer 413 to larger bodies (bytes)")
     sink.add_argument("--quiet", action="store_true", help="do not print a line per event")
     sink.add_argument(
         "--verbose",
@@ -338,15 +384,24 @@ def _add_forward(commands: Commands) -> None:
         help="batch body: the spec's JSON array (default), or OpenMetadata's {\"events\": [...]}",
     )
     fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
-    fwd.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
     fwd.add_argument(
-        "--drain-timeout", type=float, default=10.0, help="seconds to finish the batch at SIGTERM"
+        "--progress-interval",
+        type=_args.seconds_or_zero,
+        default=10.0,
+        help="seconds between progress lines (default 10; 0: none)",
+    )
+    fwd.add_argument(
+        "--drain-timeout",
+        type=_args.seconds_or_zero,
+        default=10.0,
+        help="seconds to finish the batch at SIGTERM",
     )
     fwd.add_argument(
         "--session-timeout",
-        type=float,
+        type=_args.positive_seconds,
         default=10.0,
-        help="consumer group session in seconds (default 10; Kafka needs >= 6)",
+        help="consumer group session in seconds (default 10; Kafka brokers take 6 or more unless "
+        "their group.min.session.timeout.ms is lower)",
     )
     fwd.add_argument(
         "--wait-for-brokers",
@@ -368,15 +423,16 @@ def _add_replay(commands: Commands) -> None:
         "what the backend acknowledges is recorded in FILE.replayed as it goes, so a second run "
         "sends only the rest; an event whose acknowledgement was not seen (the deadline, a crash) "
         "goes again next time. Torn records (a writer cut off mid-record) are skipped with one "
-        "warning. Prints one summary line; exits 0 when nothing is left to send, 1 when events "
-        "remain (run it again), 2 for bad input or no configured backend.",
+        "warning. Prints one summary line (what was delivered, and what is left in FILE for the "
+        "next run, by reason); exits 0 when nothing is left to send, 1 when events remain (run it "
+        "again), 2 for bad input or no configured backend (unless --console).",
     )
     replay.add_argument(
         "file", metavar="FILE", help="a dead-letter file, or JSON lines of OpenLineage events"
     )
     replay.add_argument(
         "--timeout",
-        type=float,
+        type=_args.positive_seconds,
         default=30.0,
         help="seconds the whole replay may take, whatever the file's size (default 30); what is "
         "not delivered by then is left for the next run",
@@ -384,7 +440,8 @@ def _add_replay(commands: Commands) -> None:
     replay.add_argument(
         "--console",
         action="store_true",
-        help="print the events to standard output instead of sending them (records nothing)",
+        help="print the events to standard output instead of sending them (records nothing; "
+        "the summary goes to standard error)",
     )
     replay.add_argument(
         "--progress",

@@ -66,6 +66,43 @@ class BrokersUnreachable(Exception):
     """The Kafka brokers could not be reached at start (the message names them)."""
 
 
+class _KafkaTrouble(logging.Filter):
+    """Notes aiokafka's errors while forwarding (it retries on its own, silently to the
+    forwarder), so that a progress line can say the brokers are away; passes them on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.times = [*self.times[-999:], time.monotonic()]
+            self.last = record.getMessage()
+        return True
+
+    def since(self, start: float) -> tuple[int, str]:
+        """How many errors since ``start``, and the last one's text."""
+        count = sum(1 for t in self.times if t >= start)
+        return count, self.last if count else ""
+
+
+async def _stop_client(client: Any, timeout: float = 5.0) -> None:
+    """Stop an aiokafka consumer or producer whose brokers may be gone: bounded, and without
+    the errors of its own cancelled fetch tasks (aiokafka's close awaits them and lets their
+    CancelledError out) unless this task itself is being cancelled."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        await asyncio.wait_for(client.stop(), timeout)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+    except (KafkaError, OSError, TimeoutError):
+        pass
+
+
 class _Quiet(logging.Filter):
     """Holds aiokafka's records back while connecting, keeping the last error's text."""
 
@@ -174,6 +211,9 @@ class Forwarder:
         self._failing_since: float | None = None
         self._attempts = 0
         self._last_error = ""
+        #: aiokafka's errors while forwarding (the brokers away, a coordinator lost).
+        self._trouble = _KafkaTrouble()
+        self._previous_progress = time.monotonic()
 
     def stop(self) -> None:
         """Finish the batch in hand, commit, and return from :meth:`run` (call in its loop)."""
@@ -220,16 +260,21 @@ class Forwarder:
             await self.transport.aclose()
             return self.stats
         limit_library_logs(*_AIOKAFKA_LOGGERS)
+        for name in _AIOKAFKA_LOGGERS:  # first: the rate limit must not hide one from it
+            logging.getLogger(name).filters.insert(0, self._trouble)
         try:
             await self._loop(self._consumer, dead_letters)
         finally:
             if self.progress_interval:
                 with contextlib.suppress(Exception):
                     await self._progress()
-            await self._consumer.stop()
+            # The brokers may be gone by now: each stop is bounded, and quiet about it.
+            await _stop_client(self._consumer)
             if dead_letters is not None:
-                await dead_letters.stop()
+                await _stop_client(dead_letters)
             await self.transport.aclose()
+            for name in _AIOKAFKA_LOGGERS:
+                logging.getLogger(name).removeFilter(self._trouble)
         return self.stats
 
     async def _start(self, make: Callable[[], Any]) -> Any:
@@ -489,7 +534,7 @@ class Forwarder:
         return lag, unknown
 
     async def _progress(self) -> None:
-        self._last_progress = time.monotonic()
+        self._previous_progress, self._last_progress = self._last_progress, time.monotonic()
         if self._consumer is None:
             return
         lag, unknown = await self._lag()
@@ -501,5 +546,11 @@ class Forwarder:
             line += (
                 f"; the backend failing for {time.monotonic() - self._failing_since:.0f} s, "
                 f"{self._attempts} attempt(s): {self._last_error}"
+            )
+        errors, last = self._trouble.since(self._previous_progress)
+        if errors:
+            # aiokafka retries on its own: without this, the line would read as all quiet.
+            line += (
+                f"; the Kafka brokers {self.brokers}: {errors} error(s) since the last line, the last: {last}"
             )
         self._print(f"forward {self.topic} -> {self.transport!r}: {line}")

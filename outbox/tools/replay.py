@@ -40,6 +40,8 @@ class Busy(Exception):
 
 
 _KEY_LEN = 32
+#: A replay still sending after this many seconds says what it waits for.
+_QUIET = 2.0
 # Losses that a setting of the replaying outbox can avoid.
 _HINTS = {
     "too_large": "raise OUTBOX_MAX_BATCH_BYTES to send larger events",
@@ -107,8 +109,9 @@ class Progress:
 class _Recording:
     """The configured transport, noting which of the replayed records the backend took."""
 
-    def __init__(self, inner: Transport, progress: Progress) -> None:
+    def __init__(self, inner: Transport, progress: Progress, *, console: bool = False) -> None:
         self.inner = inner
+        self.console = console
         self.progress = progress
         #: Event body -> the keys of the records (in file order) emitted with that body.
         self.pending: dict[bytes, deque[str]] = {}
@@ -200,7 +203,8 @@ def replay(
     out: TextIO,
     err: TextIO,
 ) -> int:
-    """Replay ``path``; print a summary to ``out``, problems to ``err``.  Returns the exit
+    """Replay ``path``; print a summary to ``out`` (to ``err`` with ``console``: the events are
+    ``out`` then), problems to ``err``.  Returns the exit
     code: 0 when nothing is left that a rerun would send, 1 otherwise, 2 for bad input."""
     from .. import Outbox
 
@@ -232,7 +236,7 @@ def replay(
             )
             return 2
         try:
-            transport = _Recording(inner, record)
+            transport = _Recording(inner, record, console=console)
             outbox = Outbox(transport, **settings)
             return _run(path, file, outbox, transport, record, deadline, timeout, out, err)
         except ConfigError as exc:
@@ -266,8 +270,23 @@ def _run(
     out: TextIO,
     err: TextIO,
 ) -> int:
-    tally = _send(file, outbox, transport, record.done, deadline)
-    report = outbox.close(max(0.0, deadline - time.monotonic()))
+    def still_sending() -> None:  # a long wait says what it waits for (once)
+        left = deadline - time.monotonic()
+        print(
+            f"outbox replay: still sending to {transport!r}; waiting up to {left:.0f} s more "
+            f"(--timeout {timeout:g}) for it to take the events",
+            file=err,
+            flush=True,
+        )
+
+    waiting = threading.Timer(_QUIET, still_sending)
+    waiting.daemon = True
+    waiting.start()
+    try:
+        tally = _send(file, outbox, transport, record.done, deadline)
+        report = outbox.close(max(0.0, deadline - time.monotonic()))
+    finally:
+        waiting.cancel()
     if tally.torn:
         torn = tally.torn
         lines = ", ".join(str(t.line) for t in torn[:10]) + (", ..." if len(torn) > 10 else "")
@@ -276,11 +295,18 @@ def _run(
             "cut off mid-record (a crash or a full disk); what they held cannot be recovered",
             file=err,
         )
-    lost = dict(report.undelivered)
-    parts = [
-        f"replayed {tally.sent} events from {path}: delivered {report.delivered}, lost {lost or 'none'}"
-        + "".join(f" ({_HINTS[r]})" for r in lost if r in _HINTS)
-    ]
+    # Nothing is lost here: what was not delivered is not recorded, so it stays for a rerun.
+    left = dict(report.undelivered)
+    said = f"replayed {tally.sent} events from {path}: delivered {report.delivered}"
+    if left:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(left.items()))
+        said += (
+            f", {sum(left.values())} not delivered ({reasons}), left in {path} for the next run"
+            + "".join(f" ({_HINTS[r]})" for r in left if r in _HINTS)
+        )
+    else:
+        said += ", none left undelivered"
+    parts = [said]
     if tally.already:
         parts.append(f"{tally.already} delivered by an earlier run, skipped (see {record.path})")
     if tally.unsent:
@@ -297,7 +323,8 @@ def _run(
             "sends them again",
             file=err,
         )
-    print("; ".join(parts), file=out, flush=True)
+    # With --console the events are standard output: the summary goes beside them, on err.
+    print("; ".join(parts), file=err if transport.console else out, flush=True)
     return 0 if report.complete and not tally.unsent else 1
 
 

@@ -175,14 +175,14 @@ class _Handler(BaseHTTPRequestHandler):
                 events = events[-int(limit) :] if int(limit) else []
             self._reply(200, events)
         else:
-            self._reply(404, {"code": 404, "message": f"no route for GET {url.path}"})
+            self._refuse_other("GET", 404, f"no route for GET {url.path}")
 
     def do_DELETE(self) -> None:
         if urlsplit(self.path).path == "/api/v1/events":
             self.server.sink.clear()
             self._reply(204)
         else:
-            self._reply(404, {"code": 404, "message": "not found"})
+            self._refuse_other("DELETE", 404, f"no route for DELETE {urlsplit(self.path).path}")
 
     def _answer(
         self,
@@ -190,13 +190,21 @@ class _Handler(BaseHTTPRequestHandler):
         status: int,
         body: Any = None,
         *,
-        count: int = 1,
+        count: int | None = None,
         headers: dict[str, str] | None = None,
         reason: str | None = None,
     ) -> None:
-        """Record the request (and log it when it is refused, or always if verbose), then reply."""
-        self.server.sink._record(path, status, count, reason or _reason(status, body))
+        """Record the request (and log it when it is refused, or always if verbose), then reply.
+        ``count``: the events the body held, when it was read as events (the log line says the
+        body's size otherwise)."""
+        size = int(self.headers.get("Content-Length") or 0)
+        self.server.sink._record(path, status, count, reason or _reason(status, body), size=size)
         self._reply(status, body, headers)
+
+    def _refuse_other(self, method: str, status: int, message: str) -> None:
+        """A request to no route of this sink (a GET or DELETE elsewhere): logged, then 404."""
+        self.server.sink._log_refused(method, urlsplit(self.path).path, status, message, None, 0)
+        self._reply(status, {"code": status, "message": message})
 
     def do_POST(self) -> None:
         sink = self.server.sink
@@ -252,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, event = marquez_answer(raw, self.headers.get("Content-Type"))
             if event is not None:
                 sink._accept([event])
-            self._answer(single, status, body)
+            self._answer(single, status, body, count=1 if event is not None else None)
         elif path == single:
             self._single(raw)
         elif path == batch and batch in sink.served_routes():
@@ -275,22 +283,24 @@ class _Handler(BaseHTTPRequestHandler):
         if flavor == "datahub":
             failure = datahub_failure(event)
             if failure is not None:  # what released DataHub throws on: a 500
-                self._answer(single, 500, {"error": failure})
+                self._answer(single, 500, {"error": failure}, count=1)
                 return
         if flavor == "openmetadata" and isinstance(event, dict) and not isinstance(event.get("run"), dict):
             kind = "a DatasetEvent" if "dataset" in event else "a JobEvent" if "job" in event else "an event"
             message = f"{kind} is not a RunEvent: the OpenLineage API takes run events (run is required)"
-            self._answer(single, 400, {"code": 400, "message": message})
+            self._answer(single, 400, {"code": 400, "message": message}, count=1)
             return
         errors = validate_event(event)
         if errors:
-            self._answer(single, 422, {"code": 422, "errors": errors})
+            self._answer(single, 422, {"code": 422, "errors": errors}, count=1)
             return
         sink._accept([event])
         if flavor == "openmetadata":
-            self._answer(single, 200, openmetadata_single_answer(event, sink.behaviour.openmetadata_tables))
+            self._answer(
+                single, 200, openmetadata_single_answer(event, sink.behaviour.openmetadata_tables), count=1
+            )
         else:
-            self._answer(single, 200)
+            self._answer(single, 200, count=1)
 
     def _batch(self, raw: bytes) -> None:
         sink = self.server.sink
@@ -484,17 +494,30 @@ class Sink:
                 return True
             return False
 
-    def _record(self, path: str, status: int, count: int = 1, reason: str = "") -> None:
+    def _record(
+        self, path: str, status: int, count: int | None = 1, reason: str = "", *, size: int = 0
+    ) -> None:
+        """A POST answered: in :attr:`requests` (``count`` 1 when the body was not read as
+        events) and :attr:`reasons`, and logged when refused (or always, verbose)."""
         with self._lock:
-            self.requests.append((path, status, count))
+            self.requests.append((path, status, 1 if count is None else count))
             self.reasons.append(reason)
-        if self._log_requests == "all" or (self._log_requests == "refused" and status >= 400):
-            events = f"{count} event{'s' if count != 1 else ''}"
-            when = datetime.now().astimezone().isoformat(timespec="seconds")
-            line = f"{when}  {status} POST {path} ({events}): "
-            stream = self._stream or sys.stdout
-            stream.write(line + reason.replace("\n", " ")[:500] + "\n")
-            stream.flush()
+        self._log_refused("POST", path, status, reason, count, size)
+
+    def _log_refused(
+        self, method: str, path: str, status: int, reason: str, count: int | None, size: int
+    ) -> None:
+        if not (self._log_requests == "all" or (self._log_requests == "refused" and status >= 400)):
+            return
+        if count is not None:
+            held = f" ({count} event{'s' if count != 1 else ''})"
+        else:
+            held = f" ({size:,} bytes)" if size else ""
+        when = datetime.now().astimezone().isoformat(timespec="seconds")
+        line = f"{when}  {status} {method} {path}{held}: "
+        stream = self._stream or sys.stdout
+        stream.write(line + reason.replace("\n", " ")[:500] + "\n")
+        stream.flush()
 
     def _accept(self, events: Sequence[dict[str, Any]]) -> None:
         if not events:

@@ -14,7 +14,7 @@ import re
 import socket
 import ssl
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -110,6 +110,76 @@ def provider_secrets(provider: Any) -> list[str]:
         if password:
             found += [password, unquote(password)]
     return found
+
+
+# In an openlineage-python transport config: keys whose value goes into a header as it is,
+# keys holding a header dict, and keys whose value is a credential (redacted from errors).
+_HEADER_SECRET_KEY = re.compile(r"api_?key|token", re.I)
+_HEADER_DICT_KEY = re.compile(r"(custom_)?headers", re.I)
+_SECRET_KEY = re.compile(r"api_?key|token|secret|passw|credential|cookie", re.I)
+_NOT_SECRET_KEY = re.compile(r"endpoint|url|type|class|path|file|provider", re.I)
+
+
+def config_secrets(config: dict[str, Any], origin: Callable[[str], str]) -> list[str]:
+    """The credentials of an openlineage-python transport ``config`` (every string under a key
+    naming one, every custom header's value), for redaction; an API key's, a token's and a
+    header value's surrounding whitespace is stripped in ``config`` (mounted secrets often end
+    in a newline).  A ``ConfigError`` naming the setting (``origin`` of its top-level key, then
+    the path below it), never the value, for an API key, a token or a header value that no
+    HTTP header can carry."""
+    found: list[str] = []
+
+    def name(path: list[str]) -> str:
+        return origin(path[0]) + (f": {'.'.join(path[1:])}" if len(path) > 1 else "")
+
+    def walk(node: Any, path: list[str], header_value: bool) -> Any:
+        # header_value: node is a value of a header dict (custom_headers).
+        if isinstance(node, Mapping):
+            headers = bool(path) and bool(_HEADER_DICT_KEY.fullmatch(path[-1]))
+            return {key: walk(value, [*path, str(key)], headers) for key, value in node.items()}
+        if isinstance(node, list):
+            return [walk(value, [*path, str(i)], False) for i, value in enumerate(node)]
+        if not isinstance(node, str) or not path:
+            return node
+        key = path[-1]
+        secret = header_value or (bool(_SECRET_KEY.search(key)) and not _NOT_SECRET_KEY.search(key))
+        in_header = header_value or bool(_HEADER_SECRET_KEY.fullmatch(key))
+        if not secret:
+            return node
+        if in_header:  # as HttpTransport takes an API key: a mounted secret's newline dropped
+            node = node.strip()
+        problem = header_problem(node, tabs=False) if in_header else None
+        if problem is not None:
+            raise ConfigError(
+                f"{name(path)} contains {problem}; an HTTP header cannot carry it: fix the secret "
+                "it is read from (the value is not shown)"
+            )
+        if len(node) >= 4:
+            found.append(node)
+        return node
+
+    config.update(walk(dict(config), [], False))
+    return found
+
+
+#: Words in an exception's text that say it may quote a header (requests' InvalidHeader,
+#: http.client's "Invalid header value", h11's "Illegal header value").
+_QUOTES_A_HEADER = re.compile(r"header", re.I)
+
+
+def safe_failure(exc: BaseException, secrets: Sequence[str]) -> str:
+    """``Type: text`` of an exception raised while sending, fit for a log: without URL
+    passwords or ``secrets``, and without its text at all when it may quote a header value
+    (an encoding error of a header, an invalid header), which may be a credential."""
+    kind = type(exc).__name__
+    text = str(exc)
+    quoting = isinstance(exc, UnicodeError) or "LocalProtocolError" in kind
+    if quoting or _QUOTES_A_HEADER.search(f"{kind} {text}"):
+        return f"{kind} (a header value HTTP cannot carry?; its text is not shown, it may quote a credential)"
+    text = redact_userinfo(text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return f"{kind}: {text}"
 
 
 class RedactingFilter(logging.Filter):

@@ -6,7 +6,8 @@ transport writing to remote storage) are built by openlineage-python's own facto
 same configuration, and their blocking ``emit`` runs on a few daemon threads the adapter owns,
 never on the caller's: so each of them gains the outbox's buffering, batching, retries and
 shutdown deadline.  An exception from ``emit`` is a retry; ``emit`` still running at the
-deadline is a retry too (the call may yet complete: at least once).  A run's events are
+deadline is a retry too (the call may yet complete: at least once); its text is logged without
+the config's credentials, and not at all when it may quote a header (a credential).  A run's events are
 emitted one after the other, in order; different runs go in parallel.
 
 Each event is handed to ``emit`` as a plain dict (openlineage-python's ``Serde.to_json``
@@ -30,6 +31,7 @@ from .._errors import ConfigError
 from .._log import RateLimitedLog
 from .._threads import DaemonExecutor
 from ._base import DELIVERED, Outcome, SerializedEvent
+from ._http_settings import config_secrets, safe_failure
 
 __all__ = ["OpenLineageTransportAdapter"]
 
@@ -61,8 +63,17 @@ class OpenLineageTransportAdapter:
         threads: how many ``emit`` calls may run at once (different runs).
     """
 
-    def __init__(self, factory: Callable[[], Any], *, threads: int = 4, description: str = "") -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        *,
+        threads: int = 4,
+        description: str = "",
+        secrets: Sequence[str] = (),
+    ) -> None:
         self._factory = factory
+        # The config's credentials: taken out of every error text this adapter logs.
+        self._secrets = tuple(secrets)
         self.transport = factory()
         self.threads = threads
         self._description = description or type(self.transport).__name__
@@ -86,22 +97,24 @@ class OpenLineageTransportAdapter:
         """Build the transport openlineage-python builds for this configuration.
 
         Raises:
-            ConfigError: openlineage-python cannot build it (naming the type and its error).
+            ConfigError: openlineage-python cannot build it (naming the type and its error), or
+                an API key, token or header value no HTTP header can carry (naming the setting).
         """
         from openlineage.client.transport import get_default_factory
 
         config = dict(resolved.config or {})
         kind = config.get("type")
+        secrets = config_secrets(config, resolved.origin)
 
         def build() -> Any:
             return get_default_factory().create(dict(config))
 
         try:
-            return cls(build, description=f"openlineage-python {kind}")
+            return cls(build, description=f"openlineage-python {kind}", secrets=secrets)
         except Exception as exc:
             raise ConfigError(
                 f"{resolved.origin('type')}={kind!r}: openlineage-python could not build this transport: "
-                f"{type(exc).__name__}: {exc}"
+                f"{safe_failure(exc, secrets)}"
             ) from None
 
     def __repr__(self) -> str:
@@ -109,7 +122,9 @@ class OpenLineageTransportAdapter:
 
     def clone(self) -> OpenLineageTransportAdapter:
         """A fresh transport (for a forked child: the parent's threads do not exist there)."""
-        return OpenLineageTransportAdapter(self._factory, threads=self.threads, description=self._description)
+        return OpenLineageTransportAdapter(
+            self._factory, threads=self.threads, description=self._description, secrets=self._secrets
+        )
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
         """Emit the batch's events, each run's in order, runs in parallel, and return a little
@@ -176,7 +191,7 @@ class OpenLineageTransportAdapter:
             await asyncio.wait({waiting}, timeout=min(left, _LOOK_AGAIN))
         failure = waiting.exception()
         if failure is not None:
-            detail = f"{self!r}.emit raised {type(failure).__name__}: {failure}"
+            detail = f"{self!r}.emit raised {safe_failure(failure, self._secrets)}"
             self._log.warning("emit", "%s; the events stay buffered", detail)
             return Outcome.retry("transport_error", detail)
         self._emitted(event)
