@@ -68,7 +68,11 @@ def test_metrics_report_the_spill(reader, tmp_path):
     )
     for i in range(50):
         outbox.emit(run_event(n=i))
-    assert wait_until(lambda: outbox.stats().spill["not_spilled_full"] > 0)
+    # The disk full, with events on it (the spill's figures are a snapshot a tick old: wait
+    # for both rather than read one tick early on a loaded machine).
+    assert wait_until(
+        lambda: outbox.stats().spill["not_spilled_full"] > 0 and outbox.stats().spill["spilled_events"] > 0
+    )
     points = collect(reader)
     name = ("outbox.name", "metrics-spill")
     spill = outbox.stats().spill
