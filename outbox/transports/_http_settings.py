@@ -271,10 +271,11 @@ def new_client(
     max_concurrent_requests: int,
 ) -> httpx.AsyncClient:
     """The httpx client a transport sends with."""
-    # Requests in flight are bounded upstream: the worker's lanes (max_concurrency)
-    # times max_concurrent_requests per batch in single mode, one per batch otherwise.
-    # A pool bound here would cap every lane together.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=4 * max_concurrent_requests)
+    # The transport lets at most max_concurrent_requests requests out at once (whatever the
+    # worker's lanes), so the pool never needs more connections than that.
+    limits = httpx.Limits(
+        max_connections=max_concurrent_requests, max_keepalive_connections=max_concurrent_requests
+    )
     return httpx.AsyncClient(
         timeout=timeouts,
         headers=dict(headers),

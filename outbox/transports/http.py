@@ -4,6 +4,9 @@ Modes:
 
 * ``single``: one event per POST to ``endpoint`` (what Marquez serves), up to
   ``max_concurrent_requests`` at once, each run's events one after another.
+
+In every mode, at most ``max_concurrent_requests`` requests are in flight (and connections
+open) at once, across all the worker's lanes.
 * ``batch``: a JSON array per POST to ``batch_endpoint`` (the OpenLineage 2.0.2 spec,
   DataHub), or ``{"events": [...]}`` with ``batch_format="openmetadata"``.
 * ``auto`` (default): batch; if the batch endpoint answers 404, 405 or 501, switch to
@@ -112,7 +115,8 @@ class HttpTransport:
         verify: check TLS certificates (default True), or the path of a CA bundle.
         client_cert: path of a client certificate (PEM) for mutual TLS.
         client_key: path of its key, if not in ``client_cert``.
-        max_concurrent_requests: requests in flight at once (and pooled connections).
+        max_concurrent_requests: requests in flight at once, and connections open, across
+            every lane of the worker.
         retry_statuses: statuses to retry besides 408, 429 and 5xx.
         status_forcelist: retry exactly these statuses instead (and 413, 429 or 503 answered
             with a ``Retry-After``), as urllib3's ``Retry`` does for openlineage-python's
@@ -172,6 +176,10 @@ class HttpTransport:
         self._timeouts = httpx.Timeout(self.timeout, connect=connect, read=read)
         self._verify = ssl_context(verify, client_cert, client_key)
         self._client: httpx.AsyncClient | None = None
+        # Every request holds one of max_concurrent_requests places (made in the sender's loop):
+        # the bound on requests in flight and connections open, whatever the worker's lanes.
+        self._gate: asyncio.Semaphore | None = None
+        self._gate_loop: asyncio.AbstractEventLoop | None = None
         self._single_for_good = mode == "single"
         # Single mode: the backend may be unreachable (found so by the last request, or not yet
         # reached at all): one request probes it before the others follow.  So a backend that
@@ -220,6 +228,7 @@ class HttpTransport:
         connection pool and the loop it is bound to are not the child's to use)."""
         twin = copy.copy(self)
         twin._client = None
+        twin._gate = twin._gate_loop = None
         twin._unreachable = True
         twin._log = RateLimitedLog(30.0)
         return twin
@@ -244,8 +253,30 @@ class HttpTransport:
             )
         return self._client
 
-    async def _post(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
-        """POST; a network failure or timeout comes back as a RETRY outcome."""
+    async def _post(
+        self, url: str, body: bytes, deadline: float, queue_until: float | None = None
+    ) -> httpx.Response | Outcome:
+        """POST once one of the ``max_concurrent_requests`` places is free (waiting for one
+        until ``queue_until``, default ``deadline``; then DEFERRED: not the backend's fault);
+        a network failure or timeout comes back as a RETRY outcome."""
+        gate, loop = self._gate, asyncio.get_running_loop()
+        if gate is None or self._gate_loop is not loop:  # first use, or another loop's (a rerun)
+            gate, self._gate_loop = asyncio.Semaphore(self.max_concurrent_requests), loop
+            self._gate = gate
+        if gate.locked():
+            wait = min(deadline, queue_until or deadline) - time.monotonic() - _DEADLINE_MARGIN
+            try:
+                await asyncio.wait_for(gate.acquire(), max(0.0, wait))
+            except TimeoutError:
+                return Outcome.deferred()
+        else:
+            await gate.acquire()  # free: at once
+        try:
+            return await self._post_gated(url, body, deadline)
+        finally:
+            gate.release()
+
+    async def _post_gated(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
         # Answer a little before the deadline: the worker cancels send() at the deadline, and a
         # cancelled send loses the outcomes of the requests that did succeed.
         budget = min(self.timeout, deadline - time.monotonic() - _DEADLINE_MARGIN)
@@ -450,7 +481,7 @@ class HttpTransport:
                                 outcomes[later] = Outcome.deferred()
                             return
                         # The backend may have been found unreachable while we queued.
-                        outcome = stop[0] if stop else await self._send_one(batch[index], deadline)
+                        outcome = stop[0] if stop else await self._send_one(batch[index], deadline, slice_end)
                     if outcome.kind is OutcomeKind.RETRY and outcome.reason in STOP_REASONS:
                         # Every other request would fail the same way: keep the rest for later.
                         stop.append(outcome)
@@ -470,8 +501,10 @@ class HttpTransport:
         await asyncio.gather(*(run_lane(indexes) for indexes in lanes.values()))
         return [o if o is not None else DELIVERED for o in outcomes]
 
-    async def _send_one(self, event: SerializedEvent, deadline: float) -> Outcome:
-        answer = await self._post(self.single_url, event.body, deadline)
+    async def _send_one(
+        self, event: SerializedEvent, deadline: float, queue_until: float | None = None
+    ) -> Outcome:
+        answer = await self._post(self.single_url, event.body, deadline, queue_until)
         if isinstance(answer, Outcome):
             return answer
         if 200 <= answer.status_code < 300:
