@@ -81,3 +81,32 @@ def test_batch_mode_lanes_share_the_bound_too():
         assert sum(len(orjson.loads(body)) for body in server.bodies) == 1_000
         assert server.peak_requests <= 2, server.peak_requests
         assert server.peak_connections <= 2, server.peak_connections
+
+
+def test_single_mode_sends_a_jobs_events_one_after_another():
+    """Job events (no run) share their order key (the job's): single mode must send them one
+    after another, as it does a run's, not side by side (before: grouped by run id alone, so
+    each went on its own and a backend answering in 0-50 ms got them out of order)."""
+    events = 40
+    with CountingServer(delay=(0.0, 0.05), seed=5) as server:
+        outbox = Outbox(
+            HttpTransport(server.url, mode="single", max_concurrent_requests=8),
+            linger=0.05,
+            close_at_exit=False,
+        )
+        for n in range(events):
+            outbox.emit(
+                {
+                    "eventTime": "2026-12-02T10:00:00.000000+00:00",
+                    "producer": "https://example.com/tests",
+                    "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/JobEvent",
+                    "job": {"namespace": "tests", "name": "one-job"},
+                    "inputs": [],
+                    "outputs": [],
+                    "n": n,
+                }
+            )
+        report = outbox.close(30)
+        assert report.delivered == events == server.received
+        assert [orjson.loads(body)["n"] for body in server.bodies] == list(range(events))
+        assert server.peak_requests == 1  # one key: one request at a time

@@ -13,6 +13,7 @@ import logging
 import re
 import socket
 import ssl
+import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -288,6 +289,37 @@ def new_client(
             socket_options=[(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)],
         ),
     )
+
+
+class Places:
+    """The ``max_concurrent_requests`` places a transport's requests hold while in flight,
+    whatever the worker's lanes: the bound on requests and connections at once.  Made in the
+    loop that first uses them (another loop, a rerun's, gets places of its own)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._gate: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def take(self, until: float) -> bool:
+        """Take a place, waiting for one until ``until`` (``time.monotonic()``); False if
+        none came by then (the caller then has none to release)."""
+        gate, loop = self._gate, asyncio.get_running_loop()
+        if gate is None or self._loop is not loop:
+            gate, self._loop = asyncio.Semaphore(self.count), loop
+            self._gate = gate
+        if not gate.locked():
+            await gate.acquire()  # free: at once
+            return True
+        try:
+            await asyncio.wait_for(gate.acquire(), max(0.0, until - time.monotonic()))
+        except TimeoutError:
+            return False
+        return True
+
+    def give_back(self) -> None:
+        assert self._gate is not None
+        self._gate.release()
 
 
 def ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:

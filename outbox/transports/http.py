@@ -46,7 +46,6 @@ from ._datahub import datahub_unsafe_dataset, warned_unsafe_dataset
 from ._http_answers import (
     BATCH_UNSUPPORTED,
     MAX_ANSWER_BYTES,
-    STOP_REASONS,
     has_failed_events,
     parse_retry_after,
     read_batch_answer,
@@ -57,6 +56,7 @@ from ._http_answers import (
 from ._http_config import http_kwargs
 from ._http_settings import (
     NoBearer,
+    Places,
     check_arguments,
     check_bearer,
     check_headers,
@@ -70,6 +70,7 @@ from ._http_settings import (
     split_credentials,
     ssl_context,
 )
+from ._http_single import send_single
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -176,10 +177,7 @@ class HttpTransport:
         self._timeouts = httpx.Timeout(self.timeout, connect=connect, read=read)
         self._verify = ssl_context(verify, client_cert, client_key)
         self._client: httpx.AsyncClient | None = None
-        # Every request holds one of max_concurrent_requests places (made in the sender's loop):
-        # the bound on requests in flight and connections open, whatever the worker's lanes.
-        self._gate: asyncio.Semaphore | None = None
-        self._gate_loop: asyncio.AbstractEventLoop | None = None
+        self._places = Places(max_concurrent_requests)  # every lane's requests share them
         self._single_for_good = mode == "single"
         # Single mode: the backend may be unreachable (found so by the last request, or not yet
         # reached at all): one request probes it before the others follow.  So a backend that
@@ -228,7 +226,7 @@ class HttpTransport:
         connection pool and the loop it is bound to are not the child's to use)."""
         twin = copy.copy(self)
         twin._client = None
-        twin._gate = twin._gate_loop = None
+        twin._places = Places(self.max_concurrent_requests)
         twin._unreachable = True
         twin._log = RateLimitedLog(30.0)
         return twin
@@ -259,22 +257,12 @@ class HttpTransport:
         """POST once one of the ``max_concurrent_requests`` places is free (waiting for one
         until ``queue_until``, default ``deadline``; then DEFERRED: not the backend's fault);
         a network failure or timeout comes back as a RETRY outcome."""
-        gate, loop = self._gate, asyncio.get_running_loop()
-        if gate is None or self._gate_loop is not loop:  # first use, or another loop's (a rerun)
-            gate, self._gate_loop = asyncio.Semaphore(self.max_concurrent_requests), loop
-            self._gate = gate
-        if gate.locked():
-            wait = min(deadline, queue_until or deadline) - time.monotonic() - _DEADLINE_MARGIN
-            try:
-                await asyncio.wait_for(gate.acquire(), max(0.0, wait))
-            except TimeoutError:
-                return Outcome.deferred()
-        else:
-            await gate.acquire()  # free: at once
+        if not await self._places.take(min(deadline, queue_until or deadline) - _DEADLINE_MARGIN):
+            return Outcome.deferred()
         try:
             return await self._post_gated(url, body, deadline)
         finally:
-            gate.release()
+            self._places.give_back()
 
     async def _post_gated(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
         # Answer a little before the deadline: the worker cancels send() at the deadline, and a
@@ -450,56 +438,7 @@ class HttpTransport:
     # -- single mode -------------------------------------------------------------------------
 
     async def _send_single(self, batch: Sequence[SerializedEvent], deadline: float) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(batch)
-        # Each run's events in order, one after another; runs side by side.
-        lanes: dict[object, list[int]] = {}
-        for index, event in enumerate(batch):
-            lane: object = event.run_id if event.run_id is not None else index
-            lanes.setdefault(lane, []).append(index)
-        # After the backend was unreachable, one request probes it before the others follow:
-        # a backend that is down costs one connection attempt per retry, not one per lane.
-        probing = self._unreachable
-        gate = asyncio.Semaphore(1 if probing else self.max_concurrent_requests)
-        stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
-        # One call sends for at most _SINGLE_SLICE seconds and defers the rest, so that a close()
-        # that begins meanwhile soon gets a call whose deadline is its own.
-        slice_end = time.monotonic() + _SINGLE_SLICE
-
-        async def run_lane(indexes: list[int]) -> None:
-            nonlocal probing
-            for position, index in enumerate(indexes):
-                if stop:
-                    outcome: Outcome = stop[0]
-                elif time.monotonic() >= slice_end:
-                    for later in indexes[position:]:
-                        outcomes[later] = Outcome.deferred()
-                    return
-                else:
-                    async with gate:
-                        if time.monotonic() >= slice_end:  # the slice ended while we queued
-                            for later in indexes[position:]:
-                                outcomes[later] = Outcome.deferred()
-                            return
-                        # The backend may have been found unreachable while we queued.
-                        outcome = stop[0] if stop else await self._send_one(batch[index], deadline, slice_end)
-                    if outcome.kind is OutcomeKind.RETRY and outcome.reason in STOP_REASONS:
-                        # Every other request would fail the same way: keep the rest for later.
-                        stop.append(outcome)
-                        self._unreachable = True
-                    elif probing and outcome.kind is not OutcomeKind.DEFERRED:
-                        probing = False  # it answers: open the gate to the others
-                        self._unreachable = False
-                        for _ in range(self.max_concurrent_requests - 1):
-                            gate.release()
-                outcomes[index] = outcome
-                if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.DEFERRED):
-                    # Later events of this run must not overtake this one.
-                    for later in indexes[position + 1 :]:
-                        outcomes[later] = outcome
-                    return
-
-        await asyncio.gather(*(run_lane(indexes) for indexes in lanes.values()))
-        return [o if o is not None else DELIVERED for o in outcomes]
+        return await send_single(self, batch, deadline, _SINGLE_SLICE)
 
     async def _send_one(
         self, event: SerializedEvent, deadline: float, queue_until: float | None = None
