@@ -59,9 +59,10 @@ def test_single_mode_keeps_its_requests_in_flight_through_a_backlog_and_within_t
         assert report.delivered == events == server.received, report
         assert server.peak_requests <= bound, server.peak_requests
         assert server.peak_connections <= bound, server.peak_connections
-        # Busy through the backlog: on average at least 60% of the places taken.
+        # Busy through the backlog: on average at least half of the places taken (3.7-3.9 of 4
+        # measured on a quiet run; the margin is for a loaded machine).
         assert samples
-        assert sum(samples) / len(samples) >= 0.6 * bound, samples
+        assert sum(samples) / len(samples) >= 0.5 * bound, samples
         assert _in_order(server.bodies)
 
 
