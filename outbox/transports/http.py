@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gzip
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -84,6 +85,7 @@ __all__ = [
 Mode = Literal["single", "batch", "auto"]
 BatchFormat = Literal["array", "openmetadata"]
 _DEADLINE_MARGIN = 0.05
+_BODY = operator.attrgetter("body")
 _SINGLE_SLICE = 1.0
 
 
@@ -359,7 +361,7 @@ class HttpTransport:
     # -- batch mode --------------------------------------------------------------------------
 
     def _batch_body(self, batch: Sequence[SerializedEvent]) -> bytes:
-        joined = b",".join(event.body for event in batch)
+        joined = b",".join(map(_BODY, batch))
         if self.batch_format == "openmetadata":
             return b'{"events":[' + joined + b"]}"
         return b"[" + joined + b"]"
