@@ -23,6 +23,9 @@ __all__ = ["Intake"]
 
 _INF = float("inf")
 _TEXT_TYPES = (str, bytes, bytearray)
+_TEXT_CLASSES = frozenset(_TEXT_TYPES)
+# Held(...) without its Python-level __new__ (once per event).
+_new_held = tuple.__new__
 # While objects wait in the queue, the newest (at most SAMPLE_MOST of the last SAMPLE_SPAN) are
 # measured every SAMPLE_INTERVAL, so that events that grow are re-priced within it.
 SAMPLE_INTERVAL = 0.01
@@ -201,9 +204,8 @@ class Intake:
         untaken: list[Entry] = []
         dead: list[DeadRecord] = []
         buf = self.buffer
-        slicer = self.slicer
-        slicer.begin()
-        checkpoint = slicer.checkpoint
+        self.slicer.begin()
+        checkpoint, append = self.slicer.checkpoint, ready.append
         count = len(batch)
         for position, (seq, event, estimate) in enumerate(batch):
             checkpoint()
@@ -216,7 +218,8 @@ class Intake:
             if event.__class__ is SerializedEvent:
                 ser, is_object = event, False
             else:
-                is_object = not isinstance(event, _TEXT_TYPES)
+                cls = event.__class__
+                is_object = cls not in _TEXT_CLASSES and not isinstance(event, _TEXT_TYPES)
                 if estimate > limit and not is_object:
                     # Its exact size is known (at least its length in characters): too large
                     # for any batch, so never spend the time (and the GIL) parsing it.
@@ -246,7 +249,7 @@ class Intake:
                 continue
             adjust += size - estimate
             total += size
-            ready.append(Held(seq, ser, size))
+            append(_new_held(Held, (seq, ser, size)))
         ready = self._account(ready, untaken, lost, lost_bytes, adjust, sizes // objects if objects else 0)
         if dead and self.dead_letter is not None:
             self.dead_letter.write(dead)

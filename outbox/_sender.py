@@ -5,6 +5,7 @@ the sender keeps no state."""
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -15,6 +16,8 @@ from .transports._base import DELIVERED, About, Outcome, OutcomeKind, Transport
 
 __all__ = ["Verdict", "attempt", "checked", "classify"]
 
+_EVENT = operator.attrgetter("event")
+
 
 async def attempt(
     transport: Transport, items: Sequence[Held], deadline: float, log: RateLimitedLog, give_up: float
@@ -24,7 +27,7 @@ async def attempt(
     deadline, if earlier, cancels the attempt instead, and what it carried is counted at
     shutdown).  One Outcome per event, whatever the transport does (it may raise, hang, or
     answer out of contract)."""
-    events = [item.event for item in items]
+    events = list(map(_EVENT, items))
     timeout = max(0.0, give_up - time.monotonic())
     try:
         answer = await asyncio.wait_for(transport.send(events, deadline), timeout)

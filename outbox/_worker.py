@@ -356,11 +356,6 @@ class Worker:
                 detail,
             )
         settled_n = len(settled.delivered) + len(settled.rejected) + len(settled.poison)
-        settled_bytes = (
-            sum(item.size for item in settled.delivered)
-            + sum(item.size for item, _ in settled.rejected)
-            + sum(item.size for item, _ in settled.poison)
-        )
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
@@ -369,7 +364,7 @@ class Worker:
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
             if settled_n:
-                buf.settle_locked(settled_n, settled_bytes, self.backlog.lowest_seq())
+                buf.settle_locked(settled_n, settled.size, self.backlog.lowest_seq())
         if dead and self.dead_letter is not None:
             self.dead_letter.write(dead)
         self.metrics.batch_sent(

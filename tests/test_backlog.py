@@ -4,7 +4,10 @@ no transport, time passed in."""
 
 from __future__ import annotations
 
+import random
+
 import orjson
+import pytest
 
 from outbox import About, Outcome
 from outbox._backlog import Backlog
@@ -193,3 +196,102 @@ def test_while_the_backend_fails_the_key_refused_fewest_times_goes_first():
         backlog.settle(lane, [REFUSED], float(t), no_wait)
     lane = backlog.take_lane(3.0, 1, 1 << 20, fair=True)
     assert [i.seq for i in lane] == [1]  # never refused: its turn
+
+
+def test_a_keys_events_added_while_an_earlier_group_waits_in_fresh_keep_their_order():
+    """Fresh groups of one key from several adds: a later add while the key is on the wire
+    must not go ahead of the key's group still waiting (it joins the key's FIFO only when that
+    group does)."""
+    backlog = Backlog(poison_attempts=5)
+    backlog.add([held(0, run="a")])
+    backlog.add([held(1, run="a")])
+    lane = backlog.take_lane(0.0, 1, 1 << 20)
+    assert [i.seq for i in lane] == [0]
+    backlog.add([held(2, run="a")])
+    backlog.settle(lane, [DELIVERED], 0.0, no_wait)
+    taken = []
+    while backlog:
+        lane = backlog.take_lane(0.0, 1, 1 << 20)
+        taken += [i.seq for i in lane]
+        backlog.settle(lane, [DELIVERED] * len(lane), 0.0, no_wait)
+    assert taken == [1, 2]
+
+
+def _check_places(backlog: Backlog, on_wire: dict[int, Held]) -> None:
+    """Every held event in exactly one place; the counts agree."""
+    seen: dict[int, str] = {}
+    for group in backlog._fresh:
+        for item in group:
+            assert item.seq not in seen
+            seen[item.seq] = "fresh"
+    for state in backlog._keys.values():
+        for item in getattr(state, "fifo", ()):
+            assert item.seq not in seen
+            seen[item.seq] = "fifo"
+    for seq in on_wire:
+        assert seen.get(seq, "fifo") == "fifo"  # on the wire: at its FIFO's front, or nowhere
+    assert len(set(seen) | set(on_wire)) == backlog.items == len(backlog)
+    assert backlog.in_lanes == len(on_wire)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once(seed):
+    """A model run: events of a few keys added in random slices, lanes taken with random limits
+    and answered at random (delivered, refused about the backend or the request, deferred,
+    partly delivered, or lost), with other lanes on the wire meanwhile.  Each key's events go
+    out and are delivered in order, none is on the wire twice at once, the counts agree, and
+    everything is delivered in the end."""
+    rng = random.Random(seed)
+    backlog = Backlog(poison_attempts=1_000)  # no poison here: every event is delivered
+    keys = [f"r{k}" for k in range(rng.randint(1, 6))]
+    total = rng.randint(1, 80)
+    pending = [held(seq, run=rng.choice(keys) if rng.random() < 0.9 else None) for seq in range(total)]
+    lanes: list[list[Held]] = []
+    on_wire: dict[int, Held] = {}
+    delivered: list[Held] = []
+    now = 0.0
+    for _ in range(10_000):
+        if not pending and not backlog:
+            break
+        now += 0.01
+        move = rng.random()
+        if pending and move < 0.3:
+            cut = rng.randint(1, len(pending))
+            backlog.add(pending[:cut])
+            del pending[:cut]
+        elif move < 0.6:
+            lane = backlog.take_lane(now, rng.randint(1, 5), 1 << 20, fair=rng.random() < 0.2)
+            assert not any(item.seq in on_wire for item in lane)
+            wire_keys = {order_key(item) for other in lanes for item in other}
+            assert not wire_keys & {order_key(item) for item in lane}  # a key in one lane at a time
+            if lane:
+                lanes.append(lane)
+                on_wire.update((item.seq, item) for item in lane)
+        elif lanes:
+            lane = lanes.pop(rng.randrange(len(lanes)))
+            for item in lane:
+                del on_wire[item.seq]
+            answer = rng.choice(["delivered", "delivered", "down", "whole", "deferred", "part", "lost"])
+            if answer == "lost":
+                backlog.release(lane, now)
+                _check_places(backlog, on_wire)
+                continue
+            if answer == "part":  # each key: a first few delivered, the rest deferred (in order)
+                cut = {key: rng.randint(0, 3) for key in map(order_key, lane)}
+                outcomes, counted = [], dict.fromkeys(cut, 0)
+                for item in lane:
+                    key = order_key(item)
+                    outcomes.append(DELIVERED if counted[key] < cut[key] else Outcome.deferred())
+                    counted[key] += 1
+            else:
+                one = {"delivered": DELIVERED, "down": DOWN, "whole": WHOLE, "deferred": Outcome.deferred()}
+                outcomes = [one[answer]] * len(lane)
+            delivered += backlog.settle(lane, outcomes, now, no_wait).delivered
+        _check_places(backlog, on_wire)
+    assert not pending
+    assert not backlog
+    assert sorted(item.seq for item in delivered) == list(range(total))
+    by_key: dict[object, list[int]] = {}
+    for item in delivered:
+        by_key.setdefault(order_key(item), []).append(item.seq)
+    assert all(seqs == sorted(seqs) for seqs in by_key.values())

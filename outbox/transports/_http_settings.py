@@ -13,6 +13,7 @@ import logging
 import re
 import socket
 import ssl
+import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -341,10 +342,11 @@ def new_client(
     max_concurrent_requests: int,
 ) -> httpx.AsyncClient:
     """The httpx client a transport sends with."""
-    # Requests in flight are bounded upstream: the worker's lanes (max_concurrency)
-    # times max_concurrent_requests per batch in single mode, one per batch otherwise.
-    # A pool bound here would cap every lane together.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=4 * max_concurrent_requests)
+    # The transport lets at most max_concurrent_requests requests out at once (whatever the
+    # worker's lanes), so the pool never needs more connections than that.
+    limits = httpx.Limits(
+        max_connections=max_concurrent_requests, max_keepalive_connections=max_concurrent_requests
+    )
     return httpx.AsyncClient(
         timeout=timeouts,
         headers=dict(headers),
@@ -357,6 +359,37 @@ def new_client(
             socket_options=[(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)],
         ),
     )
+
+
+class Places:
+    """The ``max_concurrent_requests`` places a transport's requests hold while in flight,
+    whatever the worker's lanes: the bound on requests and connections at once.  Made in the
+    loop that first uses them (another loop, a rerun's, gets places of its own)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._gate: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def take(self, until: float) -> bool:
+        """Take a place, waiting for one until ``until`` (``time.monotonic()``); False if
+        none came by then (the caller then has none to release)."""
+        gate, loop = self._gate, asyncio.get_running_loop()
+        if gate is None or self._loop is not loop:
+            gate, self._loop = asyncio.Semaphore(self.count), loop
+            self._gate = gate
+        if not gate.locked():
+            await gate.acquire()  # free: at once
+            return True
+        try:
+            await asyncio.wait_for(gate.acquire(), max(0.0, until - time.monotonic()))
+        except TimeoutError:
+            return False
+        return True
+
+    def give_back(self) -> None:
+        assert self._gate is not None
+        self._gate.release()
 
 
 def ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:

@@ -4,6 +4,9 @@ Modes:
 
 * ``single``: one event per POST to ``endpoint`` (what Marquez serves), up to
   ``max_concurrent_requests`` at once, each run's events one after another.
+
+In every mode, at most ``max_concurrent_requests`` requests are in flight (and connections
+open) at once, across all the worker's lanes.
 * ``batch``: a JSON array per POST to ``batch_endpoint`` (the OpenLineage 2.0.2 spec,
   DataHub), or ``{"events": [...]}`` with ``batch_format="openmetadata"``.
 * ``auto`` (default): batch; if the batch endpoint answers 404, 405 or 501, switch to
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gzip
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -43,7 +47,6 @@ from ._datahub import datahub_unsafe_dataset, warned_unsafe_dataset
 from ._http_answers import (
     BATCH_UNSUPPORTED,
     MAX_ANSWER_BYTES,
-    STOP_REASONS,
     has_failed_events,
     parse_retry_after,
     read_batch_answer,
@@ -54,6 +57,7 @@ from ._http_answers import (
 from ._http_config import http_kwargs
 from ._http_settings import (
     NoBearer,
+    Places,
     check_arguments,
     check_bearer,
     check_headers,
@@ -67,6 +71,7 @@ from ._http_settings import (
     split_credentials,
     ssl_context,
 )
+from ._http_single import send_single
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -80,6 +85,7 @@ __all__ = [
 Mode = Literal["single", "batch", "auto"]
 BatchFormat = Literal["array", "openmetadata"]
 _DEADLINE_MARGIN = 0.05
+_BODY = operator.attrgetter("body")
 _SINGLE_SLICE = 1.0
 
 
@@ -112,7 +118,8 @@ class HttpTransport:
         verify: check TLS certificates (default True), or the path of a CA bundle.
         client_cert: path of a client certificate (PEM) for mutual TLS.
         client_key: path of its key, if not in ``client_cert``.
-        max_concurrent_requests: requests in flight at once (and pooled connections).
+        max_concurrent_requests: requests in flight at once, and connections open, across
+            every lane of the worker.
         retry_statuses: statuses to retry besides 408, 429 and 5xx.
         status_forcelist: retry exactly these statuses instead (and 413, 429 or 503 answered
             with a ``Retry-After``), as urllib3's ``Retry`` does for openlineage-python's
@@ -172,6 +179,7 @@ class HttpTransport:
         self._timeouts = httpx.Timeout(self.timeout, connect=connect, read=read)
         self._verify = ssl_context(verify, client_cert, client_key)
         self._client: httpx.AsyncClient | None = None
+        self._places = Places(max_concurrent_requests)  # every lane's requests share them
         self._single_for_good = mode == "single"
         # Single mode: the backend may be unreachable (found so by the last request, or not yet
         # reached at all): one request probes it before the others follow.  So a backend that
@@ -220,6 +228,7 @@ class HttpTransport:
         connection pool and the loop it is bound to are not the child's to use)."""
         twin = copy.copy(self)
         twin._client = None
+        twin._places = Places(self.max_concurrent_requests)
         twin._unreachable = True
         twin._log = RateLimitedLog(30.0)
         return twin
@@ -244,8 +253,20 @@ class HttpTransport:
             )
         return self._client
 
-    async def _post(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
-        """POST; a network failure or timeout comes back as a RETRY outcome."""
+    async def _post(
+        self, url: str, body: bytes, deadline: float, queue_until: float | None = None
+    ) -> httpx.Response | Outcome:
+        """POST once one of the ``max_concurrent_requests`` places is free (waiting for one
+        until ``queue_until``, default ``deadline``; then DEFERRED: not the backend's fault);
+        a network failure or timeout comes back as a RETRY outcome."""
+        if not await self._places.take(min(deadline, queue_until or deadline) - _DEADLINE_MARGIN):
+            return Outcome.deferred()
+        try:
+            return await self._post_gated(url, body, deadline)
+        finally:
+            self._places.give_back()
+
+    async def _post_gated(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
         # Answer a little before the deadline: the worker cancels send() at the deadline, and a
         # cancelled send loses the outcomes of the requests that did succeed.
         budget = min(self.timeout, deadline - time.monotonic() - _DEADLINE_MARGIN)
@@ -340,7 +361,7 @@ class HttpTransport:
     # -- batch mode --------------------------------------------------------------------------
 
     def _batch_body(self, batch: Sequence[SerializedEvent]) -> bytes:
-        joined = b",".join(event.body for event in batch)
+        joined = b",".join(map(_BODY, batch))
         if self.batch_format == "openmetadata":
             return b'{"events":[' + joined + b"]}"
         return b"[" + joined + b"]"
@@ -419,59 +440,12 @@ class HttpTransport:
     # -- single mode -------------------------------------------------------------------------
 
     async def _send_single(self, batch: Sequence[SerializedEvent], deadline: float) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(batch)
-        # Each run's events in order, one after another; runs side by side.
-        lanes: dict[object, list[int]] = {}
-        for index, event in enumerate(batch):
-            lane: object = event.run_id if event.run_id is not None else index
-            lanes.setdefault(lane, []).append(index)
-        # After the backend was unreachable, one request probes it before the others follow:
-        # a backend that is down costs one connection attempt per retry, not one per lane.
-        probing = self._unreachable
-        gate = asyncio.Semaphore(1 if probing else self.max_concurrent_requests)
-        stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
-        # One call sends for at most _SINGLE_SLICE seconds and defers the rest, so that a close()
-        # that begins meanwhile soon gets a call whose deadline is its own.
-        slice_end = time.monotonic() + _SINGLE_SLICE
+        return await send_single(self, batch, deadline, _SINGLE_SLICE)
 
-        async def run_lane(indexes: list[int]) -> None:
-            nonlocal probing
-            for position, index in enumerate(indexes):
-                if stop:
-                    outcome: Outcome = stop[0]
-                elif time.monotonic() >= slice_end:
-                    for later in indexes[position:]:
-                        outcomes[later] = Outcome.deferred()
-                    return
-                else:
-                    async with gate:
-                        if time.monotonic() >= slice_end:  # the slice ended while we queued
-                            for later in indexes[position:]:
-                                outcomes[later] = Outcome.deferred()
-                            return
-                        # The backend may have been found unreachable while we queued.
-                        outcome = stop[0] if stop else await self._send_one(batch[index], deadline)
-                    if outcome.kind is OutcomeKind.RETRY and outcome.reason in STOP_REASONS:
-                        # Every other request would fail the same way: keep the rest for later.
-                        stop.append(outcome)
-                        self._unreachable = True
-                    elif probing and outcome.kind is not OutcomeKind.DEFERRED:
-                        probing = False  # it answers: open the gate to the others
-                        self._unreachable = False
-                        for _ in range(self.max_concurrent_requests - 1):
-                            gate.release()
-                outcomes[index] = outcome
-                if outcome.kind in (OutcomeKind.RETRY, OutcomeKind.DEFERRED):
-                    # Later events of this run must not overtake this one.
-                    for later in indexes[position + 1 :]:
-                        outcomes[later] = outcome
-                    return
-
-        await asyncio.gather(*(run_lane(indexes) for indexes in lanes.values()))
-        return [o if o is not None else DELIVERED for o in outcomes]
-
-    async def _send_one(self, event: SerializedEvent, deadline: float) -> Outcome:
-        answer = await self._post(self.single_url, event.body, deadline)
+    async def _send_one(
+        self, event: SerializedEvent, deadline: float, queue_until: float | None = None
+    ) -> Outcome:
+        answer = await self._post(self.single_url, event.body, deadline, queue_until)
         if isinstance(answer, Outcome):
             return answer
         if 200 <= answer.status_code < 300:
