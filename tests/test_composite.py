@@ -9,7 +9,7 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
-from outbox.transports import CompositeTransport, HttpTransport
+from outbox.transports import DELIVERED, CompositeTransport, HttpTransport, Outcome
 
 from support.helpers import run_event, wait_until
 
@@ -233,3 +233,30 @@ def test_a_composite_nested_in_a_composite_delivers_to_every_member(monkeypatch,
     assert report.delivered == 3
     for sink in (a, b, c):
         assert sorted(e["n"] for e in sink.events) == [0, 1, 2]
+
+
+def test_a_member_that_defers_is_not_counted_as_retried():
+    """A member that had no time to send (a deferral: the single mode's one-second slice ended,
+    as it does on a loaded machine) has not failed: the outbox does not count it as a retry,
+    and neither do the member's stats."""
+
+    class DefersOnce:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def send(self, batch, deadline):
+            self.calls += 1
+            return [Outcome.deferred() if self.calls == 1 else DELIVERED for _ in batch]
+
+        async def aclose(self) -> None:
+            pass
+
+    with Sink() as up:
+        transport = CompositeTransport({"up": HttpTransport(up.url, mode="batch"), "slow": DefersOnce()})
+        outbox = Outbox(transport, **FAST)
+        outbox.emit(run_event(n=0))
+        report = outbox.close(10)
+        stats = outbox.stats()
+    assert report.delivered == 1
+    assert stats.retried == 0
+    assert stats.members["slow"] == {"delivered": 1}
