@@ -39,7 +39,7 @@ def test_healthy_backend_gets_every_event_in_order(sink, mode):
     outbox = outbox_for(sink.url, mode=mode)
     for i in range(300):
         outbox.emit(run_event(run_id="11111111-1111-1111-1111-111111111111", n=i))
-    report = outbox.close(10)
+    report = outbox.close(60)  # ends once all are delivered (single mode: 239 of 300 in 10 s under load)
     assert report.complete
     assert [e["n"] for e in sink.events] == list(range(300))
     paths = {path for path, _, _ in sink.requests}
@@ -146,16 +146,24 @@ def test_retry_after_is_honoured(sink, retry_after):
     if retry_after == "HTTP-DATE":
         import email.utils
 
+        created = time.monotonic()
         retry_after = email.utils.formatdate(time.time() + 1.6, usegmt=True)  # whole seconds: 0.6..1.6 s
+    # When the sink answered each request, taken by the sink's own thread: the test's thread may
+    # notice late on a loaded machine.
+    answered: list[float] = []
+    record = sink._record
+    sink._record = lambda *args, **kw: (answered.append(time.monotonic()), record(*args, **kw))
     sink.behaviour.fail_status = 429
     sink.behaviour.retry_after = retry_after
     outbox = outbox_for(sink.url, mode="single", backoff_base=0.001, backoff_cap=0.001)
     outbox.emit(run_event())
     assert wait_until(lambda: len(sink.requests) >= 1, 5)
-    first = time.monotonic()
     sink.behaviour.fail_status = None
-    assert sink.wait_for(1, 5)
-    assert time.monotonic() - first >= 0.5
+    assert sink.wait_for(1, 30)
+    # The retry came after the wait the answer asked for: 0.6 s after the 429, or the date
+    # (at least 0.6 s after it was written).
+    since = created if retry_after[0].isalpha() else answered[0]
+    assert answered[1] - since >= 0.5, answered
     outbox.close(1)
 
 
@@ -398,18 +406,19 @@ def test_redact_url():
 
 
 def test_close_keeps_what_was_acknowledged_when_single_mode_runs_out_of_time(sink):
-    # 0.3 s per request, 4 at a time, 1.0 s to close: about 12 acknowledged, the rest not.
+    # 0.3 s per request, one at a time, 3 s to close: about 10 acknowledged, the rest not (with
+    # 4 requests in each of 8 lanes and 1 s to close, none was acknowledged beside other work).
     sink.behaviour.delay = 0.3
-    outbox = outbox_for(sink.url, mode="single", max_concurrent_requests=4, linger=10)
+    outbox = outbox_for(sink.url, mode="single", max_concurrent_requests=1, max_concurrency=1, linger=10)
     for i in range(100):
         outbox.emit(run_event(n=i))
-    report = outbox.close(1.0)
+    report = outbox.close(3.0)
     arrived = len(sink.events)
     assert report.delivered > 0
-    # Everything acknowledged is counted delivered, not lost; at most the requests cut off at the
-    # deadline may have arrived unacknowledged (4 at a time).
-    # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
-    assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
+    assert report.undelivered.get("dropped_shutdown", 0) > 0
+    # Everything acknowledged is counted delivered, not lost; at most the request cut off at the
+    # deadline may have arrived unacknowledged (one at a time).
+    assert report.delivered <= arrived <= report.delivered + 1
     assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 100
 
 
