@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
@@ -60,6 +61,9 @@ class Reason:
     DROPPED_REENTRANT = "dropped_reentrant"
     #: The worker stopped without being closed (see ``Stats.last_error``); nothing can be sent.
     WORKER_STOPPED = "worker_stopped"
+    #: Not delivered by the close deadline, but written to the spill directory, where the
+    #: next outbox to start with it adopts and delivers them (not lost: handed on).
+    SPILLED_AT_CLOSE = "spilled_at_close"
 
 
 # An event taken by the worker: (sequence number, the event as given, its size in bytes:
@@ -81,6 +85,55 @@ def is_exact(event: Any) -> bool:
 
 
 class Buffer:
+    """The queue between ``emit`` and the worker, and every event's account.
+
+    ``emit`` visits it once, through :meth:`put`.  Its fast path (an object event, room to
+    spare) compares one number and appends: what an object may still take is kept as a queue
+    length, ``object_room``, and when the worker must be woken as another, ``wake_at_objects``,
+    both recomputed by every other method that changes the accounts (:meth:`_recompute_locked`),
+    all of which run in the sidecar or on the slow path.  Counts that would cost ``emit`` an
+    addition are derived: ``accepted`` from the sequence numbers, ``estimated`` (objects
+    queued at the estimate) from the queue's length, ``emitted`` from both and the refusals.
+    """
+
+    __slots__ = (
+        "__weakref__",  # the metrics' registry holds buffers weakly
+        "async_waiters",
+        "block_timeout",
+        "closed",
+        "delivered",
+        "dropped",
+        "estimate",
+        "exact_bytes",
+        "exact_count",
+        "finalized",
+        "flush_target",
+        "head_seq",
+        "in_flight",
+        "in_flight_bytes",
+        "in_flight_low",
+        "lock",
+        "max_bytes",
+        "max_events",
+        "measure_asked",
+        "measured",
+        "no_block_thread",
+        "object_room",
+        "owned",
+        "policy",
+        "progress",
+        "queue",
+        "refusal",
+        "refused",
+        "retried",
+        "shed_newest",
+        "side",
+        "sizes",
+        "wake_at_bytes",
+        "wake_at_events",
+        "wake_at_objects",
+    )
+
     def __init__(
         self,
         *,
@@ -113,9 +166,10 @@ class Buffer:
         self.sizes: deque[int] = deque()
         self.head_seq = 0
         # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
-        # queued object is re-priced at once, in O(1).
+        # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
+        # an exact size (exact_bytes in all); the others are objects (``estimated``).
         self.exact_bytes = 0
-        self.estimated = 0
+        self.exact_count = 0
         self.in_flight = 0
         self.in_flight_bytes = 0
         # Lowest sequence number among in-flight events (inf when none).
@@ -127,15 +181,24 @@ class Buffer:
         self.refusal = Reason.AFTER_CLOSE
         # Set when close() has settled the accounts: a late worker must not touch them.
         self.finalized = False
-        # Counters.
-        self.emitted = 0
-        self.accepted = 0
+        #: The thread on which ``put`` never waits under ``block`` (the sidecar's: waiting
+        #: there would wait for itself); the policy then refuses at once.
+        self.no_block_thread: int | None = None
+        # Counters.  Offered events that were not accepted (``emitted`` less ``accepted``), and
+        # the newest queued events shed under drop_newest (their sequence numbers are reused).
+        self.refused = 0
+        self.shed_newest = 0
         self.delivered = 0
         self.retried = 0
         self.dropped: dict[str, int] = {}
         # The worker asks to be woken when the queue reaches these sizes.
         self.wake_at_events: float = 1
         self.wake_at_bytes: float = _INF
+        # The fast path's two numbers (see the class docstring): an object is appended while
+        # the queue is shorter than object_room, and the worker woken when it reaches
+        # wake_at_objects.  0 (no fast path) until the first object is measured.
+        self.object_room: float = 0
+        self.wake_at_objects: float = 1
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
         # serializes every object it sends, and samples the newest queued ones while it is
         # behind); ``measured`` once it has measured one.  Until then the first object queued
@@ -147,6 +210,38 @@ class Buffer:
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
         self.side: deque[tuple[Any, Any]] = deque()
+
+    @property
+    def estimated(self) -> int:
+        """Objects queued, counted at the estimate (not serialized yet)."""
+        return len(self.queue) - self.exact_count
+
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far: every one got the next sequence number."""
+        return self.head_seq + len(self.queue) + self.shed_newest
+
+    @property
+    def emitted(self) -> int:
+        """Events offered to an open outbox so far (accepted, or refused and counted)."""
+        return self.head_seq + len(self.queue) + self.shed_newest + self.refused
+
+    def _recompute_locked(self) -> None:
+        """The fast path's numbers, after anything changed the accounts: the queue length up
+        to which objects fit (by count, and by bytes at the estimate), and the one at which
+        the worker asked to be woken."""
+        n = len(self.queue)
+        estimate = self.estimate
+        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes
+        if self.closed or not self.measured:
+            self.object_room = 0
+        else:
+            self.object_room = min(self.max_events - self.in_flight, n + (self.max_bytes - held) // estimate)
+        wake = self.wake_at_events
+        if self.wake_at_bytes != _INF:
+            # objects until the bytes reach wake_at_bytes: ceil(missing / estimate), at least 1
+            wake = min(wake, n + max(1, -(-(self.wake_at_bytes - held) // estimate)))
+        self.wake_at_objects = wake
 
     @property
     def queued_bytes(self) -> int:
@@ -170,6 +265,7 @@ class Buffer:
         self.measured = True
         if self.estimate > before:
             self.enforce_bound_locked()
+        self._recompute_locked()
         return before
 
     def enforce_bound_locked(self) -> int:
@@ -179,6 +275,7 @@ class Buffer:
         over = self.held_bytes_locked() - self.max_bytes
         if over > 0:
             over -= self.shed_locked(over)
+            self._recompute_locked()
         return max(0, over)
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
@@ -189,46 +286,141 @@ class Buffer:
         if old:
             self.exact_bytes -= old
         else:
-            self.estimated -= 1
+            self.exact_count += 1
         self.exact_bytes += size
         self.sizes[index] = size
         self.queue[index] = ser
+        self._recompute_locked()
         return size
 
     # -- emitters' side ----------------------------------------------------------------
 
-    def put_locked(self, event: Any, nbytes: int, offered: bool = True) -> int:
+    def put(self, event: Any, nbytes: int) -> int:
+        """``emit``'s whole visit to the buffer: offer one event of ``nbytes`` bytes (0: an
+        object, counted at the estimate), under the policy.  Takes the lock itself.
+
+        Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if refused
+        (counted under its reason).  Never waits, except under ``block`` on a thread other
+        than ``no_block_thread`` (the sidecar's), for up to ``block_timeout``.
+
+        This is the hot path, paid by every handler call: an object with room to spare
+        costs one comparison and two appends (see the class docstring); the lock is taken
+        with ``acquire``/``release`` (a ``with`` costs twice as much); everything else is
+        :meth:`_put_slow_locked`'s.
+        """
+        lock = self.lock
+        if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
+            # A signal handler or finalizer interrupted this very thread inside the outbox:
+            # the lock will not be released until we return.  Park the event aside.
+            return 2 if self.put_reentrant(event, nbytes) else 0
+        lock.acquire()
+        try:
+            queue = self.queue
+            n = len(queue)
+            if nbytes:
+                return self._put_text_locked(event, nbytes, n)
+            if n >= self.object_room:
+                return self._put_slow_locked(event, nbytes)
+            queue.append(event)
+            self.sizes.append(0)
+            if n < self.wake_at_objects - 1:
+                return 1
+            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            return 2
+        finally:
+            lock.release()
+
+    def _put_text_locked(self, event: Any, nbytes: int, n: int) -> int:
+        """:meth:`put` for text (its exact size known): checked against the accounts as they
+        are, then the fast path's numbers lowered without recomputing them."""
+        estimate = self.estimate
+        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes + nbytes
+        if self.closed or n + self.in_flight >= self.max_events or held > self.max_bytes:
+            return self._put_slow_locked(event, nbytes)
+        self.queue.append(event)
+        self.sizes.append(nbytes)
+        self.exact_bytes += nbytes
+        self.exact_count += 1
+        # What objects may still take shrinks by these bytes: lowered by nbytes // estimate,
+        # which never leaves it above the exact figure (the next recompute makes it exact).
+        drop = nbytes // estimate
+        self.object_room -= drop
+        self.wake_at_objects -= drop
+        if n + 1 >= self.wake_at_events or held >= self.wake_at_bytes:
+            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            return 2
+        return 1
+
+    def _put_slow_locked(self, event: Any, nbytes: int) -> int:
+        """:meth:`put` when the fast path does not apply: closed, full, or the first object
+        (whose size the sidecar has yet to measure)."""
+        if self.closed:
+            self.refuse_locked()
+            return 0
+        result = self.put_locked(event, nbytes)
+        if not result:
+            if nbytes > self.max_bytes:  # (an object is never refused for its estimate)
+                self.drop_offered_locked(Reason.TOO_LARGE)
+            elif self.policy is Policy.BLOCK and threading.get_ident() != self.no_block_thread:
+                result = self._wait_for_room_locked(event, nbytes)
+            else:
+                self.drop_offered_locked(Reason.DROPPED_FULL)
+        return result
+
+    def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
+        """Wait (the lock released while waiting) up to ``block_timeout`` for room for an
+        event already offered; counts it ``dropped_full`` (or ``dropped_shutdown`` if the
+        outbox closes meanwhile) if none comes.  Returns what :meth:`put_locked` returns."""
+        deadline = time.monotonic() + self.block_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.closed:
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else Reason.DROPPED_FULL)
+                return 0
+            self.progress.wait(remaining)
+            if not self.closed:
+                result = self.put_locked(event, nbytes)
+                if result:
+                    return result
+
+    def put_locked(self, event: Any, nbytes: int) -> int:
         """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate),
-        counting it as emitted unless ``offered`` is False (a blocked emit trying again).
+        making room under drop_oldest.
 
         Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
-        no room (no drop counted: the caller applies the policy).
+        no room (nothing counted: the caller applies the policy, and counts the event with
+        :meth:`drop_offered_locked` if it gives up).
         """
-        if offered:
-            self.emitted += 1
         queue = self.queue
         price = nbytes or self.estimate
-        held = self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+        held = self.held_bytes_locked()
         if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
             price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
+            self._recompute_locked()  # (evictions may have happened)
             return 0
         queue.append(event)
         self.sizes.append(nbytes)
-        self.accepted += 1
+        result = 1
         if nbytes:
             self.exact_bytes += nbytes
-        else:
-            self.estimated += 1
-            if not self.measured and not self.measure_asked:
-                # The first object: the sidecar measures it now, so the estimate is not a guess.
-                self.measure_asked = True
-                self.wake_at_events = self.wake_at_bytes = _INF
-                return 2
-        if len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes:
+            self.exact_count += 1
+        elif not self.measured and not self.measure_asked:
+            # The first object: the sidecar measures it now, so the estimate is not a guess.
+            self.measure_asked = True
             self.wake_at_events = self.wake_at_bytes = _INF
-            return 2
-        return 1
+            result = 2
+        if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):
+            self.wake_at_events = self.wake_at_bytes = _INF
+            result = 2
+        self._recompute_locked()
+        return result
+
+    def drop_offered_locked(self, reason: str, n: int = 1) -> None:
+        """``n`` events offered (to ``emit``, or handed to a composite's member) are not
+        accepted after all: count them under ``reason``."""
+        self.refused += n
+        self.count_locked(reason, n)
 
     def _popleft_locked(self) -> int:
         """Forget the oldest queued event; returns the bytes it counted for."""
@@ -237,18 +429,19 @@ class Buffer:
         self.head_seq += 1
         if size:
             self.exact_bytes -= size
+            self.exact_count -= 1
             return size
-        self.estimated -= 1
         return self.estimate
 
     def _pop_locked(self) -> int:
         """Forget the newest queued event; returns the bytes it counted for."""
         self.queue.pop()
         size = self.sizes.pop()
+        self.shed_newest += 1  # its sequence number goes to the next event accepted
         if size:
             self.exact_bytes -= size
+            self.exact_count -= 1
             return size
-        self.estimated -= 1
         return self.estimate
 
     def _evict_for(self, nbytes: int) -> bool:
@@ -272,11 +465,12 @@ class Buffer:
             n += 1
         if n:
             self.count_locked(Reason.DROPPED_FULL, n)
+            self._recompute_locked()
         return freed
 
     def has_room_locked(self, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
-        held = self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+        held = self.held_bytes_locked()
         return len(self.queue) + self.in_flight < self.max_events and (
             held + (nbytes or self.estimate) <= self.max_bytes
         )
@@ -316,9 +510,10 @@ class Buffer:
         self.in_flight_low = min(self.in_flight_low, seq)
         self.head_seq = seq + n
         self.exact_bytes -= sum(raw)
-        self.estimated -= objects
+        self.exact_count -= n - objects
         self.in_flight += n
         self.in_flight_bytes += sum(priced)
+        self._recompute_locked()
         return batch
 
     def untake_locked(self, entries: list[Entry]) -> bool:
@@ -336,17 +531,19 @@ class Buffer:
             if is_exact(event):
                 sizes.appendleft(nbytes)
                 self.exact_bytes += nbytes
+                self.exact_count += 1
             else:  # an object again, counted at the estimate
                 sizes.appendleft(0)
-                self.estimated += 1
         self.head_seq = entries[0][0]
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
+        self._recompute_locked()
         return True
 
     def reprice_in_flight_locked(self, delta: int) -> None:
         """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
         self.in_flight_bytes += delta
+        self._recompute_locked()
 
     def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
         """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted);
@@ -355,6 +552,7 @@ class Buffer:
         self.in_flight -= n_events
         self.in_flight_bytes -= n_bytes
         self.in_flight_low = lowest
+        self._recompute_locked()
         self.notify_locked()
 
     def record_answer_locked(self, delivered: int, retried: int) -> None:
@@ -373,8 +571,9 @@ class Buffer:
         self.head_seq += len(self.queue)
         self.queue.clear()
         self.sizes.clear()
-        self.exact_bytes = self.estimated = self.in_flight = self.in_flight_bytes = 0
+        self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
+        self._recompute_locked()
         return held
 
     def lowest_unsettled_locked(self) -> float:
@@ -385,7 +584,7 @@ class Buffer:
         """An event offered while closed: counted under the reason the buffer refuses for
         (and as emitted when it was offered to an outbox that was open: its worker is gone)."""
         if self.refusal == Reason.WORKER_STOPPED:
-            self.emitted += 1
+            self.refused += 1
         self.count_locked(self.refusal)
 
     def close_locked(self, refusal: str | None = None, *, final: bool = False) -> None:
@@ -394,6 +593,7 @@ class Buffer:
         if refusal is not None:
             self.refusal = refusal
         self.closed = True
+        self.object_room = 0
         if final:
             self.finalized = True
         self.notify_locked()
@@ -404,6 +604,7 @@ class Buffer:
         if refusal is not None:
             self.refusal = refusal
         self.closed = True
+        self.object_room = 0
 
     def ask_flush_locked(self, target: int) -> None:
         """Send every event up to sequence number ``target`` without lingering."""
@@ -412,6 +613,7 @@ class Buffer:
     def wake_at_locked(self, events: float, nbytes: float) -> None:
         """Wake the worker once this many events, or bytes, are queued (inf: never)."""
         self.wake_at_events, self.wake_at_bytes = events, nbytes
+        self._recompute_locked()
 
     def put_reentrant(self, event: Any, nbytes: int) -> bool:
         """``emit`` re-entered on a thread that holds the lock: park the event in the side
@@ -434,16 +636,15 @@ class Buffer:
             event, nbytes = side.popleft()
             if event is None:
                 if nbytes != Reason.AFTER_CLOSE and nbytes != Reason.DISABLED:
-                    self.emitted += 1
+                    self.refused += 1
                 self.count_locked(nbytes)
                 continue
             if self.closed and self.finalized:
-                self.emitted += 1
-                self.count_locked(Reason.DROPPED_SHUTDOWN)
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
             elif self.put_locked(event, nbytes):
                 queued = True
             else:
-                self.count_locked(Reason.TOO_LARGE if nbytes > self.max_bytes else Reason.DROPPED_FULL)
+                self.drop_offered_locked(Reason.TOO_LARGE if nbytes > self.max_bytes else Reason.DROPPED_FULL)
         return queued
 
     def snapshot_locked(self) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import weakref
@@ -169,6 +170,11 @@ class DeadLetter:
         ``dead_letter_error``)."""
         with self._lock:
             return {"written": self._written, "not_written": dict(self._lost)}
+
+    def counts(self) -> dict[str, int]:
+        """``written``, and the records not written by why (for ``Outbox.stats()``)."""
+        with self._lock:
+            return {"written": self._written, **self._lost}
 
     def write(self, records: Iterable[tuple[str, str, bytes | None, Any]]) -> None:
         """``records``: (reason, the backend's answer or why, the event's JSON as the outbox
@@ -341,16 +347,37 @@ class DeadLetter:
         return f"DeadLetter({self.path!r})"
 
 
-# A fork child must not inherit a counters' lock that another thread of the parent held.
+# A fork child must not inherit a counters' lock that another thread of the parent held, nor
+# the parent's counts.
 _instances: weakref.WeakSet[DeadLetter] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     for dead_letter in list(_instances):
         dead_letter._lock = threading.Lock()
+        # The child's outbox counts from zero (its stats() are its own), and so does its file.
+        dead_letter._written = 0
+        dead_letter._lost = {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _not_a_file(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (nor a directory)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
 
 
 def _check_writable(path: str) -> None:
@@ -363,6 +390,14 @@ def _check_writable(path: str) -> None:
             f"{where} is a directory; name a file in it, such as "
             f"{os.path.join(path, 'dead-letters.jsonl')!r} (OUTBOX_DEAD_LETTER)"
         )
+    kind = _not_a_file(path)
+    if kind:
+        # A FIFO would block the sidecar once its reader stops reading; /dev/null would keep
+        # nothing while the outbox says the events are kept; neither can be rotated.
+        raise ConfigError(
+            f"{where} is {kind}, not a regular file: dead letters must be kept in a file that "
+            "can be read back and rotated; name a file (OUTBOX_DEAD_LETTER)"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ConfigError(
@@ -374,7 +409,7 @@ def _check_writable(path: str) -> None:
         probe, probe_path = tempfile.mkstemp(dir=folder, prefix=".outbox-dead-letter-probe-")
         os.close(probe)
         os.unlink(probe_path)
-        if os.path.lexists(path):  # (non-blocking: a FIFO with no reader fails rather than waits)
+        if os.path.lexists(path):  # (non-blocking: should it be a FIFO by now, fail, not wait)
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK))
     except OSError as exc:
         raise ConfigError(

@@ -7,12 +7,20 @@ child.  (Signals are ``Outbox.close_on_signal``, in ``_signals``.)
 - Fork: a child gets a fresh, empty runtime and a fresh transport for every outbox; what it
   inherited from the parent (loops, clients, sidecars) is kept referenced and never touched,
   since it shares the parent's sockets and epoll instance.
+- A ``multiprocessing`` child (any start method) ends with ``os._exit``: ``atexit`` never runs
+  there.  ``multiprocessing`` runs its own finalizers first (``util._exit_function`` in
+  ``Process._bootstrap``), so the first sidecar started in such a child registers one
+  (``multiprocessing.util.Finalize``) that closes them as the exit hook would.
+- Either way, an outbox with ``close_at_exit=False`` that still holds events as the process ends
+  is named in a warning (nothing else would count what it loses).  (Registered at the sidecar's
+  start, not in the fork hook: ``_bootstrap`` clears the finalizers after the fork hooks ran.)
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 import weakref
@@ -31,9 +39,9 @@ __all__ = [
     "INHERITED",
     "WeakCall",
     "close_all",
-    "closes_at_exit",
     "hold_weakly",
     "no_longer_closes_at_exit",
+    "started",
     "track",
 ]
 
@@ -45,9 +53,19 @@ _OPEN: set[Sidecar] = set()
 _OPEN_LOCK = threading.Lock()
 
 
-def closes_at_exit(sidecar: Sidecar) -> None:
+# Every sidecar started in this process (weakly): the multiprocessing exit warns of those that
+# do not close at exit and still hold events.
+_STARTED: weakref.WeakSet[Sidecar] = weakref.WeakSet()
+
+
+def started(sidecar: Sidecar, close_at_exit: bool) -> None:
+    """``sidecar`` runs: close it at interpreter exit (if ``close_at_exit``), and at the end of
+    a ``multiprocessing`` child, which never reaches ``atexit``."""
     with _OPEN_LOCK:
-        _OPEN.add(sidecar)
+        _STARTED.add(sidecar)
+        if close_at_exit:
+            _OPEN.add(sidecar)
+    _hook_multiprocessing_exit()
 
 
 def no_longer_closes_at_exit(sidecar: Sidecar) -> None:
@@ -72,14 +90,71 @@ def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
             logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
 
 
-@atexit.register
-def _close_all_at_exit() -> None:
+def _close_all_at_exit(where: str = "this process") -> None:
     with _OPEN_LOCK:
         sidecars = [s for s in _OPEN if s.active]
     try:
         close_all(sidecars)
     except Exception as exc:  # never fail interpreter exit
         logger.warning("closing the outboxes at exit failed: %r", exc)
+    _warn_of_unclosed(where)
+
+
+atexit.register(_close_all_at_exit)
+
+# Sidecars already warned of (a spawn child reaches both multiprocessing's finalizers and atexit).
+_WARNED: weakref.WeakSet[Sidecar] = weakref.WeakSet()
+
+
+def _warn_of_unclosed(where: str) -> None:
+    """Nothing lost silently: an outbox that does not close at exit and still holds events as
+    the process ends says so (its events are lost, and nothing else would count them)."""
+    with _OPEN_LOCK:
+        unclosed = [s for s in _STARTED if s.active and not s.close_at_exit and s not in _WARNED]
+    for sidecar in unclosed:
+        _WARNED.add(sidecar)
+        try:
+            held = sidecar.held()
+        except Exception:  # never fail interpreter exit
+            continue
+        if held:
+            logger.warning(
+                "outbox %r: %s (pid %d) ends with %d event(s) not delivered, and close_at_exit=False: "
+                "they are lost; call close() before it ends",
+                sidecar.name,
+                where,
+                os.getpid(),
+                held,
+            )
+
+
+# -- the end of a multiprocessing child ------------------------------------------------------
+
+# The process whose multiprocessing finalizer is registered (a fork child inherits the value
+# but not the registration: its pid differs).
+_MP_HOOKED_PID = 0
+
+
+def _hook_multiprocessing_exit() -> None:
+    """In a ``multiprocessing`` child, once: a finalizer that ``multiprocessing`` runs before
+    ``os._exit``.  Nothing in any other process (``multiprocessing`` is not imported for it)."""
+    global _MP_HOOKED_PID
+    pid = os.getpid()
+    if pid == _MP_HOOKED_PID:
+        return
+    process = sys.modules.get("multiprocessing.process")
+    if process is None or process.parent_process() is None:
+        return  # not a multiprocessing child: atexit runs at its end
+    from multiprocessing import util
+
+    _MP_HOOKED_PID = pid
+    # Priority above multiprocessing's own (queues 10, pools 15): the outboxes close first,
+    # while the child's queues and pipes still work.
+    util.Finalize(None, _close_at_multiprocessing_exit, exitpriority=100)
+
+
+def _close_at_multiprocessing_exit() -> None:
+    _close_all_at_exit("this multiprocessing child")
 
 
 # -- fork -----------------------------------------------------------------------------------------
@@ -132,6 +207,8 @@ def _forget_open_sidecars() -> list[Sidecar]:
     _OPEN_LOCK = threading.Lock()
     inherited = list(_OPEN)
     _OPEN.clear()
+    _STARTED.clear()
+    _WARNED.clear()
     return inherited
 
 

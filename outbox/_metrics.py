@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from ._buffer import Buffer
+from ._spill import Spill
 
 __all__ = ["Metrics"]
 
@@ -26,6 +27,8 @@ _VERSION = "0.1.0"
 _Reader = Callable[[Buffer], Iterable[tuple[int, dict[str, str]]]]
 
 _registry: weakref.WeakKeyDictionary[Buffer, str] = weakref.WeakKeyDictionary()
+# The outboxes with a spill directory: (its spill, the outbox's name), by buffer.
+_spills: weakref.WeakKeyDictionary[Buffer, tuple[Spill, str]] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 _histogram: metrics.Histogram | None = None
 
@@ -43,6 +46,50 @@ def _observe(read: _Reader) -> Callable[[metrics.CallbackOptions], Iterable[metr
         return observations
 
     return callback
+
+
+def _observe_spill(key: str) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
+    """One figure of every live spill's ``stats()`` (read without the buffer's lock)."""
+
+    def callback(options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        with _registry_lock:
+            live = list(_spills.values())
+        return [metrics.Observation(spill.stats()[key], {"outbox.name": name}) for spill, name in live]
+
+    return callback
+
+
+def _spill_instruments(meter: metrics.Meter) -> None:
+    gauges = [
+        ("outbox.spill.events", "spilled_events", "{event}", "Events on disk not yet delivered or dropped"),
+        ("outbox.spill.bytes", "spilled_bytes", "By", "Bytes of this outbox's spill segments"),
+        ("outbox.spill.segments", "segments", "{segment}", "This outbox's spill segments"),
+        ("outbox.spill.oldest_age", "oldest_age", "s", "Age of the oldest undelivered spilled event"),
+    ]
+    for name, key, unit, description in gauges:
+        meter.create_observable_gauge(name, [_observe_spill(key)], unit, description)
+    meter.create_observable_counter(
+        "outbox.spill.recovered",
+        [_observe_spill("recovered")],
+        "{event}",
+        "Events of dead processes adopted from the spill directory",
+    )
+
+    def not_spilled(options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        with _registry_lock:
+            live = list(_spills.values())
+        return [
+            metrics.Observation(n, {"outbox.name": name, "reason": reason})
+            for spill, name in live
+            for reason, n in dict(spill.disk.not_spilled).items()
+        ]
+
+    meter.create_observable_counter(
+        "outbox.spill.not_spilled",
+        [not_spilled],
+        "{event}",
+        "Accepted events not written to the spill, by reason",
+    )
 
 
 def _instruments() -> metrics.Histogram:
@@ -74,6 +121,7 @@ def _instruments() -> metrics.Histogram:
         "By",
         "Bytes held (queued and in flight)",
     )
+    _spill_instruments(meter)
     _histogram = meter.create_histogram(
         "outbox.batch.duration", "s", "Time to send one batch through the transport"
     )
@@ -86,15 +134,18 @@ def forget_after_fork() -> None:
     global _registry_lock
     _registry_lock = threading.Lock()
     _registry.clear()
+    _spills.clear()
 
 
 class Metrics:
     """One outbox's link to the process-wide instruments."""
 
-    def __init__(self, name: str, buffer: Buffer) -> None:
+    def __init__(self, name: str, buffer: Buffer, spill: Spill | None = None) -> None:
         with _registry_lock:
             self._histogram = _instruments()
             _registry[buffer] = name
+            if spill is not None:
+                _spills[buffer] = (spill, name)
         self._attrs: dict[str, Any] = {"outbox.name": name}
 
     def batch_sent(self, elapsed: float, delivered: int, retried: int, rejected: int) -> None:

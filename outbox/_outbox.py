@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -16,14 +15,18 @@ from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._deadletter import DeadLetter
 from ._errors import ConfigError
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
+from ._fanout import FanOut, fans_out
 from ._lifecycle import INHERITED, track
 from ._log import logger
 from ._metrics import Metrics
 from ._run import LineageJob, Run
 from ._settings import check_number, from_variables, in_force, resolve
 from ._sidecar import Sidecar, State
+from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
+from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
+from ._spill import Spill
 from ._stats import CloseReport, Stats
-from ._waiting import put_async, wait_async, wait_for_room_locked
+from ._waiting import put_async, wait_async
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
@@ -90,6 +93,16 @@ class Outbox:
         dead_letter_max_bytes: The dead-letter file's size at which it is rotated to ``FILE.1``
             (never overwritten: while it exists and the file is full, records are not written,
             counted as ``dead_letter_full``); at most twice this on disk.  Default 64 MiB.
+        spill_dir: A directory on local disk to which the sidecar writes every accepted event
+            (within ``spill_interval``) until the backend has it, so that a process that is
+            killed, or closes with the backend down, hands what it had not delivered to the
+            next outbox started with the same directory (see docs/operations.md, "The spill").
+            Off by default.  Several processes may share it.  Made if missing; checked for
+            writing at construction.
+        max_spill_bytes: The most bytes this outbox keeps in ``spill_dir`` (default 1 GiB);
+            events beyond it are not written (counted in ``stats().spill``).
+        spill_interval: Seconds between two writes to the spill (default 0.1): what a SIGKILL
+            can lose.
         close_at_exit: Close (with ``shutdown_timeout``) when the interpreter exits.
         name: Names the sidecar thread, log lines and the ``outbox.name`` metric attribute.
 
@@ -119,6 +132,9 @@ class Outbox:
         log_interval: float = 30.0,
         dead_letter: str | os.PathLike[str] | None = None,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        spill_dir: str | os.PathLike[str] | None = None,
+        max_spill_bytes: int = SPILL_MAX_BYTES,
+        spill_interval: float = SPILL_INTERVAL,
         close_at_exit: bool = True,
         name: str = "outbox",
     ) -> None:
@@ -155,6 +171,7 @@ class Outbox:
                 )
             # A directory, a missing folder, an unwritable one: a ConfigError naming the path.
             self._dead_letter = DeadLetter(dead_letter, float(log_interval), dead_letter_max_bytes)
+        self._spill = _make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
         self._transport = transport
         self._name = name
         self._shutdown_timeout = float(shutdown_timeout)
@@ -195,9 +212,15 @@ class Outbox:
     def _effective_settings(self) -> dict[str, Any]:
         """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
         dead_letter = self._dead_letter.path if self._dead_letter is not None else None
-        return in_force(
+        settings = in_force(
             self._limits, self._settings, self._shutdown_timeout, dead_letter, self._dead_letter_max_bytes
         )
+        spill = self._spill
+        if spill is not None:
+            settings["spill_dir"] = spill.directory
+            settings["max_spill_bytes"] = spill.max_bytes
+            settings["spill_interval"] = spill.interval
+        return settings
 
     @classmethod
     def _from_environment(
@@ -224,18 +247,37 @@ class Outbox:
             policy=limits.policy,
             block_timeout=limits.block_timeout,
         )
+        if self._spill is not None:
+            # Events of a process that died with this spill directory go first.
+            with self._buffer.lock:
+                self._spill.feed_locked(self._buffer)
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
-        self._metrics = Metrics(self._name, self._buffer)
+        self._metrics = Metrics(self._name, self._buffer, self._spill)
+        members = None
+        if fans_out(self._transport):
+            # Each member its own buffer, worker and thread; this outbox's worker is their intake.
+            members = FanOut.build(
+                self._transport,  # type: ignore[arg-type]
+                self._name,
+                max_events=limits.max_events,
+                max_bytes=limits.max_bytes,
+                policy=limits.policy,
+                settings=self._settings,
+                shutdown_timeout=self._shutdown_timeout,
+                dead_letter=self._dead_letter,
+            )
         self._sidecar = Sidecar(
             self._buffer,
-            self._transport,
+            members.hand_off if members is not None else self._transport,
             self._settings,
             self._metrics,
             name=self._name,
             shutdown_timeout=self._shutdown_timeout,
             close_at_exit=self._close_at_exit,
             dead_letter=self._dead_letter,
+            members=members,
+            spill=self._spill,
         )
         # Dropped without close(): drain in the background (the exit hook waits for it).
         self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
@@ -260,39 +302,19 @@ class Outbox:
         """
         # Sized without serializing: text by its length, an object (0) at the estimate the
         # sidecar learns.  Nothing here walks the event: emit's cost is the same for any event.
+        # The buffer does the rest under its lock (``Buffer.put``: the policy included); a
+        # sidecar not started yet is started by its first wake.
         cls = event.__class__
-        if cls in TEXT_CLASSES:
-            nbytes = len(event) or 1  # type: ignore[arg-type]  # str, bytes and their subclasses
-        elif cls in EVENT_CLASSES:
+        if cls in EVENT_CLASSES:
             nbytes = 0
+        elif cls in TEXT_CLASSES:
+            nbytes = len(event) or 1  # type: ignore[arg-type]  # str, bytes and their subclasses
         else:
             admit(event)
             nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
-        buf = self._buffer
-        sidecar = self._sidecar
-        if sidecar.state is State.NEW:
-            sidecar.start_thread()
-        if buf.owned():
-            # A signal handler or finalizer interrupted this very thread inside the outbox:
-            # the lock will not be released until we return.  Park the event aside.
-            if buf.put_reentrant(event, nbytes):
-                sidecar.wake()
-                return True
-            return False
-        with buf.lock:
-            if buf.closed:
-                buf.refuse_locked()
-                return False
-            result = buf.put_locked(event, nbytes)
-            if not result:
-                if nbytes > buf.max_bytes:  # (an object is never refused for its estimate)
-                    buf.count_locked(Reason.TOO_LARGE)
-                elif self._block and threading.get_ident() != sidecar.loop_thread:
-                    result = wait_for_room_locked(buf, event, nbytes, self._block_timeout)
-                else:
-                    buf.count_locked(Reason.DROPPED_FULL)
+        result = self._buffer.put(event, nbytes)
         if result == 2:
-            sidecar.wake()
+            self._sidecar.wake()
         return result > 0
 
     async def emit_async(self, event: Event) -> bool:
@@ -309,17 +331,14 @@ class Outbox:
             return self.emit(event)
         buf = self._buffer
         event, nbytes = sized(event)
-        sidecar = self._sidecar
-        if sidecar.state is State.NEW:
-            sidecar.start_thread()
         if buf.owned():
             if buf.put_reentrant(event, nbytes):
-                sidecar.wake()
+                self._sidecar.wake()
                 return True
             return False
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
         if result == 2:
-            sidecar.wake()
+            self._sidecar.wake()
         return result > 0
 
     def run(
@@ -398,16 +417,16 @@ class Outbox:
         if buf.owned():
             return False
         target = self._flush_target()
-        if target is None:
+        members = self._sidecar.members
+        if target is None and members is None:
             return True
         self._refuse_on_own_loop("flush", "aflush")
-        with buf.lock:
-            while buf.lowest_unsettled_locked() <= target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                buf.progress.wait(remaining)
-        return True
+        if target is not None and not _settled_by(buf, target, deadline):
+            return False
+        if members is None:
+            return True
+        # A composite's: handed on to every member; now each member's own sending.
+        return all(_settled_by(b, t, deadline) for b, t in members.flush_targets())
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` for async code: waits without blocking the running loop."""
@@ -417,9 +436,17 @@ class Outbox:
         if buf.owned():
             return False
         target = self._flush_target()
-        if target is None:
+        if target is not None and not await wait_async(
+            buf, lambda: buf.lowest_unsettled_locked() > target, deadline
+        ):
+            return False
+        members = self._sidecar.members
+        if members is None:
             return True
-        return await wait_async(buf, lambda: buf.lowest_unsettled_locked() > target, deadline)
+        for member_buf, member_target in members.flush_targets():
+            if not await wait_async(member_buf, _settled_past(member_buf, member_target), deadline):
+                return False
+        return True
 
     # -- close ---------------------------------------------------------------------------
 
@@ -487,12 +514,18 @@ class Outbox:
         else:
             with buf.lock:
                 snap = buf.snapshot_locked()
-        member_stats = getattr(self._transport, "member_stats", None)
+        if sidecar.members is not None:
+            members = sidecar.members.stats()
+        else:
+            member_stats = getattr(self._transport, "member_stats", None)
+            members = member_stats() if callable(member_stats) else {}
         return Stats(
             **snap,
             last_error=sidecar.last_error(),
             circuit=worker.circuit.value if worker else "closed",
-            members=member_stats() if callable(member_stats) else {},
+            members=members,
+            dead_letter=self._dead_letter.counts() if self._dead_letter is not None else {},
+            spill=self._spill.stats() if self._spill is not None else {},
         )
 
     @property
@@ -541,9 +574,38 @@ class Outbox:
             logger.warning(
                 "%r has no clone(): the forked child shares its parent's transport object", self._transport
             )
+        if self._spill is not None:
+            self._spill = self._spill.for_child()
         self._init_runtime()
         if old.state in (State.CLOSING, State.CLOSED):
             with self._buffer.lock:
                 self._buffer.close_locked()
             self._sidecar.state = State.CLOSED
             self._sidecar.report = old.report
+
+
+def _settled_past(buf: Buffer, target: int) -> Callable[[], bool]:
+    return lambda: buf.lowest_unsettled_locked() > target
+
+
+def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
+    """Wait until every event of ``buf`` up to ``target`` is settled, or ``deadline``."""
+    with buf.lock:
+        while buf.lowest_unsettled_locked() <= target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            buf.progress.wait(remaining)
+    return True
+
+
+def _make_spill(directory: Any, max_bytes: Any, interval: Any, log_interval: float) -> Spill | None:
+    check_number("max_spill_bytes", max_bytes, minimum=1, integer=True)
+    check_number("spill_interval", interval, minimum=0, above=True)
+    if directory is None:
+        return None
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+        raise ConfigError(
+            f"spill_dir={directory!r} is not a path; pass the path of a directory on local disk"
+        )
+    return Spill(directory, max_bytes=max_bytes, interval=float(interval), log_interval=log_interval)

@@ -202,23 +202,24 @@ _TAKEN_MAX = 4096
 _shared_trace_said = False
 
 
-def _run_id_of_span() -> str:
-    """:func:`current_run_id` for a new run: the trace id for the first run of a trace, a
-    fresh UUIDv7 for any later one (said once per process)."""
+def _run_id_of_span() -> int:
+    """:func:`current_run_id` for a new run, as the UUID's 128-bit value (written as text in
+    the sidecar, or when ``Run.run_id`` is read: never on the handler's path): the trace id
+    for the first run of a trace, a fresh UUIDv7 for any later one (said once per process)."""
     global _shared_trace_said
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
-        return _uuid_text(_uuid7())
+        return _uuid7()
     trace_id = context.trace_id
     if trace_id in _taken:
-        fresh = _uuid_text(_uuid7())
+        fresh = _uuid7()
         if not _shared_trace_said:
             _shared_trace_said = True
             logger.warning(
                 "a second outbox.run() in trace %032x gets its own run id %s (the first run of a trace "
                 "takes the trace id); pass run_id= to choose. Said once.",
                 trace_id,
-                fresh,
+                _uuid_text(fresh),
             )
         return fresh
     _taken[trace_id] = None
@@ -226,7 +227,7 @@ def _run_id_of_span() -> str:
         # Another thread may be at the same line: losing that race only keeps one more id.
         with contextlib.suppress(KeyError, RuntimeError, StopIteration):
             del _taken[next(iter(_taken))]
-    return _uuid_text(trace_id)
+    return trace_id
 
 
 def _uuid_text(value: int) -> str:
@@ -326,17 +327,24 @@ class RunRecord(NamedTuple):
     job: LineageJob
     state: str
     time: float  # seconds since the epoch
-    run_id: str
+    #: The run id as given (text), or a UUID's 128-bit value, written as text in the sidecar.
+    run_id: str | int
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
     #: The error of a FAIL; formatted in the sidecar (formatting a traceback reads source
     #: files: hundreds of microseconds the handler should not pay).
     error: BaseException | None = None
 
-    def to_json(self) -> bytes:
+    def run_text(self) -> str:
+        """The run id as it is written in the event."""
+        rid = self.run_id
+        return rid if rid.__class__ is str else _uuid_text(rid)  # type: ignore[arg-type]
+
+    def to_json(self, run_text: str | None = None) -> bytes:
         """The full RunEvent as JSON: what ``Serde.to_json`` writes for the equivalent
         event, after parsing.  The job's part is written once per :class:`LineageJob`;
-        only the time, state, run id, datasets and an error are written per event."""
+        only the time, state, run id, datasets and an error are written per event.
+        ``run_text``: :meth:`run_text`, if the caller has it already."""
         job = self.job
         state = self.state
         head = _HEADS.get(state) if state.__class__ is str else None
@@ -350,7 +358,7 @@ class RunRecord(NamedTuple):
         return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
             head,
             _event_time(self.time),
-            orjson.dumps(self.run_id),
+            orjson.dumps(run_text or self.run_text()),
             facets,
             _datasets_json(job, inputs, 0) if inputs else b"[]",
             _datasets_json(job, outputs, 1) if outputs else b"[]",
@@ -367,7 +375,7 @@ class RunRecord(NamedTuple):
             "eventTime": datetime.fromtimestamp(self.time, UTC).isoformat(),
             "producer": self.job.producer,
             "schemaURL": _RUN_EVENT_SCHEMA,
-            "run": {"runId": self.run_id, "facets": facets},
+            "run": {"runId": self.run_text(), "facets": facets},
             "job": self.job.plain_job,
             "eventType": self.state,
             "inputs": [_plain_dataset(d, "inputFacets") for d in self.inputs],
@@ -490,7 +498,7 @@ class Run:
     from it (OpenMetadata's Kafka connector draws one from any START that has outputs).
     """
 
-    __slots__ = ("_inputs", "_outbox", "_outputs", "job", "overhead", "run_id")
+    __slots__ = ("_inputs", "_outbox", "_outputs", "_rid", "job", "overhead")
 
     def __init__(
         self,
@@ -506,10 +514,17 @@ class Run:
         self.job = job
         self._inputs = tuple(inputs)
         self._outputs = tuple(outputs)
-        self.run_id = run_id or _run_id_of_span()
+        # Text as given, or a UUID's value: written as text in the sidecar (or when read).
+        self._rid: str | int = run_id or _run_id_of_span()
         #: Seconds this run's lineage has cost the caller so far (construction included).
         self.overhead = _perf() - started
         job.last_run = self
+
+    @property
+    def run_id(self) -> str:
+        """The run's id: ``run_id`` as given, else the trace id (or a UUIDv7) as a UUID."""
+        rid = self._rid
+        return rid if rid.__class__ is str else _uuid_text(rid)  # type: ignore[arg-type]
 
     def add_input(self, dataset: DatasetRef | Any) -> None:
         self._inputs += (dataset,)
@@ -521,7 +536,7 @@ class Run:
         # Any: a RunRecord is the outbox's own kind of event, emitted here only (not an Event).
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
         outputs = self._outputs if state == "COMPLETE" else ()
-        return _new_record(RunRecord, (self.job, state, _now(), self.run_id, self._inputs, outputs, error))
+        return _new_record(RunRecord, (self.job, state, _now(), self._rid, self._inputs, outputs, error))
 
     def __enter__(self) -> Self:
         started = _perf()

@@ -54,10 +54,8 @@ def serialize(event: Any) -> SerializedEvent:
             object that cannot be encoded at all.
     """
     if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
-        rid = event.run_id
-        return _new_serialized(
-            SerializedEvent, (event.to_json(), rid if rid.__class__ is str else None, event.job.key)
-        )
+        rid = event.run_text()
+        return _new_serialized(SerializedEvent, (event.to_json(rid), rid, event.job.key))
     if isinstance(event, (bytes, bytearray, memoryview, str)):
         body = event.encode() if isinstance(event, str) else bytes(event)
         try:

@@ -51,12 +51,13 @@ def validate_one(keyword: str, value: Any) -> None:
         "poison_attempts",
         "max_concurrency",
         "dead_letter_max_bytes",
+        "max_spill_bytes",
     }
     if keyword in integers:
         check_number(keyword, value, minimum=1, integer=True)
-    elif keyword == "send_timeout":
+    elif keyword in ("send_timeout", "spill_interval"):
         check_number(keyword, value, minimum=0, above=True)
-    elif keyword not in ("name", "close_at_exit", "dead_letter"):
+    elif keyword not in ("name", "close_at_exit", "dead_letter", "spill_dir"):
         check_number(keyword, value, minimum=0)
 
 

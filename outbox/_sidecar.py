@@ -16,17 +16,21 @@ import enum
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
-from ._lifecycle import closes_at_exit, no_longer_closes_at_exit
+from ._lifecycle import no_longer_closes_at_exit, started
 from ._log import logger
 from ._slices import install
+from ._spill import Spill
 from ._stats import CloseReport
 from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
+
+if TYPE_CHECKING:
+    from ._fanout import FanOut
 
 __all__ = ["CLOSE_GRACE", "Sidecar", "State"]
 
@@ -64,8 +68,14 @@ class Sidecar:
         shutdown_timeout: float,
         close_at_exit: bool,
         dead_letter: DeadLetter | None = None,
+        members: FanOut | None = None,
+        spill: Spill | None = None,
     ) -> None:
         self.buffer = buffer
+        #: A fan-out composite's members, each with its own runtime (``_fanout``); this
+        #: sidecar's worker is then their intake, and its close is theirs.
+        self.members = members
+        self.spill = spill
         self.dead_letter = dead_letter
         self.transport = transport
         self.settings = settings
@@ -88,7 +98,9 @@ class Sidecar:
         self.deadline = _INF
         #: Why the worker stopped without being closed (None while it runs or was closed).
         self.stopped: str | None = None
-        self.wake: Callable[[], None] = _noop
+        #: Wakes the worker (from any thread).  Until the sidecar runs, the first event
+        #: accepted starts it: emit itself never checks the state.
+        self.wake: Callable[[], None] = self._start_on_first_wake
 
     # -- start ------------------------------------------------------------------------------
 
@@ -100,40 +112,53 @@ class Sidecar:
             # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
             # run on daemon threads, so an unresolvable host cannot hold the process at exit.
             loop.set_default_executor(DaemonExecutor(f"{self.name}-resolver"))
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
             thread.name = f"{self.name}-sidecar"
             self.loop, self.worker, self.thread = loop, worker, thread
             self.wake = _waker(loop, worker)
             self._register()
             thread.start()
-            self.loop_thread = thread.ident
+            self.loop_thread = self.buffer.no_block_thread = thread.ident
             self.state = State.RUNNING
+        if self.members is not None:
+            self.members.start()
         # Until its loop runs, the sidecar cannot learn what objects weigh: a thread that
         # emits at once (a burst at start-up) competes with its start for the GIL, and the
         # objects it queues meanwhile count at the first estimate, however large they are.
         # Started here, off the hot path, within a bound.
         worker.ready.wait(_READY_WITHIN)
 
+    def _start_on_first_wake(self) -> None:
+        """The wake of a sidecar that has not started (an outbox made in async code, emitted
+        to before ``async with``): start it on its own thread, then wake it."""
+        self.start_thread()
+        if self.worker is not None and self.loop is not None:
+            _waker(self.loop, self.worker)()
+
     def start_attached(self) -> None:
         with self._lock:
             if self.state is not State.NEW:
                 return
             loop = asyncio.get_running_loop()
-            worker = Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter)
+            worker = self._new_worker()
             # On the application's own loop a hand-off sleep would hold that loop up.
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
-            self.loop_thread = threading.get_ident()
+            self.loop_thread = self.buffer.no_block_thread = threading.get_ident()
             self.wake = _waker(loop, worker)
             self._register()
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
             self.task.add_done_callback(self._task_done)
             self.state = State.RUNNING
+        if self.members is not None:
+            self.members.start()
+
+    def _new_worker(self) -> Worker:
+        return Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter, self.spill)
 
     def _register(self) -> None:
-        if self.close_at_exit:
-            closes_at_exit(self)
+        started(self, self.close_at_exit)
 
     def _thread_main(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
         block_async_signals()
@@ -181,7 +206,15 @@ class Sidecar:
             )
         if not self.finished.done():
             self.finished.set_result(None)
-        if closing:
+        members = self.members
+        if members is not None:
+            # The intake has handed on all it will (its transport's aclose told them, unless
+            # it never got there): the members drain until the deadline, and the report
+            # waits for the last of them.
+            members.close(self.deadline if closing else None)
+            if closing:
+                members.when_done(self.finish)
+        elif closing:
             self.finish()
 
     # -- close ------------------------------------------------------------------------------
@@ -190,6 +223,12 @@ class Sidecar:
     def active(self) -> bool:
         """Running or closing: what the exit hook closes."""
         return self.state is State.RUNNING or self.state is State.CLOSING
+
+    def held(self) -> int:
+        """Events accepted and not settled yet (queued or in flight)."""
+        with self.buffer.lock:
+            snap = self.buffer.snapshot_locked()
+        return int(snap["queued_events"]) + int(snap["in_flight"])
 
     def on_own_loop(self) -> bool:
         return self.loop_thread == threading.get_ident() and not self.finished.done()
@@ -203,6 +242,16 @@ class Sidecar:
             self.deadline = min(self.deadline, deadline)
             if self.state in (State.NEW, State.RUNNING):
                 self.state = State.CLOSING
+        if self.members is not None:
+            self.members.set_deadline(self.deadline)
+        begin_close = getattr(self.transport, "begin_close", None)
+        if callable(begin_close):
+            # A transport whose rounds run long (the openlineage-python adapter) answers what
+            # it did before the deadline, rather than have it cut and counted at shutdown.
+            try:
+                begin_close(self.deadline)
+            except Exception as exc:
+                logger.warning("%r.begin_close failed: %r", self.transport, exc)
         self._refuse(None)
         loop, worker = self.loop, self.worker
         if loop is not None and worker is not None and not self.finished.done():
@@ -230,6 +279,8 @@ class Sidecar:
         thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, min(0.05, end - time.monotonic())))  # it is on its last lines
+        if self.members is not None:
+            self.members.wait(deadline)
 
     async def wait_async(self, deadline: float) -> None:
         budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
@@ -237,6 +288,8 @@ class Sidecar:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.finished)), budget)
         except TimeoutError:
             logger.error("the outbox's sidecar did not stop by the close deadline; abandoning it")
+        if self.members is not None:
+            await self.members.wait_async(deadline)
 
     def finish(self) -> CloseReport:
         """Settle the accounts (whatever is still held is lost to shutdown) and make the
@@ -256,6 +309,7 @@ class Sidecar:
                 timed_out=True,
                 pending=snap["queued_events"] + snap["in_flight"],
             )
+        members = self.members.finish() if self.members is not None else {}
         with self._lock, buf.lock:
             if self.report is not None:
                 return self.report
@@ -270,7 +324,9 @@ class Sidecar:
                 delivered=buf.delivered,
                 undelivered=dropped,
                 duration=time.monotonic() - started,
-                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0,
+                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0
+                or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
+                members=members,
             )
             self.report = report
             self.state = State.CLOSED
@@ -294,10 +350,6 @@ class Sidecar:
         if self.stopped is not None:
             return f"the worker stopped: {self.stopped}"
         return self.worker.last_error if self.worker is not None else None
-
-
-def _noop() -> None:
-    pass
 
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:

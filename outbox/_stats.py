@@ -43,9 +43,28 @@ class Stats:
     last_error: str | None
     #: ``closed``, ``open`` or ``half_open``.
     circuit: str
-    #: A composite transport's members: per member, ``delivered``, ``retried`` and one count
-    #: per rejection reason (empty for other transports).
+    #: A composite transport's members, each with its own accounts (empty for other
+    #: transports).  Sending to every member (the default), each member has its own buffer
+    #: and worker, and shows ``emitted`` (events handed to it), ``delivered``, ``retried``,
+    #: ``queued_events``, ``in_flight`` and one count per loss reason (``dropped_full``,
+    #: ``rejected_by_backend``, ...), with ``emitted == delivered + losses + queued_events +
+    #: in_flight``; the outbox's own ``delivered`` then counts the events handed to every
+    #: member.  A failover chain (``continue_on_success=False``) shows ``delivered``,
+    #: ``retried`` and one count per rejection reason.
     members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The dead-letter file's own accounting (empty without one): ``written`` records, and
+    #: records it could not take, by why: ``dead_letter_full`` (the file and ``FILE.1`` at
+    #: their cap), ``dead_letter_error`` (a write failed: a full disk, a removed folder).  The
+    #: events themselves are counted in ``dropped`` under their own reasons either way.
+    dead_letter: Mapping[str, int] = field(default_factory=dict)
+    #: With a ``spill_dir``: ``spilled_events`` (written and not yet settled),
+    #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``written`` (events written in
+    #: all), ``recovered`` (events of dead
+    #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
+    #: ``not_spilled_failed`` (accepted events not written: ``max_spill_bytes`` reached, or the
+    #: disk failed; they are still held in memory), ``oldest_age`` (seconds since the oldest
+    #: unsettled event was written).  Empty without a spill.
+    spill: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:
@@ -77,6 +96,10 @@ class CloseReport:
     #: report of a ``close()`` called from a signal handler that interrupted its own
     #: thread inside the outbox (the sidecar settles them later).
     pending: int = 0
+    #: A composite's members, each with its own final accounts (see ``Stats.members``): the
+    #: outbox's ``delivered`` counts the events handed to every member; each member's own
+    #: ``delivered`` and losses are here.
+    members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:
@@ -84,5 +107,12 @@ class CloseReport:
 
     @property
     def complete(self) -> bool:
-        """Everything emitted was delivered."""
-        return self.lost == 0 and self.pending == 0
+        """Everything emitted was delivered (by every member of a composite)."""
+        return (
+            self.lost == 0
+            and self.pending == 0
+            and all(
+                counts.get("emitted", counts.get("delivered", 0)) == counts.get("delivered", 0)
+                for counts in self.members.values()
+            )
+        )

@@ -1,6 +1,7 @@
 """Waiting for the buffer without spinning: for room under the ``block`` policy (a thread, or
 a coroutine that must not block its loop), and for progress (``aflush``).  Off the hot path:
-``emit`` comes here only when the buffer is full under ``block``."""
+``emit_async`` comes here only under ``block``; a thread that blocks in ``emit`` waits in
+``Buffer.put``."""
 
 from __future__ import annotations
 
@@ -12,25 +13,7 @@ from typing import Any
 
 from ._buffer import Buffer, Reason
 
-__all__ = ["put_async", "wait_async", "wait_for_room_locked"]
-
-
-def wait_for_room_locked(buf: Buffer, event: Any, nbytes: int, timeout: float) -> int:
-    """Wait (holding ``buf.lock``, released while waiting) up to ``timeout`` seconds for room
-    for an event ``emit`` already offered; counts it ``dropped_full`` (or
-    ``dropped_shutdown`` if the outbox closes meanwhile) if none comes.  Returns what
-    :meth:`Buffer.put_locked` returns (0: dropped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or buf.closed:
-            buf.count_locked(Reason.DROPPED_SHUTDOWN if buf.closed else Reason.DROPPED_FULL)
-            return 0
-        buf.progress.wait(remaining)
-        if not buf.closed:
-            result = buf.put_locked(event, nbytes, offered=False)
-            if result:
-                return result
+__all__ = ["put_async", "wait_async"]
 
 
 async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> int:
@@ -43,17 +26,17 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
             return 0
         result = buf.put_locked(event, nbytes)
         if not result and nbytes > buf.max_bytes:
-            buf.count_locked(Reason.TOO_LARGE)
+            buf.drop_offered_locked(Reason.TOO_LARGE)
             return 0
     while not result:
         await wait_async(buf, lambda: buf.closed or buf.has_room_locked(nbytes), deadline)
         with buf.lock:
             if buf.closed:
-                buf.count_locked(Reason.DROPPED_SHUTDOWN)
+                buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
                 return 0
-            result = buf.put_locked(event, nbytes, offered=False)
+            result = buf.put_locked(event, nbytes)
             if not result and time.monotonic() >= deadline:
-                buf.count_locked(Reason.DROPPED_FULL)
+                buf.drop_offered_locked(Reason.DROPPED_FULL)
                 return 0
     return result
 

@@ -31,6 +31,7 @@ from ._log import RateLimitedLog, logger
 from ._retry import CircuitState, backoff_delay
 from ._sender import attempt
 from ._slices import Slicer
+from ._spill import Spill
 from .transports._base import Outcome, Transport
 
 __all__ = ["CLOSE_GRACE", "CircuitState", "Worker", "WorkerSettings", "backoff_delay"]
@@ -75,8 +76,10 @@ class Worker:
         settings: WorkerSettings,
         metrics: Any,
         dead_letter: DeadLetter | None = None,
+        spill: Spill | None = None,
     ) -> None:
         self.buffer = buffer
+        self.spill = spill
         self.transport = transport
         self.settings = settings
         self.metrics = metrics
@@ -221,6 +224,8 @@ class Worker:
             self.wakeup.clear()
             now = time.monotonic()
             self._settle_answered(now)
+            if self.spill is not None:
+                self.spill.tick(self.buffer, self.slicer, now)
             self.intake.sample()
             if self._take(now):
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
@@ -275,7 +280,11 @@ class Worker:
             if events <= 0 or nbytes <= 0:
                 self._due_in = _INF
                 return False
+        if self.spill is not None:  # on disk before it can reach a transport
+            self.spill.write(buf, self.slicer)
         items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
+        if self.spill is not None:
+            self.spill.cover(items)
         self.backlog.add(items)
         return True
 
@@ -299,6 +308,8 @@ class Worker:
     async def _wait(self, now: float) -> None:
         timeout = min(self._due_in, self.dispatch.next_wake(now, len(self._in_flight)))
         timeout = self.intake.sample_wait(timeout, _LOOK_AGAIN if self._in_flight or self.backlog else _INF)
+        if self.spill is not None:
+            timeout = min(timeout, self.spill.due(self.buffer, now))
         if self.closing:
             timeout = min(timeout, max(0.0, self._deadline - now))
         if timeout <= 0:
@@ -412,13 +423,22 @@ class Worker:
                 self._logged_drops = dropped
 
     def _abandon(self) -> None:
-        """Count everything still held as lost to shutdown."""
+        """Count everything still held as lost to shutdown (or, if all of it is in the spill
+        directory for the next process, as ``spilled_at_close``)."""
         buf = self.buffer
+        kept = self.spill is not None and self.spill.close(buf)
         self.backlog.drain()
         with buf.lock:
             n = 0 if buf.finalized else buf.clear_locked()
             if n:
-                buf.count_locked(Reason.DROPPED_SHUTDOWN, n)
+                buf.count_locked(Reason.SPILLED_AT_CLOSE if kept else Reason.DROPPED_SHUTDOWN, n)
                 buf.notify_locked()
-        if n:
+        if n and kept:
+            self.log.log(
+                logging.WARNING,
+                "shutdown",
+                "%d lineage event(s) undelivered at close, kept in the spill directory for the next process",
+                n,
+            )
+        elif n:
             self.log.log(logging.WARNING, "shutdown", "%d lineage event(s) undelivered at close", n)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_every_section_has_a_command_line_name():
-    assert set(SECTIONS) == {"lanes", "healthy", "cpu", "tail", "kafka"}
+    assert set(SECTIONS) == {"lanes", "healthy", "cpu", "tail", "kafka", "spill"}
 
 
 def test_the_does_no_work_server_answers_and_counts():
@@ -41,6 +41,16 @@ def test_tail_measures_every_invocation_and_loses_nothing():
     assert row["invocations"] >= 250
     assert row["lost"] == {}
     assert 0 < row["p50_us"] <= row["p99_us"] <= row["p999_us"]
+
+
+def test_spill_writes_every_event_and_measures_its_size():
+    from outbox.tools.benchmarks.spill import bench_spill
+
+    row = bench_spill(300)
+    assert row["written"] == row["events"] == 600
+    assert row["per_s"] > 0
+    # A record is the event's JSON plus its frame, run id and key: more, but not twice more.
+    assert row["json_bytes_per_event"] < row["disk_bytes_per_event"] < 2 * row["json_bytes_per_event"]
 
 
 def test_kafka_against_raw_aiokafka_delivers_the_same_records():

@@ -140,7 +140,7 @@ def test_policy_enum_accepted():
 
 # -- the Buffer's own methods keep its accounts (no caller writes its fields) -----------------
 
-from outbox._buffer import Buffer, Reason  # noqa: E402
+from outbox._buffer import _INF, Buffer, Reason  # noqa: E402
 
 
 def _buffer(policy: Policy = Policy.DROP_OLDEST, **kw) -> Buffer:
@@ -162,8 +162,9 @@ def test_put_counts_an_offer_once_however_often_a_blocked_emit_tries_again():
     with buf.lock:
         assert buf.put_locked(b'{"a":1}', 7)
         assert not buf.put_locked(b'{"a":2}', 7)  # full: the caller applies the policy
-        assert not buf.put_locked(b'{"a":2}', 7, offered=False)  # the same emit, again
-        buf.count_locked(Reason.DROPPED_FULL)
+        assert not buf.put_locked(b'{"a":2}', 7)  # the same emit, again: nothing counted yet
+        assert (buf.emitted, buf.accepted) == (1, 1)
+        buf.drop_offered_locked(Reason.DROPPED_FULL)  # it gives up: counted once
         assert (buf.emitted, buf.accepted) == (2, 1)
         _accounts_add_up(buf)
 
@@ -220,3 +221,96 @@ def test_flush_and_wake_requests_go_through_the_buffer():
         buf.wake_at_locked(2, float("inf"))
         assert buf.put_locked(b"{}", 2) == 1
         assert buf.put_locked(b"{}", 2) == 2  # the second event wakes the worker
+
+
+# -- emit's fast path (Buffer.put) decides exactly as the full check would --------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("object"), st.integers(0, 0)),
+        st.tuples(st.just("text"), st.integers(1, 3_000)),
+        st.tuples(st.just("take"), st.integers(1, 6)),
+        st.tuples(st.just("settle"), st.integers(0, 0)),
+        st.tuples(st.just("learn"), st.integers(64, 4_000)),
+        st.tuples(st.just("wake_at"), st.integers(1, 12)),
+        st.tuples(st.just("replace"), st.integers(100, 2_000)),
+        st.tuples(st.just("close"), st.integers(0, 0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=_OPS, policy=st.sampled_from(list(Policy)), max_events=st.integers(1, 12))
+def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, policy, max_events):
+    from outbox._serde import SerializedEvent
+
+    buf = _buffer(policy, max_events=max_events, max_bytes=8_000)
+    taken: list = []
+    for op, arg in ops:
+        with buf.lock:
+            queued = len(buf.queue)
+            fits = buf.has_room_locked(0)
+            # The fast path never takes an object that does not fit (after a recompute its
+            # number is exact; text lowers it conservatively in between).
+            if queued < buf.object_room:
+                assert fits, (queued, buf.object_room)
+            held = buf.held_bytes_locked()
+            text_fits = buf.has_room_locked(arg) if op == "text" else False
+            price = arg if op == "text" else buf.estimate
+            woken = queued + 1 >= buf.wake_at_events or held + price >= buf.wake_at_bytes
+            refusing = buf.closed
+        if op == "object":
+            result = buf.put({"eventType": "START"}, 0)
+            if buf.measured and not refusing and fits:  # accepted as the full check would
+                assert result == (2 if woken else 1)
+        elif op == "text":
+            result = buf.put(b"x" * arg, arg)
+            if not refusing and text_fits:
+                assert result == (2 if woken else 1)
+            elif policy is not Policy.DROP_OLDEST or refusing:
+                assert result == 0
+        else:
+            with buf.lock:
+                if op == "take":
+                    taken += buf.take_locked(arg, 4_000)
+                elif op == "settle" and taken:
+                    buf.record_answer_locked(len(taken), 0)
+                    buf.settle_locked(len(taken), sum(e[2] for e in taken), _INF)
+                    taken = []
+                elif op == "learn":
+                    buf.learn_locked(arg)
+                elif op == "wake_at":
+                    buf.wake_at_locked(arg, 1_000 * arg)
+                elif op == "replace" and buf.queue and buf.sizes[0] == 0:
+                    buf.replace_locked(0, SerializedEvent(b"y" * arg, None, None))
+                elif op == "close":
+                    buf.close_locked()
+        with buf.lock:
+            _accounts_add_up(buf)
+            assert len(buf.queue) + buf.in_flight <= buf.max_events
+
+
+def test_text_lowers_what_objects_may_take_and_wakes_on_time():
+    buf = _buffer(Policy.DROP_NEWEST, max_events=100, max_bytes=10_000)
+    with buf.lock:
+        buf.learn_locked(1_000)  # objects weigh 1,000 bytes: ten would fit
+    assert buf.put(b"x" * 5_500, 5_500)  # text takes more than half of the bytes
+    accepted = sum(bool(buf.put({"eventType": "START"}, 0)) for _ in range(10))
+    with buf.lock:
+        assert accepted == 4  # 5,500 + 4 x 1,000 <= 10,000 < 5,500 + 5 x 1,000
+        assert buf.held_bytes_locked() == 9_500
+        _accounts_add_up(buf)
+
+    buf = _buffer(max_events=100, max_bytes=10_000)
+    with buf.lock:
+        buf.wake_at_locked(2, float("inf"))
+    assert buf.put(b"{}", 2) == 1
+    assert buf.put(b"{}", 2) == 2  # the second event wakes the worker
+    with buf.lock:
+        buf.wake_at_locked(float("inf"), 10)
+    assert buf.put(b"12345", 5) == 1  # 9 bytes queued
+    assert buf.put(b"1", 1) == 2  # 10: the worker is woken

@@ -23,3 +23,7 @@ def test_chaos_keeps_every_invariant_through_random_faults():
     assert chaos.forks >= 1, chaos.summary()
     assert chaos.sigterms >= 1, chaos.summary()
     assert len(set(chaos.steps)) >= 10, chaos.summary()
+    # A composite with its second member down, black-holed or slow, and the adapter, took part.
+    assert chaos.shapes["composite"] >= 1, chaos.summary()
+    assert chaos.shapes["adapter"] >= 1, chaos.summary()
+    assert any(step.startswith("member backend") for step in chaos.steps), chaos.summary()

@@ -20,7 +20,7 @@ from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from support.helpers import run_event
+from support.helpers import run_event, wait_until
 
 ROOT = Path(__file__).parent.parent
 
@@ -302,6 +302,7 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
             assert outbox.emit(run_event(n=n))
         report = outbox.close(30)
         dead = outbox._dead_letter
+        public = outbox.stats().dead_letter
     assert report.undelivered == {"rejected_by_backend": 200}
     assert path.stat().st_size <= 20 * 1024
     assert rotated.stat().st_size <= 20 * 1024
@@ -311,6 +312,8 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
     stats = dead.stats()
     assert stats["written"] == len(kept) > 20
     assert stats["not_written"] == {"dead_letter_full": 200 - len(kept)}
+    # The named reason is in the outbox's own stats(), not only in a log line.
+    assert public == {"written": len(kept), "dead_letter_full": 200 - len(kept)}
     assert "dead_letter_full" in caplog.text
     assert "is full" in caplog.text
     # Replayed and removed: room again.
@@ -319,6 +322,28 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
     again = events_of(read(rotated)) + events_of(read(path))
     assert again == [*events_of(second), 500, 501, 502]
     assert len(events_of(read(path))) >= 1
+
+
+def test_a_fork_child_counts_its_own_dead_letters_from_zero(tmp_path):
+    path = tmp_path / "dead.jsonl"
+    outbox = Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=path, close_at_exit=False)
+    outbox.emit('{"broken": 1')  # invalid_event: dead-lettered
+    assert wait_until(lambda: outbox.stats().dead_letter == {"written": 1}), outbox.stats()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            outbox.emit('{"broken": 2')
+            wait_until(lambda: outbox.stats().dead_letter.get("written", 0) >= 1, 10)
+            code = 0 if outbox.stats().dead_letter == {"written": 1} else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0  # 3: the child counted its parent's record as its own
+    assert outbox.stats().dead_letter == {"written": 1}
+    outbox.close(5)
+    assert len(events_of(read(path))) == 0  # neither was an event
+    assert len(read(path)) == 2
 
 
 def test_a_record_larger_than_the_cap_is_counted_and_the_rest_still_written(tmp_path):
@@ -349,11 +374,27 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
     ):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path)
     os.mkfifo(tmp_path / "fifo")  # no reader: refused at once, not waited on
-    with pytest.raises(ConfigError, match="cannot be written"):
+    with pytest.raises(ConfigError, match="is a FIFO"):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
     assert outbox._dead_letter is not None
     outbox.close(0)
+
+
+def test_dead_letter_on_a_fifo_with_a_reader_or_a_device_is_a_config_error(tmp_path):
+    # A FIFO that someone reads opens fine, and would block the sidecar once the reader stops;
+    # /dev/null keeps nothing while the outbox says it keeps dead letters.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(ConfigError, match=r"is a FIFO \(named pipe\), not a regular file"):
+            Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=fifo, close_at_exit=False)
+    finally:
+        os.close(reader)
+    for device in ("/dev/null", "/dev/full"):
+        with pytest.raises(ConfigError, match=f"dead_letter='{device}' is a device, not a regular file"):
+            Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=device, close_at_exit=False)
 
 
 CONSTRUCT = """

@@ -2,7 +2,9 @@
 
 import asyncio
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -317,6 +319,44 @@ def test_sigterm_with_the_backend_down_paces_its_last_attempts_and_commits_nothi
     assert 2 <= during <= 2 / 0.1 + 3, during
     assert "delivered 0" in out.splitlines()[-1]
     assert committed_offsets(kafka_bootstrap, topic, "g-pace") == 0  # at least once: sent again
+
+
+def test_a_stop_while_a_request_hangs_in_a_black_hole_keeps_the_drain_timeout(
+    kafka_bootstrap, topic, session_timeout
+):
+    # The backend accepts connections and never answers; the request's own timeout is 30 s.
+    # The drain is 1 s: the request in flight is cut off there (it ran its 30 s before).
+    produce(kafka_bootstrap, topic, [orjson.dumps(run_event(n=i)) for i in range(5)])
+    hole = socket.create_server(("127.0.0.1", 0), backlog=16)
+    try:
+        forwarder = Forwarder(
+            {"bootstrap.servers": kafka_bootstrap},
+            topic,
+            HttpTransport(f"http://127.0.0.1:{hole.getsockname()[1]}", mode="batch", timeout=30),
+            group_id="g-hole",
+            session_timeout=session_timeout,
+            progress_interval=0,
+            drain_timeout=1.0,
+        )
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=lambda: loop.run_until_complete(forwarder.run()))
+        thread.start()
+        try:
+            assert select.select([hole], [], [], 30)[0], "no request came"  # in flight now
+            stopped = time.monotonic()
+            loop.call_soon_threadsafe(forwarder.stop)
+            thread.join(40)
+            took = time.monotonic() - stopped
+        finally:
+            loop.call_soon_threadsafe(forwarder.stop)
+            thread.join(40)
+            loop.close()
+    finally:
+        hole.close()
+    assert not thread.is_alive()
+    assert took < 1.0 + 5.0, took  # the drain plus the consumer's own stop, not 30 s
+    assert forwarder.stats.delivered == 0
+    assert committed_offsets(kafka_bootstrap, topic, "g-hole") == 0  # sent again: at least once
 
 
 def test_sigterm_uses_the_drain_time_a_backend_that_comes_back_gets_the_events(

@@ -57,6 +57,34 @@ def test_metrics_report_counters_gauges_and_batch_latency(reader):
     outbox.close(1)
 
 
+def test_metrics_report_the_spill(reader, tmp_path):
+    outbox = Outbox(
+        FailingTransport(),
+        name="metrics-spill",
+        spill_dir=str(tmp_path / "spill"),
+        max_spill_bytes=4096,
+        shutdown_timeout=0.1,
+        close_at_exit=False,
+    )
+    for i in range(50):
+        outbox.emit(run_event(n=i))
+    assert wait_until(lambda: outbox.stats().spill["not_spilled_full"] > 0)
+    points = collect(reader)
+    name = ("outbox.name", "metrics-spill")
+    spill = outbox.stats().spill
+    assert points[("outbox.spill.events", (name,))] > 0
+    assert 0 < points[("outbox.spill.bytes", (name,))] <= 4096
+    assert points[("outbox.spill.segments", (name,))] >= 1
+    assert points[("outbox.spill.recovered", (name,))] == 0
+    assert points[("outbox.spill.oldest_age", (name,))] >= 0
+    assert (
+        0
+        < points[("outbox.spill.not_spilled", (name, ("reason", "spill_full")))]
+        <= spill["not_spilled_full"]
+    )
+    outbox.close(0.1)
+
+
 def test_rate_limited_log_holds_back_repeats(caplog):
     log = RateLimitedLog(interval=0.2)
     with caplog.at_level(logging.WARNING, logger="outbox"):

@@ -5,6 +5,7 @@ adapter's threads, with the outbox's retries, order and deadlines."""
 import threading
 import time
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -12,7 +13,7 @@ from outbox import ConfigError, Outbox
 from outbox.transports import OpenLineageTransportAdapter
 
 import support.ol_transports as ol_transports
-from support.helpers import run_event
+from support.helpers import run_event, wait_until
 
 FAST = {"backoff_base": 0.02, "backoff_cap": 0.2, "linger": 0.01, "close_at_exit": False}
 CUSTOM = "support.ol_transports.RecordingTransport"
@@ -93,3 +94,80 @@ def test_a_transport_openlineage_python_cannot_build_is_a_config_error_naming_it
         match=r"OPENLINEAGE__TRANSPORT__TYPE='no_such_module\.Transport': openlineage-python could not build",
     ):
         Outbox.from_env({"OPENLINEAGE__TRANSPORT__TYPE": "no_such_module.Transport"}, close_at_exit=False)
+
+
+# -- the adapter's deadline ------------------------------------------------------------------
+
+
+def emit_runs(outbox: Outbox, runs: int, per_run: int) -> list[str]:
+    ids = [str(uuid.uuid4()) for _ in range(runs)]
+    for n in range(per_run):
+        for run_id in ids:
+            outbox.emit(run_event(run_id=run_id, n=n))
+    return ids
+
+
+def received_keys() -> Counter:
+    with ol_transports.LOCK:
+        return Counter((e["run"]["runId"], e["n"]) for e in ol_transports.RECEIVED)
+
+
+def slow_transport_delivers_everything_once(
+    delay: float, runs: int, per_run: int, send_timeout: float, within: float
+):
+    """A transport whose emit takes ``delay``, more events than it can emit in one
+    ``send_timeout``: each round delivers what it can (what returned is kept, whatever cuts
+    the round), nothing is emitted twice, each run in order."""
+    env = {"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM, "OPENLINEAGE__TRANSPORT__DELAY": str(delay)}
+    outbox = Outbox.from_env(env, send_timeout=send_timeout, **FAST)
+    ids = emit_runs(outbox, runs, per_run)
+    total = runs * per_run
+    assert wait_until(lambda: len(ol_transports.RECEIVED) >= total, within), len(ol_transports.RECEIVED)
+    report = outbox.close(5)
+    keys = +Counter({key: n for key, n in received_keys().items() if key[0] in ids})
+    assert report.delivered == total, report
+    assert keys == Counter({(run_id, n): 1 for run_id in ids for n in range(per_run)})  # once each
+    for run_id in ids:
+        assert [e["n"] for e in ol_transports.RECEIVED if e["run"]["runId"] == run_id] == list(range(per_run))
+
+
+def test_a_transport_slower_than_a_round_delivers_everything_once():
+    """Scaled from the issue's case (below): emit 0.25 s, 40 events in 8 runs, send_timeout
+    1.5.  Before, the worker cancelled each round at the instant the adapter's own deadline
+    fired: nothing was delivered, and the first events were emitted again every round."""
+    slow_transport_delivers_everything_once(0.25, runs=8, per_run=5, send_timeout=1.5, within=15)
+
+
+@pytest.mark.slow
+def test_the_issues_slow_transport_delivers_all_80_events_once():
+    """The issue's case as it was measured: emit 0.5 s, 80 events in 8 runs, send_timeout 3
+    (before: 0 of 80 in 30 s, 248 emits for 24 distinct events)."""
+    slow_transport_delivers_everything_once(0.5, runs=8, per_run=10, send_timeout=3.0, within=30)
+
+
+def test_at_close_an_event_whose_emit_returned_is_delivered_not_lost():
+    """Before, the close deadline cut the round at the adapter's own deadline: events the
+    transport had emitted were counted dropped_shutdown."""
+    env = {"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM, "OPENLINEAGE__TRANSPORT__DELAY": "0.2"}
+    outbox = Outbox.from_env(env, **FAST)
+    run_id = emit_runs(outbox, 1, 30)[0]
+    assert wait_until(lambda: len(ol_transports.RECEIVED) >= 2, 10)
+    report = outbox.close(1.0)
+    time.sleep(0.3)  # an emit still running at the deadline would land now: none may
+    received = [e["n"] for e in ol_transports.RECEIVED if e["run"]["runId"] == run_id]
+    assert report.delivered == len(received) >= 3, (report, received)
+    assert received == list(range(len(received)))
+    assert report.undelivered == {"dropped_shutdown": 30 - len(received)}
+
+
+def adapter_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("outbox-openlineage-transport")}
+
+
+def test_closed_adapter_outboxes_leave_no_thread_behind():
+    before = adapter_threads()
+    for _ in range(10):
+        outbox = Outbox.from_env({"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM}, **FAST)
+        emit_runs(outbox, 4, 2)
+        assert outbox.close(5).delivered == 8
+    assert wait_until(lambda: not adapter_threads() - before, 5), adapter_threads() - before

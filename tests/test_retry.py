@@ -24,7 +24,7 @@ from outbox._sender import checked, classify
 from outbox.transports import KafkaTransport
 
 
-@pytest.mark.parametrize("attempt", [1, 2, 10, 63, 1025, 10**6])
+@pytest.mark.parametrize("attempt", [1, 2, 10, 63, 1025, 10_000, 10**6])
 def test_the_backoff_is_bounded_for_any_attempt(attempt):
     random.seed(attempt)
     assert 0.0 <= backoff_delay(attempt, 0.1, 30.0) <= 30.0

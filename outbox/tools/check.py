@@ -538,6 +538,9 @@ def run(
     if not config.ok:
         say(f"0 of 1 checks passed; failed: {config.name}")
         return 1
+    spill = _check_spill(environ)
+    if spill is not None:
+        say(spill.line())
     events = read_sample(events_file) if events_file is not None else None
     # A transport of our own for the probe: the outbox's belongs to its sidecar's loop.
     transport = transport_from_config(resolved)
@@ -551,7 +554,7 @@ def run(
     probed = asyncio.run(probe())
     for check in probed:
         say(check.line())
-    checks = [config, *probed]
+    checks = [config, *([spill] if spill is not None else []), *probed]
     failed = [c for c in checks if not c.ok]
     summary = f"{len(checks) - len(failed)} of {len(checks)} checks passed"
     say(summary + (f"; failed: {', '.join(c.name for c in failed)}" if failed else ""))
@@ -568,7 +571,8 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
     logger.addFilter(quiet)
     try:
         try:
-            outbox = Outbox.from_env(environ, close_at_exit=False)
+            # Without the spill: check must not adopt (and then hold) a dead process's events.
+            outbox = Outbox.from_env(environ, close_at_exit=False, spill_dir=None)
         except ConfigError as exc:
             say(Check("config", False, str(exc)).line())
             return None
@@ -581,6 +585,35 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
     finally:
         logger.removeFilter(quiet)
     return outbox, resolved
+
+
+def _check_spill(environ: Mapping[str, str]) -> Check | None:
+    """The spill directory's state (writable, size, owners, oldest event), when one is set."""
+    from .._config import outbox_settings
+    from .._spill import inspect_dir
+
+    configured, _ = outbox_settings(environ)
+    directory = configured.get("spill_dir")
+    if not directory:
+        return None
+    try:
+        state = inspect_dir(directory)
+    except OSError as exc:
+        return Check(
+            "spill", False, f"{directory}: cannot be read ({exc}); pass a readable, writable directory"
+        )
+    if not state["writable"]:
+        return Check("spill", False, f"{directory}: not writable by this process; fix its permissions")
+    if not state["exists"]:
+        return Check("spill", True, f"{directory}: does not exist yet (made at start)")
+    age = state["oldest_event_age"]
+    oldest = "none" if age is None else f"{age:.0f} s old"
+    return Check(
+        "spill",
+        True,
+        f"{directory}: writable, {state['bytes']} bytes in {state['segments']} segment(s), "
+        f"{state['owners_alive']} live and {state['owners_gone']} gone process(es), oldest event {oldest}",
+    )
 
 
 def _config_check(

@@ -14,8 +14,9 @@ HTTP backend (Marquez, OpenMetadata, DataHub, ...) through :class:`HttpTransport
   as long as the backend fails: hours, any number of attempts.
 * SIGTERM (or ``stop``) drains: the batch in hand is tried until ``drain_timeout``, paced as
   the worker paces its close (one immediate attempt, then waits bounded by a second and by the
-  time left, at least 0.1 s apart, the last a quarter of a second before the deadline); what
-  was delivered is committed, the rest is left for whoever owns the partition next, and it exits.
+  time left, at least 0.1 s apart, the last a quarter of a second before the deadline); a request
+  still in flight at the deadline is cut off; what was delivered is committed, the rest is left
+  for whoever owns the partition next, and it exits.
 * A progress line every ``progress_interval`` seconds, during an outage too: consumed,
   delivered, rejected, skipped, dead-lettered, the lag (from the first record not yet settled
   to the partition's end, committed or not), and while failing, for how long and why.
@@ -309,7 +310,9 @@ class Forwarder:
             deadline = min(self._drain_deadline, now + 60.0)
             if now >= self._drain_deadline - _NO_TIME_LEFT:
                 return False
-            outcomes = await self.transport.send(events, deadline)
+            outcomes = await self._send(events, deadline)
+            if outcomes is None:
+                return False  # cut off by the drain deadline: left uncommitted
             retry, moved = self._settle(events, outcomes)
             if not retry:
                 self._failing_since = None
@@ -331,6 +334,22 @@ class Forwarder:
             if self._stopping.is_set() and time.monotonic() >= self._drain_deadline - _NO_TIME_LEFT:
                 return False
         return True
+
+    async def _send(self, events: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome] | None:
+        """The transport's answer, or None when stopping and the drain deadline came first: a
+        request in flight at SIGTERM (a backend that does not answer) is cut off there, as the
+        worker's close cuts its sends, not left to run out its own timeout."""
+        send = asyncio.ensure_future(self.transport.send(events, deadline))
+        if not self._stopping.is_set():
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({send, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if send.done():
+                return send.result()
+        try:
+            return await asyncio.wait_for(send, max(0.0, self._drain_deadline - time.monotonic()))
+        except TimeoutError:
+            return None
 
     async def _events(self, records: Sequence[Any], dead_letters: Any) -> list[SerializedEvent]:
         """The events among ``records``; the other records dead-lettered, or skipped with a

@@ -102,6 +102,11 @@ class Transport(Protocol):
     (send them in order, or return the same outcome for the later ones too).
     Return a little before ``deadline`` rather than be cancelled at it: a
     cancelled call's outcomes are lost, and its events count as undelivered.
+
+    Optional: ``begin_close(deadline)``, called from any thread when the outbox's close
+    begins, with its deadline (a ``time.monotonic()`` value), which may be earlier than the
+    ``deadline`` of a ``send`` under way: a transport whose ``send`` may run long answers by
+    then what it did (the openlineage-python adapter does).
     """
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]: ...

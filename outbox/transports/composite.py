@@ -1,16 +1,20 @@
 """The composite transport: one outbox, several backends (openlineage-python's ``composite``).
 
-Each batch goes to every member concurrently.  An event is delivered when every member has
-delivered it; a member that has delivered it is not sent it again while another member
-needs a retry (so a backend that is down delays, but does not duplicate, what the others
-got).  With ``continue_on_failure`` (the default, as in openlineage-python), an event a
-member rejects for good still counts as delivered when another member delivered it (the
-rejection is counted for that member); without it, the event is rejected.  With
-``continue_on_success=False`` the members are a failover chain: an event goes to the next
-member only if the previous ones did not deliver it, and is delivered once one did.
+Sending to every member (``continue_on_success``, the default), an :class:`~outbox.Outbox`
+does not call this transport's ``send``: it gives each member a buffer, worker, retry list,
+circuit and lanes of its own (``outbox/_fanout.py``), so that a member that is down or slow
+never delays or drops another's events, and ``Outbox.stats().members`` shows each member's
+own accounts.  Here the composite is the description of its members and flags.
 
-Each member's own outcomes are counted in :meth:`member_stats` (and ``Outbox.stats()``
-shows them under ``members``).
+``send`` is what runs a composite that is not given its own runtime: a failover chain
+(``continue_on_success=False``: an event goes to the next member only if the previous ones
+did not deliver it, and is delivered once one did), or a composite called directly, or nested
+in a failover chain.  There each batch goes to every member concurrently; an event is
+delivered when every member has delivered it; a member that has delivered it is not sent it
+again while another member needs a retry.  With ``continue_on_failure`` (the default, as in
+openlineage-python), an event a member rejects for good still counts as delivered when another
+member delivered it; without it, the event is rejected.  Those per-member outcomes are counted
+in :meth:`member_stats`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,11 @@ import argparse
 import ast
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -31,10 +33,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/: the support package
 sys.path.insert(0, str(Path(__file__).parent.parent.parent))  # the repository: outbox
 
+import orjson
+
 from outbox import Outbox
+from outbox._config import ResolvedTransport
+from outbox._deadletter import Torn, rotated_path, scan
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
-from outbox.transports import HttpTransport
+from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
 
 from support.helpers import run_event
 
@@ -43,7 +49,25 @@ SLACK = 0.25  # scheduling noise on a shared, busy machine
 KiB = 1024
 
 POISON = "POISON-7f3a"  # the backend answers 500 to any request carrying it
-BACKENDS = ("healthy", "refused", "blackhole", "reset", "http_503", "http_429", "stalled", "small_bodies")
+# The reasons whose events go to the dead-letter file.
+DEAD_LETTERED = ("rejected_by_backend", "poison", "too_large", "invalid_event")
+BACKENDS = (
+    "healthy",
+    "refused",
+    "blackhole",
+    "reset",
+    "http_503",
+    "http_429",
+    "stalled",
+    "small_bodies",
+    "slow",
+)
+# What an outbox of a generation ships through: the HTTP transport; a composite of it and a second
+# member (its own sink, behind its own proxy: down, black-holed or slow on its own); or
+# openlineage-python's own HTTP transport behind the adapter (its emit blocks, slow when the
+# backend is).
+SHAPES = ("http", "http", "composite", "adapter")
+MEMBER_BACKENDS = ("healthy", "refused", "blackhole", "slow")
 
 SIGTERM_CHILD = """
 import logging, sys, time
@@ -66,6 +90,10 @@ while True:
 """
 
 
+# A composite member's accounts that are not losses.
+_MEMBER_FIELDS = ("emitted", "delivered", "retried", "queued_events", "in_flight")
+
+
 class InvariantError(AssertionError):
     pass
 
@@ -86,10 +114,23 @@ class Chaos:
         self.sink = Sink(behaviour=SinkBehaviour(poison=POISON)).start()
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
         self.backend = "healthy"
+        # The composite's second member: a backend of its own.
+        self.sink2 = Sink(behaviour=SinkBehaviour(poison=POISON)).start()
+        self.proxy2 = FaultProxy("127.0.0.1", self.sink2.port).start()
+        self.member_backend = "healthy"
+        self.shapes: dict[str, int] = defaultdict(int)
         self.generation = 0
         self.closes = 0
         self.forks = 0
         self.sigterms = 0
+        self.folder = tempfile.mkdtemp(prefix="outbox-chaos-")
+        # The spill: one directory for every generation, each outbox using it or not (drawn from
+        # a stream of its own, so that a seed's other steps stay what they were): a generation
+        # closed with events held hands them to the next one that uses it.
+        self.spill_dir = tempfile.mkdtemp(prefix="chaos-spill-")
+        self.spill_rng = random.Random(seed ^ 0x5EED)
+        self.spilled = 0  # generations with a spill
+        self.checked: dict[int, int] = {}  # per sink: its events looked at by the last check
         self._new_outbox()
 
     # -- the system under test ------------------------------------------------------------
@@ -111,11 +152,38 @@ class Chaos:
             "send_timeout": rng.choice([1.0, 3.0]),
             "close_at_exit": False,
         }
+        # Half the outboxes keep a dead-letter file, some with a cap small enough to rotate and fill.
+        self.dead_letter: str | None = None
+        if rng.random() < 0.5:
+            self.dead_letter = os.path.join(self.folder, f"dead-{self.generation}.jsonl")
+            self.settings["dead_letter"] = self.dead_letter
+            self.settings["dead_letter_max_bytes"] = rng.choice([16 * KiB, 64 * 1024 * KiB])
         self.mode = rng.choice(["batch", "single", "auto"])
-        self.outbox = Outbox(HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0), **self.settings)
+        spill: dict[str, Any] = {}
+        self.shape = rng.choice(SHAPES)
+        self.shapes[self.shape] += 1
+        transport: Any = HttpTransport(self.proxy.url, mode=self.mode, timeout=1.0)
+        if self.shape == "composite":
+            other = HttpTransport(self.proxy2.url, mode="batch", timeout=1.0)
+            transport = CompositeTransport({"main": transport, "other": other})
+        elif self.shape == "adapter":
+            config = {
+                "type": "openlineage.client.transport.http.HttpTransport",
+                "url": self.proxy.url,
+                "timeout": 1.0,
+                "retry": {"total": 0},
+            }
+            transport = OpenLineageTransportAdapter.from_config(ResolvedTransport(config))
+        # The spill with the HTTP transport alone (a composite's members and the adapter have none).
+        if self.shape == "http" and self.spill_rng.random() < 0.5:
+            self.spilled += 1
+            spill = {"spill_dir": self.spill_dir, "spill_interval": self.spill_rng.choice([0.02, 0.1])}
+        self.outbox = Outbox(transport, **self.settings, **spill)
         self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
         self.next_n: dict[str, int] = defaultdict(int)
         self.accepted: dict[str, list[int]] = defaultdict(list)  # run id -> n accepted, in order
+        # Poison events accepted by earlier generations (one may be adopted through the spill).
+        self.poisoned_before = getattr(self, "poisoned_before", 0) + getattr(self, "poisoned", 0)
         self.poisoned = 0  # poison events accepted
         self.run_locks = {run: threading.Lock() for run in self.runs}
 
@@ -142,6 +210,9 @@ class Chaos:
             poison = rng.random() < 0.2
             name = f"emit threads={threads} count={count} big={big} poison={poison}"
             return name, lambda: self._emit(threads, count, big, poison)
+        if roll < 0.50:
+            member = rng.choice(MEMBER_BACKENDS)
+            return f"member backend {member}", lambda: self._set_member_backend(member)
         if roll < 0.62:
             backend = rng.choice(BACKENDS)
             retry_after = rng.choice(["0", "1", "2"])
@@ -219,7 +290,14 @@ class Chaos:
         elif backend == "small_bodies":
             behaviour.max_body = 60 * KiB  # 413 to larger requests: batches are split
         self.sink.behaviour = behaviour
+        self.proxy.latency = 0.5 if backend == "slow" else 0.0  # a slow emit behind the adapter
         self.proxy.mode = mode  # type: ignore[assignment]
+
+    def _set_member_backend(self, backend: str) -> None:
+        """The composite's second member's backend, apart from the first's."""
+        self.member_backend = backend
+        self.proxy2.latency = 0.5 if backend == "slow" else 0.0
+        self.proxy2.mode = {"refused": "refuse", "blackhole": "blackhole"}.get(backend, "pass")  # type: ignore[assignment]
 
     def _flush(self, timeout: float) -> None:
         began = time.monotonic()
@@ -262,27 +340,94 @@ class Chaos:
         report = results[0][2]
         check(report.emitted == report.delivered + report.lost, f"close report not exact: {report}")
         self._check_generation(report)
+        self._check_dead_letters(report)
         if not final:
             self._new_outbox()
 
     def _check_generation(self, report: Any) -> None:
-        """What the backend holds of this generation agrees with what the outbox reported."""
+        """What the backend holds of this generation agrees with what the outbox reported (for a
+        composite: what each member's backend holds with what that member reported)."""
         time.sleep(0.05)  # a response the proxy relayed may still be on its way to the sink's list
+        if self.shape != "composite":
+            self._check_sink(self.sink, report.delivered, report.undelivered)
+            return
+        for name, sink in (("main", self.sink), ("other", self.sink2)):
+            counts = report.members[name]
+            self._check_sink(sink, counts["delivered"], counts)
+            losses = sum(n for key, n in counts.items() if key not in _MEMBER_FIELDS)
+            check(
+                counts["emitted"] == counts["delivered"] + losses and counts["emitted"] == report.delivered,
+                f"member {name}'s final accounts are not exact: {counts} ({report})",
+            )
+
+    def _check_sink(self, sink: Sink, delivered: int, undelivered: Any) -> None:
         arrived: dict[str, list[int]] = defaultdict(list)
-        for event in self.sink.events:
+        for event in sink.events:
             check("bad" not in event["run"].get("facets", {}), "the backend took a poison event")
             if event["job"]["name"] == self.job:
                 arrived[event["run"]["runId"]].append(event["n"])
         distinct = sum(len(set(ns)) for ns in arrived.values())
-        poison = report.undelivered.get("poison", 0)
-        check(poison <= self.poisoned, f"{poison} events dropped as poison, {self.poisoned} were")
-        check(distinct >= report.delivered, f"{report.delivered} reported delivered, {distinct} arrived")
+        # Events of earlier generations (and of their forked children) this one adopted from the
+        # spill and delivered.
+        earlier = {f"chaos-{self.seed}-{g}" for g in range(1, self.generation)}
+        earlier |= {f"{job}-child" for job in [*earlier, self.job]}
+        events = sink.events
+        # (Counted with duplicates: at least once across a restart may send an event twice.)
+        checked = self.checked.get(id(sink), 0)
+        adopted = sum(e["job"]["name"] in earlier for e in events[checked:])
+        self.checked[id(sink)] = len(events)
+        poison = undelivered.get("poison", 0)
+        could = self.poisoned + (self.poisoned_before if self.outbox._spill is not None else 0)
+        check(poison <= could, f"{poison} events dropped as poison, {could} were")
+        check(
+            distinct + adopted >= delivered,
+            f"{delivered} reported delivered, {distinct} + {adopted} adopted arrived",
+        )
+        # A run's order holds across generations too (the spill hands events on, oldest first).
+        across: dict[str, list[int]] = defaultdict(list)
+        for event in events:
+            if event["job"]["name"] in earlier:
+                across[event["run"]["runId"]].append(event["n"])
+        for run, ns in across.items():
+            firsts = list(dict.fromkeys(ns))
+            check(
+                firsts == sorted(firsts), f"run {run}: arrived out of order across a restart: {firsts[:40]}"
+            )
         for run, ns in arrived.items():
             accepted = set(self.accepted[run])
             phantom = set(ns) - accepted
             check(not phantom, f"run {run}: events {sorted(phantom)[:5]} arrived but were never accepted")
             firsts = list(dict.fromkeys(ns))  # first arrival of each event, duplicates dropped
             check(firsts == sorted(firsts), f"run {run}: arrived out of order: {firsts[:40]}")
+
+    def _check_dead_letters(self, report: Any) -> None:
+        """Every event settled for good is in the dead-letter file, whole, or counted as what the
+        file could not take; nothing in it is torn."""
+        if self.dead_letter is None:
+            return
+        due = sum(report.undelivered.get(reason, 0) for reason in DEAD_LETTERED)
+
+        def counted() -> int:
+            return sum(self.outbox.stats().dead_letter.values())
+
+        deadline = time.monotonic() + 2.0  # the worker accounts, then writes
+        while counted() < due and time.monotonic() < deadline:
+            time.sleep(0.01)
+        accounts = dict(self.outbox.stats().dead_letter)
+        check(counted() == due, f"dead letters {accounts} for {due} events settled for good: {report}")
+        kept = 0
+        for path in (rotated_path(self.dead_letter), self.dead_letter):
+            if not os.path.exists(path):
+                continue
+            with open(path, "rb") as file:
+                for item in scan(file):
+                    check(not isinstance(item, Torn), f"a torn dead-letter record in {path}: {item}")
+                    assert not isinstance(item, Torn)
+                    check(item.event is not None, f"a dead letter without its event in {path}")
+                    assert item.event is not None
+                    if orjson.loads(item.event)["job"]["name"] == self.job:  # not a fork child's
+                        kept += 1
+        check(kept == accounts.get("written", 0), f"{kept} dead letters in the file, {accounts} counted")
 
     def _fork(self) -> None:
         self.forks += 1
@@ -369,6 +514,23 @@ class Chaos:
             held_bytes <= self.settings["max_bytes"],
             f"{held_bytes} bytes held, max {self.settings['max_bytes']}",
         )
+        for name, counts in stats.members.items() if self.shape == "composite" else ():
+            losses = sum(n for key, n in counts.items() if key not in _MEMBER_FIELDS)
+            check(
+                counts["emitted"]
+                == counts["delivered"] + losses + counts["queued_events"] + counts["in_flight"],
+                f"member {name}'s accounting is not exact: {counts}",
+            )
+        fanout = outbox._sidecar.members
+        for name, member in fanout.members.items() if fanout is not None else ():
+            mbuf = member.buffer
+            with mbuf.lock:
+                held, held_bytes = len(mbuf.queue) + mbuf.in_flight, mbuf.queued_bytes + mbuf.in_flight_bytes
+            check(held <= self.settings["max_events"], f"member {name} holds {held} events")
+            check(held_bytes <= self.settings["max_bytes"], f"member {name} holds {held_bytes} bytes")
+            msidecar = member.sidecar
+            if msidecar.report is None and msidecar.thread is not None:
+                check(msidecar.thread.is_alive(), f"member {name}'s sidecar thread died")
         sidecar = outbox._sidecar
         if sidecar.report is None and sidecar.thread is not None:
             check(sidecar.thread.is_alive(), f"the sidecar thread died: {stats.last_error}")
@@ -377,11 +539,16 @@ class Chaos:
     def close(self) -> None:
         self.proxy.stop()
         self.sink.stop()
+        self.proxy2.stop()
+        self.sink2.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     def summary(self) -> str:
         return (
             f"seed {self.seed}: {len(self.steps)} steps, {self.generation} outboxes, {self.closes} closes, "
-            f"{self.forks} forks, {self.sigterms} SIGTERMs"
+            f"{self.forks} forks, {self.sigterms} SIGTERMs, shapes {dict(self.shapes)}, "
+            f"{self.spilled} outboxes with a spill"
         )
 
 

@@ -39,6 +39,7 @@ from outbox.tools.benchmarks.http_rates import (
     bench_sink_capacity,
     report_lanes,
 )
+from outbox.tools.benchmarks.spill import report_spill
 
 SECTIONS: dict[str, Callable[[], Any]] = {
     "lanes": report_lanes,
@@ -46,6 +47,7 @@ SECTIONS: dict[str, Callable[[], Any]] = {
     "cpu": throughput.report_cpu,
     "tail": throughput.report_tail,
     "kafka": throughput.report_kafka,
+    "spill": report_spill,
 }
 
 
@@ -57,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         return tail.main(argv[1:])
+    if argv[:1] == ["instructions"]:
+        # The caller's cost in instructions (callgrind): repeatable on a busy machine.
+        from outbox.tools.benchmarks import instructions
+
+        return instructions.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.only:
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -112,8 +119,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run one section: lanes (batches in flight against a slow sink), healthy (a healthy "
         "backend, lanes against one batch in flight), cpu (process CPU per delivered event against "
         "the floor), tail (a handler's invocation latency while the sidecar ships), kafka "
-        "(against the raw aiokafka producer); 'python -m outbox.tools.benchmarks tail --help' for "
-        "the tail in every backend state",
+        "(against the raw aiokafka producer), spill (events written to a spill directory per second, "
+        "bytes on disk per event); 'python -m outbox.tools.benchmarks tail --help' for "
+        "the tail in every backend state; 'python -m outbox.tools.benchmarks instructions --help' for "
+        "the caller's cost in instructions (repeatable on a busy machine)",
     )
     return parser
 

@@ -1,0 +1,235 @@
+"""The spill's files on disk: one owner's segments (appended to, bounded, deleted once settled,
+a failing disk counted and warned about), and what ``outbox check`` reads of a directory.
+See ``_spill`` for the whole, ``_spillfmt`` for the records."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections import deque
+from typing import Any
+
+from ._log import RateLimitedLog
+from ._spillfmt import parse
+
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "Segments", "inspect_dir", "read_checkpoint"]
+
+#: A segment is closed (and a new one begun) past this size.
+SEGMENT_BYTES = 4 * 1024 * 1024
+#: Seconds before writing again after the disk failed.
+RETRY_AFTER = 5.0
+_INF = float("inf")
+
+_DISK_ERRORS = {
+    errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
+    errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
+    errno.EFBIG: "a file size limit was hit (ulimit -f): raise it",
+    errno.EACCES: "permission denied: make the directory writable by this process",
+    errno.EPERM: "permission denied: make the directory writable by this process",
+    errno.EROFS: "the filesystem is read-only: point spill_dir at a writable one",
+    errno.EIO: "an I/O error: check the disk",
+}
+
+
+def _fix(exc: OSError) -> str:
+    return _DISK_ERRORS.get(exc.errno or 0, "check the directory")
+
+
+class _Segment:
+    __slots__ = ("max_seq", "path", "size")
+
+    def __init__(self, path: str) -> None:
+        self.path, self.size, self.max_seq = path, 0, -1
+
+
+class Segments:
+    """The segments of one owner (``OWNER-NNNNNNNN.seg`` in ``directory``), within ``max_bytes``.
+
+    Records that cannot be written are counted in ``not_spilled`` by reason: ``spill_full``
+    (``max_bytes`` reached) and ``spill_failed`` (the disk failed; warned about with the path
+    and the fix, and tried again after ``RETRY_AFTER``).
+    """
+
+    def __init__(self, directory: str, owner: str, max_bytes: int, log: RateLimitedLog) -> None:
+        self.directory, self.owner, self.max_bytes, self.log = directory, owner, max_bytes, log
+        # Small enough that settled segments free room well within the bound.
+        self._segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
+        self._segments: deque[_Segment] = deque()
+        self._current: _Segment | None = None
+        self.fd = -1
+        self._seg_no = 0
+        self._retry_at = -_INF
+        self.disk_bytes = 0
+        self.written = 0
+        self.not_spilled: dict[str, int] = {}
+        #: (highest seq of a write, its wall time): the age of the oldest unsettled one.
+        self.marks: deque[tuple[int, float]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._segments) + (self._current is not None)
+
+    def append(self, entries: list[tuple[int, bytes]], at: float) -> None:
+        """Append records, ``(seq, record)`` in order (seq -1: a void record), within
+        ``max_spill_bytes``: what does not fit is counted ``spill_full`` and not written."""
+        if not entries:
+            return
+        if time.monotonic() < self._retry_at:
+            self.count("spill_failed", sum(seq >= 0 for seq, _ in entries))
+            return
+        room = self.max_bytes - self.disk_bytes
+        fit = size = 0
+        for _, record in entries:
+            if size + len(record) > room:
+                break
+            size += len(record)
+            fit += 1
+        if fit < len(entries):
+            self.count("spill_full", sum(seq >= 0 for seq, _ in entries[fit:]))
+            self.log.warning(
+                "spill-full",
+                "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk "
+                "until delivered ones free room (raise max_spill_bytes for longer outages)",
+                self.directory,
+                self.max_bytes,
+            )
+            entries = entries[:fit]
+        n = sum(seq >= 0 for seq, _ in entries)
+        if not entries:
+            return
+        try:
+            segment = self._segment()
+            view = memoryview(b"".join(record for _, record in entries))
+            while view:
+                wrote = os.write(self.fd, view)
+                segment.size += wrote
+                self.disk_bytes += wrote
+                view = view[wrote:]
+        except OSError as exc:
+            self._failed(exc, n)
+            return
+        last_seq = max(seq for seq, _ in entries)
+        segment.max_seq = max(segment.max_seq, last_seq)
+        self.written += n
+        if n:
+            self.marks.append((last_seq, at))
+        if segment.size >= self._segment_bytes:
+            self._close_segment()
+
+    def _segment(self) -> _Segment:
+        if self._current is None:
+            self._seg_no += 1
+            segment = _Segment(os.path.join(self.directory, f"{self.owner}-{self._seg_no:08d}.seg"))
+            self.fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self._current = segment
+        return self._current
+
+    def _close_segment(self) -> None:
+        if self._current is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+            self._segments.append(self._current)
+            self._current = None
+
+    def _failed(self, exc: OSError, n: int) -> None:
+        self.count("spill_failed", n)
+        self._retry_at = time.monotonic() + RETRY_AFTER
+        self._close_segment()  # a torn tail stays at its end; the next write begins a new one
+        self.log.warning(
+            "spill-failed",
+            "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "
+            "again in %g s",
+            self.directory,
+            exc.strerror or exc,
+            _fix(exc),
+            RETRY_AFTER,
+        )
+
+    def count(self, reason: str, n: int) -> None:
+        if n:
+            self.not_spilled[reason] = self.not_spilled.get(reason, 0) + n
+
+    def forget_below(self, lowest: int) -> None:
+        """Delete the segments whose events are all below ``lowest`` (settled)."""
+        while self.marks and self.marks[0][0] < lowest:
+            self.marks.popleft()
+        while self._segments and self._segments[0].max_seq < lowest:
+            self._delete(self._segments.popleft())
+        current = self._current
+        if current is not None and 0 <= current.max_seq < lowest:
+            # All settled (the backend keeps up): begin afresh rather than let it grow.
+            self._close_segment()
+            self._delete(self._segments.pop())
+
+    def close(self, delete: bool) -> None:
+        """Close the current segment; ``delete``: all of them are settled, remove them."""
+        self._close_segment()
+        if delete:
+            for segment in self._segments:
+                self._delete(segment)
+            self._segments.clear()
+
+    def _delete(self, segment: _Segment) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(segment.path)
+        self.disk_bytes -= segment.size
+
+
+def read_checkpoint(path: str) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state of a spill directory, for ``outbox check``: whether it is writable, its
+    owners (alive or not), segments, bytes, and the time of its oldest record."""
+    path = os.fspath(directory)
+    state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
+    if not state["exists"]:
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        state["writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+        return state
+    state["writable"] = os.access(path, os.W_OK | os.X_OK)
+    names = sorted(os.listdir(path))
+    segments = [n for n in names if n.endswith(".seg")]
+    owners = [n[:-5] for n in names if n.endswith(".lock") and not n.startswith(".")]
+    alive = 0
+    for owner in owners:
+        try:
+            fd = os.open(os.path.join(path, f"{owner}.lock"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            alive += 1
+        finally:
+            os.close(fd)
+    oldest: float | None = None
+    size = 0
+    for name in segments:
+        full = os.path.join(path, name)
+        with contextlib.suppress(OSError):
+            size += os.path.getsize(full)
+            with open(full, "rb") as f:
+                head = f.read(64 * 1024)
+            for record in parse(head):
+                if not isinstance(record, int):
+                    oldest = record.at if oldest is None else min(oldest, record.at)
+                    break
+    state.update(
+        owners_alive=alive,
+        owners_gone=len(owners) - alive,
+        segments=len(segments),
+        bytes=size,
+        oldest_event_age=None if oldest is None else max(0.0, time.time() - oldest),
+    )
+    return state

@@ -1,0 +1,78 @@
+"""``python -m outbox.tools.benchmarks --only spill``: how fast the sidecar writes the spill, and
+what an event costs on disk.
+
+Runs of the run helpers (START + COMPLETE, one input each) are emitted into an outbox whose
+backend refuses every connection, with a spill directory: every event stays held, and the
+sidecar writes each one to the spill.  Prints the events written per second (from the first emit
+to the last written) and the bytes on disk per event, beside the event's JSON size.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from outbox import Outbox
+from outbox.tools.benchmarks.throughput import _emit_runs, _job
+from outbox.transports import HttpTransport
+
+__all__ = ["bench_spill", "report_spill"]
+
+
+def _refused_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def bench_spill(runs: int) -> dict[str, Any]:
+    """One measurement: ``2 x runs`` events written to a fresh spill directory."""
+    directory = tempfile.mkdtemp(prefix="outbox-bench-spill-")
+    try:
+        outbox = Outbox(
+            HttpTransport(_refused_url(), timeout=1.0),
+            max_events=2 * runs,
+            max_bytes=2**31,
+            spill_dir=directory,
+            backoff_base=1.0,
+            shutdown_timeout=0.0,
+            close_at_exit=False,
+        )
+        events = 2 * runs
+        started = time.perf_counter()
+        _emit_runs(outbox, _job(), runs)
+        deadline = time.monotonic() + 300
+        while outbox.stats().spill["written"] < events and time.monotonic() < deadline:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - started
+        spill = outbox.stats().spill
+        buf = outbox._buffer
+        with buf.lock:
+            body = buf.queued_bytes + buf.in_flight_bytes  # exact: every event was serialized
+        outbox.close(0)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "events": events,
+        "written": spill["written"],
+        "per_s": spill["written"] / elapsed,
+        "disk_bytes_per_event": spill["spilled_bytes"] / max(1, spill["written"]),
+        "json_bytes_per_event": body / events,
+    }
+
+
+def report_spill(runs: int = 50_000, repeats: int = 3) -> dict[str, Any]:
+    print("\nThe spill: run helpers (START + COMPLETE) against a refused backend, every event written")
+    rows = [bench_spill(runs) for _ in range(repeats)]
+    per_s = statistics.median(r["per_s"] for r in rows)
+    disk = statistics.median(r["disk_bytes_per_event"] for r in rows)
+    json_size = statistics.median(r["json_bytes_per_event"] for r in rows)
+    print(
+        f"  {rows[0]['events']:,} events, median of {repeats}: {per_s:,.0f} events/s written; "
+        f"{disk:.0f} bytes on disk per event ({json_size:.0f} of JSON)"
+    )
+    return {"runs": rows, "per_s": per_s, "disk_bytes_per_event": disk, "json_bytes_per_event": json_size}
