@@ -80,10 +80,13 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_collection_modifyitems(config, items):
     """The end-to-end suite (marked e2e) runs only when -m names it, as in ``pytest -m e2e
-    tests/e2e``: the default run and any other selection (``-m "not slow"``) leave it out."""
-    if "e2e" in (config.option.markexpr or ""):
-        return
-    left = [item for item in items if item.get_closest_marker("e2e")]
-    if left:
-        config.hook.pytest_deselected(items=left)
-        items[:] = [item for item in items if not item.get_closest_marker("e2e")]
+    tests/e2e``: the default run and any other selection (``-m "not slow"``) leave it out.
+    The tests marked slow run first."""
+    if "e2e" not in (config.option.markexpr or ""):
+        left = [item for item in items if item.get_closest_marker("e2e")]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if not item.get_closest_marker("e2e")]
+    # The long ones (marked slow, the chaos tests longest) first: with workers (-n 4) they start
+    # at once, beside the others, instead of being the last to begin and the last to end.
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, "chaos" not in item.nodeid))

@@ -54,6 +54,7 @@ def test_poison_events_are_isolated_and_the_rest_is_delivered_in_order(mode, fla
         took = time.monotonic() - started
         stats = outbox.stats()
         events = sink.events
+        requests = list(sink.requests)
     assert stats.dropped == {"poison": 3}, stats
     assert stats.delivered == total - 3
     assert len({(e["run"]["runId"], e["n"]) for e in events}) == total - 3
@@ -62,7 +63,11 @@ def test_poison_events_are_isolated_and_the_rest_is_delivered_in_order(mode, fla
     # The later events of the poisoned runs went on once the poison was settled.
     later = {(e["run"]["runId"], e["n"]) for e in events}
     assert (str(uuid.UUID(int=4)), 1) in later
-    assert took < 30, f"isolating 3 poison events took {took:.1f} s"
+    # Isolated in a few attempts each, not by a retry storm (idle: 15 answers 500 in single mode,
+    # 20 in auto, 43 in batch, where the poison is found by halving); flush(60) bounds the time,
+    # which beside other work is several times the 2-10 s it takes idle.
+    failed = sum(1 for _, status, _ in requests if status == 500)
+    assert failed <= 100, f"{failed} requests answered 500 to isolate 3 poison events in {took:.1f} s"
     assert stats.circuit == "closed"
     outbox.close(1)
 

@@ -194,6 +194,8 @@ class CompositeTransport:
             outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
         counts = self._stats[name]
         for outcome in outcomes:
+            if outcome.kind is OutcomeKind.DEFERRED:
+                continue  # no time to try: not a failure, as the outbox counts it
             key = (
                 "delivered"
                 if outcome.kind is OutcomeKind.DELIVERED
