@@ -230,11 +230,16 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
 
 
 class LoopBlockingTransport:
-    """A transport that blocks its event loop (a bug in it): the worker overruns close's
-    deadline, and the close reports without it."""
+    """A transport that blocks its event loop (a bug in it) until released: the worker
+    overruns close's deadline, and the close reports without it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
 
     async def send(self, batch, deadline):
-        time.sleep(1.0)  # noqa: ASYNC251 (the point: it blocks the loop)
+        self.entered.set()
+        self.release.wait(30)  # the point: it blocks the loop
         return [Outcome.retry("http_503", "down")] * len(batch)
 
     async def aclose(self) -> None:
@@ -243,11 +248,14 @@ class LoopBlockingTransport:
 
 def test_a_close_that_reports_without_the_worker_leaves_the_spill_for_a_successor(tmp_path):
     spill = str(tmp_path / "spill")
-    box = Outbox(LoopBlockingTransport(), spill_dir=spill, linger=0.0)
+    transport = LoopBlockingTransport()
+    box = Outbox(transport, spill_dir=spill, linger=0.0)
     for n in range(10):
         assert box.emit(run_event(n=n))
     assert wait_until(lambda: box.stats().spill["written"] == 10)
+    assert transport.entered.wait(10)  # the worker is stuck in the transport: it cannot close
     report = box.close(0.05)
+    transport.release.set()
     assert report.undelivered == {"dropped_shutdown": 10}  # counted lost by this process...
     box._sidecar.finished.result(10)  # (the worker ends once the transport lets it)
     with Sink() as sink:

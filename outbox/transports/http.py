@@ -39,6 +39,14 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+# httpx imports httpcore when its first client is made, and httpcore its anyio backend at the
+# first request: both on the sidecar's thread.  A fork while that thread is inside such an
+# import leaves the child a half-made module in sys.modules, and every request of the child's
+# own transport then fails (AttributeError: partially initialized module 'httpcore').  So
+# they are imported here, on the thread that imports this transport, before any sidecar runs.
+import httpcore  # isort: skip
+import httpcore._backends.anyio  # noqa: F401  # isort: skip
+
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from .._log import RateLimitedLog, logger
