@@ -437,6 +437,22 @@ def test_close_from_a_signal_handler_that_interrupts_emit_returns_at_once():
 # -- 5. fork ------------------------------------------------------------------------------
 
 
+def test_what_the_sidecar_would_import_at_its_first_request_is_imported_with_the_transport():
+    # httpx imports httpcore when it makes its first client, and httpcore its anyio backend at
+    # the first request: on the sidecar's thread.  A fork in the middle of such an import left
+    # the child a half-made httpcore (every request of its transport failed).
+    code = """
+    import sys
+    import outbox.transports.http
+    half_made = [m for m in ("httpcore", "httpcore._backends.anyio", "anyio", "h11")
+                 if m not in sys.modules or getattr(sys.modules[m].__spec__, "_initializing", False)]
+    print("missing", half_made)
+    """
+    result, _ = run_script(code, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "missing []", result.stdout
+
+
 def test_fork_over_http_the_child_gets_its_own_client_and_the_parent_notices_nothing():
     with Sink(behaviour=SinkBehaviour(delay=0.5)) as sink:
         outbox = make(HttpTransport(sink.url, mode="batch", timeout=5), linger=0)
