@@ -234,12 +234,14 @@ class LoopBlockingTransport:
     overruns close's deadline, and the close reports without it."""
 
     def __init__(self) -> None:
+        self.armed = threading.Event()  # until armed, it answers at once (503)
         self.entered = threading.Event()
         self.release = threading.Event()
 
     async def send(self, batch, deadline):
-        self.entered.set()
-        self.release.wait(30)  # the point: it blocks the loop
+        if self.armed.is_set():
+            self.entered.set()
+            self.release.wait(30)  # the point: it blocks the loop
         return [Outcome.retry("http_503", "down")] * len(batch)
 
     async def aclose(self) -> None:
@@ -252,7 +254,10 @@ def test_a_close_that_reports_without_the_worker_leaves_the_spill_for_a_successo
     box = Outbox(transport, spill_dir=spill, linger=0.0)
     for n in range(10):
         assert box.emit(run_event(n=n))
+    # (The loop must not be blocked before all ten are on disk: the spill writes them in the
+    # sidecar, before each batch it takes, and the first batch may hold fewer than ten.)
     assert wait_until(lambda: box.stats().spill["written"] == 10)
+    transport.armed.set()
     assert transport.entered.wait(10)  # the worker is stuck in the transport: it cannot close
     report = box.close(0.05)
     transport.release.set()
