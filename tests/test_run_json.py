@@ -369,3 +369,74 @@ def test_s3_dataset_refuses_an_empty_key_for_a_known_bucket(key):
     s3_dataset("known-bucket", "a")
     with pytest.raises(ValueError, match="object_key"):
         s3_dataset("known-bucket", key)
+
+
+def test_uuid7_random_bits_are_all_random():
+    # 74 random bits around the version and variant: each takes both values in 2,000 ids;
+    # the version (bits 76-79) and variant (62-63) bits never change.
+    ids = [_uuid7() for _ in range(2000)]
+    ones = zeros = 0
+    for value in ids:
+        ones |= value
+        zeros |= ~value
+    for bit in range(76):
+        both = bool(ones >> bit & 1) and bool(zeros >> bit & 1)
+        assert both == (bit not in (62, 63)), bit
+
+
+def test_the_fast_span_lookup_is_the_apis_answer():
+    # The run helpers read the current span without the API's layers of calls; it must be
+    # in force with this opentelemetry-api (else a third of a run's cost is back) and give
+    # the API's answer in every place a handler's span can come from.
+    import asyncio
+    import contextvars
+
+    from opentelemetry import context as otel_context
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from outbox._run import _current_span, _current_span_api
+
+    assert _current_span is not _current_span_api
+    tracer = TracerProvider().get_tracer("test")
+
+    def same() -> bool:
+        return _current_span() is trace.get_current_span()
+
+    assert same()
+    assert _current_span() is trace.INVALID_SPAN
+    with tracer.start_as_current_span("outer") as outer:
+        assert same()
+        assert _current_span() is outer
+        with tracer.start_as_current_span("inner") as inner:
+            assert same()
+            assert _current_span() is inner
+        assert _current_span() is outer
+        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(SpanContext(5, 6, False))))
+        assert same()
+        assert _current_span().get_span_context().trace_id == 5
+        otel_context.detach(token)
+        assert _current_span() is outer
+        # A copy of the context (a thread pool's, asyncio's tasks') carries the span along.
+        assert contextvars.copy_context().run(_current_span) is outer
+
+        async def in_a_task():
+            return _current_span()
+
+        assert asyncio.run(in_a_task()) is outer
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(same() and _current_span() is trace.INVALID_SPAN))
+    thread.start()
+    thread.join()
+    assert seen == [True]
+
+
+def test_another_runtime_context_gets_the_apis_own_lookup(monkeypatch):
+    import opentelemetry.context
+
+    from outbox._run import _current_span_api, _span_lookup
+
+    class Elsewhere:  # a runtime context chosen with OTEL_PYTHON_CONTEXT
+        pass
+
+    monkeypatch.setattr(opentelemetry.context, "_RUNTIME_CONTEXT", Elsewhere())
+    assert _span_lookup() is _current_span_api
