@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -252,6 +253,52 @@ def test_a_worker_that_stops_makes_emit_refuse_counted_and_stats_say_why():
     exact(outbox)
     report = outbox.close(1)
     assert report.undelivered == {"worker_stopped": 2}
+
+
+class StopsWhileALaneWaits:
+    """The first request never answers (until cancelled); the second calls sys.exit."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def send(self, batch, deadline):
+        self.calls += 1
+        if self.calls == 1:
+            self.waiting.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        raise SystemExit("a library called sys.exit")
+
+    async def aclose(self):
+        pass
+
+
+def test_a_worker_stopped_with_a_lane_on_the_wire_leaves_no_task_pending(caplog):
+    """A user whose transport stops the sidecar's loop (SystemExit) must not later get
+    "Task was destroyed but it is pending!" (the drain, the lane on the wire) nor "coroutine
+    'Worker._send' was never awaited" in their logs: the sidecar ends its tasks before it
+    closes its loop, and what they held is counted as the stop's."""
+    transport = StopsWhileALaneWaits()
+    outbox = make(transport, linger=0)
+    outbox.emit(run_event(n=0))
+    assert transport.waiting.wait(10)
+    outbox.emit(run_event(n=1))  # another run: a second lane, which stops the loop
+    assert wait_until(outbox._sidecar.finished.done, 10)
+    assert transport.cancelled.is_set()  # the lane on the wire was ended, not abandoned
+    assert outbox.emit(run_event(n=2)) is False
+    exact(outbox)
+    assert outbox.close(1).undelivered == {"worker_stopped": 3}
+    del outbox
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert not [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert not [r.getMessage() for r in caplog.records if "destroyed" in r.getMessage()]
 
 
 async def test_an_attached_worker_whose_loop_goes_away_makes_emit_refuse():
