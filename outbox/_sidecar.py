@@ -196,10 +196,14 @@ class Sidecar:
             before = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0)
         for task in tasks:
             task.cancel()
-        try:
-            loop.run_until_complete(asyncio.wait(tasks, timeout=CLOSE_GRACE))
-        except BaseException as exc:  # the transport stopped the loop again
-            logger.warning("the outbox's sidecar could not end its tasks: %r", exc)
+        end = time.monotonic() + CLOSE_GRACE
+        while tasks and time.monotonic() < end:
+            # The stop may go through the loop again, from the task that raised it.
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(asyncio.wait(tasks, timeout=end - time.monotonic()))
+            tasks = {task for task in tasks if not task.done()}
+        if tasks:
+            logger.warning("the outbox's sidecar could not end %d task(s) by its close grace", len(tasks))
         with buf.lock:
             moved = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0) - before
             if moved > 0 and self.state is State.RUNNING:  # not a close: the stop's loss
