@@ -706,7 +706,9 @@ def test_kafka_unreachable_at_shutdown_leaves_nothing_behind(servers):
     assert "Unclosed" not in result.stderr, result.stderr
     assert "dropped_shutdown" in result.stdout
     close_took, closed_at = map(float, result.stdout.split()[1:3])
-    assert close_took <= 1 + GRACE
+    # Its deadline, not the client's request timeout (30 s): beside busy processes the child's
+    # timers fire late (1.53 s was seen for 1 + GRACE), so a second of slack for the machine.
+    assert close_took <= 1 + GRACE + 1, close_took
     # Nothing left behind holds the exit: a client still waiting on the broker would hold it for
     # its request timeout (30 s).  Timed from the close, not from the start: under load the
     # imports alone may take seconds.
