@@ -54,7 +54,8 @@ def start_child(cfg: dict[str, Any]) -> subprocess.Popen[str]:
     )
 
 
-def read_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 15.0) -> str:
+def read_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 60.0) -> str:
+    # 60 s: a child that starts beside busy processes took more than 15 s to print its first line.
     """The child's next stdout line starting with ``prefix`` (its stderr on failure)."""
     box: list[str] = []
 
@@ -211,13 +212,15 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     monkeypatch.setattr(outbox._spill, "SCAN_INTERVAL", 0.1)
     spill = str(tmp_path / "spill")
     down = refused_url()
-    first = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, shutdown_timeout=0.2)
+    # Deadlines of 1 s: beside busy processes a worker missed 0.2 s plus the close grace, and a
+    # close that reports without its worker counts the spilled events as dropped_shutdown.
+    first = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, shutdown_timeout=1)
     for n in range(100):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 100}
     # A successor whose buffer holds 30: it queues 30 of the 100, and closes with the backend
     # still down.  The 30 are in its own segments now; the 70 stay where they were.
-    second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=0.2)
+    second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=1)
     assert second.stats().spill["recovering"] == 70
     assert second.close().undelivered == {"spilled_at_close": 30}
     with Sink() as sink:
