@@ -186,7 +186,7 @@ def test_from_env_reads_the_spill_variables(tmp_path):
 
 def test_close_with_the_backend_down_hands_the_events_to_the_next_outbox(tmp_path):
     spill = str(tmp_path / "spill")
-    first = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=spill, shutdown_timeout=0.3)
+    first = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=spill, shutdown_timeout=1)  # as below
     for n in range(50):
         assert first.emit(run_event(run_id=RUNS[n % 2], n=n))
     report = first.close()
@@ -481,7 +481,8 @@ def test_two_processes_share_a_directory_and_one_adopts_a_dead_ones_events(tmp_p
 
 def test_outbox_check_reports_the_spill_directory_without_adopting_it(tmp_path):
     spill = tmp_path / "spill"
-    first = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=0.2)
+    # 1 s, not 0.2: see the adoption test above.
+    first = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=1)
     for n in range(20):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 20}
