@@ -98,6 +98,7 @@ class Sidecar:
         self.deadline = _INF
         #: Why the worker stopped without being closed (None while it runs or was closed).
         self.stopped: str | None = None
+        self._stop_lost = 0  # held events the worker counted on its way out of a stop
         #: Wakes the worker (from any thread).  Until the sidecar runs, the first event
         #: accepted starts it: emit itself never checks the state.
         self.wake: Callable[[], None] = self._start_on_first_wake
@@ -170,6 +171,7 @@ class Sidecar:
         except BaseException as exc:  # SystemExit or KeyboardInterrupt from a transport
             why = f"{type(exc).__name__}: {exc}"
             logger.error("the outbox's sidecar stopped: %r", exc, exc_info=exc)
+            self._end_tasks(loop)
         finally:
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
@@ -178,6 +180,38 @@ class Sidecar:
             finally:
                 loop.close()
                 self._worker_ended(why)
+
+    def _end_tasks(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop stopped under the worker (SystemExit or KeyboardInterrupt went through it):
+        its tasks (the worker, its drain, lanes on the wire) are cancelled and run to their end
+        before the loop closes, so that the lanes' answers are settled, the transport is told,
+        and none is left pending (asyncio would log each, at ERROR, as "destroyed but
+        pending", and each lane never started as "never awaited").  What the worker counts
+        as lost to shutdown on the way (unless a close is under way) is lost to the stop."""
+        tasks = asyncio.all_tasks(loop)
+        if not tasks:
+            return
+        buf = self.buffer
+        with buf.lock:
+            before = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0)
+        for task in tasks:
+            task.cancel()
+        end = time.monotonic() + CLOSE_GRACE
+        while tasks and time.monotonic() < end:
+            # The stop may go through the loop again, from the task that raised it.
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(asyncio.wait(tasks, timeout=end - time.monotonic()))
+            tasks = {task for task in tasks if not task.done()}
+        if tasks:
+            logger.warning("the outbox's sidecar could not end %d task(s) by its close grace", len(tasks))
+        with buf.lock:
+            moved = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0) - before
+            if moved > 0 and self.state is State.RUNNING:  # not a close: the stop's loss
+                buf.dropped[Reason.DROPPED_SHUTDOWN] -= moved
+                if not buf.dropped[Reason.DROPPED_SHUTDOWN]:
+                    del buf.dropped[Reason.DROPPED_SHUTDOWN]
+                buf.count_locked(Reason.WORKER_STOPPED, moved)
+                self._stop_lost += moved
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         why = None
@@ -202,7 +236,7 @@ class Sidecar:
             logger.error(
                 "the outbox's worker stopped (%s): %d held event(s) lost, lineage refused from now on",
                 self.stopped,
-                held,
+                held + self._stop_lost,
             )
         if not self.finished.done():
             self.finished.set_result(None)

@@ -125,6 +125,9 @@ def test_the_lines_reach_the_terminal_past_pytests_capture(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
+        # Capture is pytest's own: the installed plugins (xdist, asyncio, hypothesis) are not
+        # loaded, a second of CPU saved at each start (1.4 s with them, 0.2 s without, here).
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[e2e set-up] building the peer (up to 600 s)" in done.stdout

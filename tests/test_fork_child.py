@@ -25,8 +25,11 @@ def event(n):
             "job": {{"namespace": "n", "name": "child"}}, "producer": "p", "schemaURL": "s"}}
 
 def make():
-    return Outbox(HttpTransport(URL, mode="batch", timeout=2), linger=30, shutdown_timeout=2,
-                  close_at_exit={close_at_exit})
+    # A close at exit that sends its batch at once takes milliseconds; the 10 s bounds are for
+    # a starved machine (with 2 s, a spawned child's first request beside busy processes ran
+    # out of time: "took longer than 1.87 s", its 100 events counted, not delivered).
+    return Outbox(HttpTransport(URL, mode="batch", timeout=10), linger=30,
+                  shutdown_timeout={deadline}, close_at_exit={close_at_exit})
 
 OUTBOX = make() if {inherited} else None
 
@@ -58,12 +61,26 @@ if __name__ == "__main__":
 
 
 def run_child(
-    tmp_path, url: str, method: str, *, inherited: bool = True, close_at_exit: bool = True, pool: str = ""
+    tmp_path,
+    url: str,
+    method: str,
+    *,
+    inherited: bool = True,
+    close_at_exit: bool = True,
+    pool: str = "",
+    deadline: float = 10,
 ):
     """The script above in a fresh interpreter (a file: forkserver children import its main)."""
     script = tmp_path / "parent.py"
     script.write_text(
-        CHILD.format(url=url, method=method, inherited=inherited, close_at_exit=close_at_exit, pool=pool)
+        CHILD.format(
+            url=url,
+            method=method,
+            inherited=inherited,
+            close_at_exit=close_at_exit,
+            pool=pool,
+            deadline=deadline,
+        )
     )
     return subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path
@@ -96,7 +113,7 @@ def test_pool_workers_that_end_with_the_pool_deliver_what_their_tasks_emitted(tm
 
 def test_a_multiprocessing_child_with_the_backend_down_counts_its_events_when_it_ends(tmp_path):
     down = f"http://127.0.0.1:{free_port()}/api/v1/lineage"
-    result = run_child(tmp_path, down, "fork")
+    result = run_child(tmp_path, down, "fork", deadline=2)  # a refused backend: it waits all of it
     assert result.returncode == 0, result.stderr
     assert "exitcode 0" in result.stdout, result.stderr
     # The close report of the child's outbox, logged as it ends: all 100 counted.
@@ -124,7 +141,7 @@ logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(process)
 from outbox import Outbox
 from outbox.transports import HttpTransport
 
-kept = Outbox(HttpTransport({url!r}, mode="batch", timeout=2), linger=30, shutdown_timeout=2, name="kept")
+kept = Outbox(HttpTransport({url!r}, mode="batch", timeout=10), linger=30, shutdown_timeout=10, name="kept")
 left = Outbox(HttpTransport({url!r}, mode="batch", timeout=2), linger=30, close_at_exit=False, name="left")
 pid = os.fork()
 role = "child" if pid == 0 else "parent"

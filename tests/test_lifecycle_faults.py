@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -254,6 +255,52 @@ def test_a_worker_that_stops_makes_emit_refuse_counted_and_stats_say_why():
     assert report.undelivered == {"worker_stopped": 2}
 
 
+class StopsWhileALaneWaits:
+    """The first request never answers (until cancelled); the second calls sys.exit."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def send(self, batch, deadline):
+        self.calls += 1
+        if self.calls == 1:
+            self.waiting.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        raise SystemExit("a library called sys.exit")
+
+    async def aclose(self):
+        pass
+
+
+def test_a_worker_stopped_with_a_lane_on_the_wire_leaves_no_task_pending(caplog):
+    """A user whose transport stops the sidecar's loop (SystemExit) must not later get
+    "Task was destroyed but it is pending!" (the drain, the lane on the wire) nor "coroutine
+    'Worker._send' was never awaited" in their logs: the sidecar ends its tasks before it
+    closes its loop, and what they held is counted as the stop's."""
+    transport = StopsWhileALaneWaits()
+    outbox = make(transport, linger=0)
+    outbox.emit(run_event(n=0))
+    assert transport.waiting.wait(10)
+    outbox.emit(run_event(n=1))  # another run: a second lane, which stops the loop
+    assert wait_until(outbox._sidecar.finished.done, 10)
+    assert transport.cancelled.is_set()  # the lane on the wire was ended, not abandoned
+    assert outbox.emit(run_event(n=2)) is False
+    exact(outbox)
+    assert outbox.close(1).undelivered == {"worker_stopped": 3}
+    del outbox
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert not [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+
+
 async def test_an_attached_worker_whose_loop_goes_away_makes_emit_refuse():
     transport = ScriptedTransport(open_gate=False)
     outbox = make(transport, linger=0)
@@ -278,7 +325,11 @@ from outbox import Outbox
 from outbox.transports import HttpTransport, FileTransport
 MODE = sys.argv[1]
 if MODE == "file":
-    outbox = Outbox(FileTransport(sys.argv[2], append=True), shutdown_timeout=2, linger=0.05)
+    # A full buffer of 2,000 is written well within the 2 s deadline beside busy processes
+    # (10,000, the default, were not: some were counted dropped_shutdown), while the main
+    # thread goes on emitting.
+    outbox = Outbox(FileTransport(sys.argv[2], append=True), shutdown_timeout=2, linger=0.05,
+                    max_events=2000)
 else:
     outbox = Outbox(HttpTransport(sys.argv[2], mode="batch", timeout=30), shutdown_timeout=2, linger=0)
 outbox.close_on_signal()
@@ -655,7 +706,9 @@ def test_kafka_unreachable_at_shutdown_leaves_nothing_behind(servers):
     assert "Unclosed" not in result.stderr, result.stderr
     assert "dropped_shutdown" in result.stdout
     close_took, closed_at = map(float, result.stdout.split()[1:3])
-    assert close_took <= 1 + GRACE
+    # Its deadline, not the client's request timeout (30 s): beside busy processes the child's
+    # timers fire late (1.53 s was seen for 1 + GRACE), so a second of slack for the machine.
+    assert close_took <= 1 + GRACE + 1, close_took
     # Nothing left behind holds the exit: a client still waiting on the broker would hold it for
     # its request timeout (30 s).  Timed from the close, not from the start: under load the
     # imports alone may take seconds.
