@@ -163,14 +163,14 @@ class _Offsets:
 
         try:
             await consumer.commit({partition: offset})
-            return True
+            committed = True
         except KafkaError as exc:
             # The partition moved to another forwarder, or the broker is away: these records
             # are sent again by whoever owns the partition next (at least once).
             self._log.warning("commit", "could not commit %s at %d: %s", partition, offset, exc)
-            return False
-        finally:
-            self.held.pop(partition, None)
+            committed = False
+        self.held.pop(partition, None)
+        return committed
 
     async def lag(self, consumer: Any) -> tuple[int, int]:
         """(records from the first one not yet settled to the partition's end, summed over the
