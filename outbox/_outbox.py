@@ -1,41 +1,27 @@
-"""The façade: ``Outbox``, its hot path (``emit``) and its lifecycle."""
+"""The façade: ``Outbox``, its hot path (``emit``), flush, close and stats.  How it is built
+from its keywords, and rebuilt in a forked child, is its base class's (``_setup.Assembly``)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
-import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
-from ._buffer import Buffer, Policy, Reason
-from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
-from ._deadletter import DeadLetter
-from ._errors import ConfigError
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
-from ._fanout import FanOut, fans_out
-from ._lifecycle import INHERITED, track
-from ._log import logger
-from ._metrics import Metrics
 from ._run import LineageJob, Run
-from ._settings import check_number, from_variables, in_force, resolve
-from ._sidecar import Sidecar, State
-from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
-from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
-from ._spill import Spill
+from ._setup import Assembly
+from ._sidecar import State
 from ._stats import CloseReport, Stats
-from ._waiting import put_async, wait_async
+from ._waiting import flush_target, put_async, settled, settled_async
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
 
-MiB = 1024 * 1024
 _INF = float("inf")
 
 
-class Outbox:
+class Outbox(Assembly):
     """A bounded, non-blocking outbox for OpenLineage events.
 
     ``emit`` hands an event to an in-process buffer in microseconds; a sidecar
@@ -109,179 +95,6 @@ class Outbox:
     Raises:
         ConfigError: a setting is invalid; the message names it and what is accepted.
     """
-
-    def __init__(
-        self,
-        transport: Transport,
-        *,
-        max_events: int = 10_000,
-        max_bytes: int = 64 * MiB,
-        policy: Policy | str = Policy.DROP_OLDEST,
-        block_timeout: float = 0.1,
-        max_batch_events: int | None = None,
-        max_batch_bytes: int | None = None,
-        linger: float = 0.1,
-        shutdown_timeout: float = 5.0,
-        send_timeout: float = 30.0,
-        backoff_base: float = 0.1,
-        backoff_cap: float = 30.0,
-        max_retry_after: float = 300.0,
-        poison_attempts: int = 5,
-        max_concurrency: int = 8,
-        circuit_threshold: int = 5,
-        log_interval: float = 30.0,
-        dead_letter: str | os.PathLike[str] | None = None,
-        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
-        spill_dir: str | os.PathLike[str] | None = None,
-        max_spill_bytes: int = SPILL_MAX_BYTES,
-        spill_interval: float = SPILL_INTERVAL,
-        close_at_exit: bool = True,
-        name: str = "outbox",
-    ) -> None:
-        if not isinstance(transport, Transport):
-            raise ConfigError(
-                f"transport={transport!r} is not a transport; pass an object with "
-                "'async send(batch, deadline)' and 'async aclose()', such as outbox.transports.HttpTransport"
-            )
-        self._limits, self._settings = resolve(
-            max_events=max_events,
-            max_bytes=max_bytes,
-            policy=policy,
-            block_timeout=block_timeout,
-            max_batch_events=max_batch_events,
-            max_batch_bytes=max_batch_bytes,
-            linger=linger,
-            shutdown_timeout=shutdown_timeout,
-            send_timeout=send_timeout,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            max_retry_after=max_retry_after,
-            poison_attempts=poison_attempts,
-            max_concurrency=max_concurrency,
-            circuit_threshold=circuit_threshold,
-            log_interval=log_interval,
-        )
-        check_number("dead_letter_max_bytes", dead_letter_max_bytes, minimum=1, integer=True)
-        self._dead_letter: DeadLetter | None = None
-        self._dead_letter_max_bytes = dead_letter_max_bytes
-        if dead_letter is not None:
-            if not isinstance(dead_letter, (str, os.PathLike)) or not os.fspath(dead_letter):
-                raise ConfigError(
-                    f"dead_letter={dead_letter!r} is not a path; pass the path of a JSON-lines file"
-                )
-            # A directory, a missing folder, an unwritable one: a ConfigError naming the path.
-            self._dead_letter = DeadLetter(dead_letter, float(log_interval), dead_letter_max_bytes)
-        self._spill = _make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
-        self._transport = transport
-        self._name = name
-        self._shutdown_timeout = float(shutdown_timeout)
-        self._close_at_exit = close_at_exit
-        self._init_runtime()
-        track(self._after_fork_in_child)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            # Sync code: start the sidecar now, so the first emit does not pay for a thread.
-            self._sidecar.start_thread()
-        # else: async code; `async with` attaches the worker to this loop, or the first emit
-        # starts the thread.
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Outbox:
-        """Build an outbox the way openlineage-python builds its client, from the environment.
-
-        The transport follows openlineage-python's rules (``OPENLINEAGE_DISABLED``,
-        ``OPENLINEAGE__TRANSPORT__*``, ``OPENLINEAGE_CONFIG``/``openlineage.yml``,
-        ``OPENLINEAGE_URL``; the console when nothing is set).  The outbox's own knobs
-        come from ``OUTBOX_*`` variables (``OUTBOX_MAX_EVENTS``, ``OUTBOX_POLICY``,
-        ``OUTBOX_LINGER``, ...); keyword arguments override both.
-
-        With ``OPENLINEAGE_DISABLED=true`` the outbox accepts nothing: ``emit`` returns
-        False and counts the event under ``disabled``.
-
-        Args:
-            environ: the variables to read (default: ``os.environ``).
-            **overrides: ``Outbox`` keyword arguments, winning over ``OUTBOX_*``.
-
-        Raises:
-            ConfigError: a variable is invalid; the message names it, its value and
-                what is accepted.
-        """
-        return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
-
-    def _effective_settings(self) -> dict[str, Any]:
-        """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
-        dead_letter = self._dead_letter.path if self._dead_letter is not None else None
-        settings = in_force(
-            self._limits, self._settings, self._shutdown_timeout, dead_letter, self._dead_letter_max_bytes
-        )
-        spill = self._spill
-        if spill is not None:
-            settings["spill_dir"] = spill.directory
-            settings["max_spill_bytes"] = spill.max_bytes
-            settings["spill_interval"] = spill.interval
-        return settings
-
-    @classmethod
-    def _from_environment(
-        cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
-    ) -> Outbox:
-        from ._config import resolve_transport_config
-        from .transports import MemoryTransport, transport_from_config
-
-        settings = from_variables(env, overrides)
-        resolved = resolve_transport_config(env, read_files=read_files)
-        if resolved.disabled or (resolved.config or {}).get("type") == "noop":
-            outbox = cls(MemoryTransport(), **settings)
-            with outbox._buffer.lock:
-                outbox._buffer.close_locked(Reason.DISABLED)
-            return outbox
-        return cls(transport_from_config(resolved), **settings)
-
-    def _init_runtime(self) -> None:
-        """(Re)build everything that belongs to one process: buffer, sidecar, state."""
-        limits = self._limits
-        self._buffer = Buffer(
-            max_events=limits.max_events,
-            max_bytes=limits.max_bytes,
-            policy=limits.policy,
-            block_timeout=limits.block_timeout,
-        )
-        if self._spill is not None:
-            # Events of a process that died with this spill directory go first.
-            with self._buffer.lock:
-                self._spill.feed_locked(self._buffer)
-        self._block = limits.policy is Policy.BLOCK
-        self._block_timeout = limits.block_timeout
-        self._metrics = Metrics(self._name, self._buffer, self._spill)
-        members = None
-        if fans_out(self._transport):
-            # Each member its own buffer, worker and thread; this outbox's worker is their intake.
-            members = FanOut.build(
-                self._transport,  # type: ignore[arg-type]
-                self._name,
-                max_events=limits.max_events,
-                max_bytes=limits.max_bytes,
-                policy=limits.policy,
-                settings=self._settings,
-                shutdown_timeout=self._shutdown_timeout,
-                dead_letter=self._dead_letter,
-            )
-        self._sidecar = Sidecar(
-            self._buffer,
-            members.hand_off if members is not None else self._transport,
-            self._settings,
-            self._metrics,
-            name=self._name,
-            shutdown_timeout=self._shutdown_timeout,
-            close_at_exit=self._close_at_exit,
-            dead_letter=self._dead_letter,
-            members=members,
-            spill=self._spill,
-        )
-        # Dropped without close(): drain in the background (the exit hook waits for it).
-        self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
-        self._finalizer.atexit = False
 
     # -- the hot path -----------------------------------------------------------------------
 
@@ -380,22 +193,7 @@ class Outbox:
 
         return close_on_signal(self._current_sidecar, signums)
 
-    def _current_sidecar(self) -> Sidecar:
-        """This process's sidecar (a forked child builds its own)."""
-        return self._sidecar
-
     # -- flush ----------------------------------------------------------------------------
-
-    def _flush_target(self) -> int | None:
-        """Ask the worker to send everything emitted so far now; None if nothing is pending."""
-        buf = self._buffer
-        with buf.lock:
-            target = buf.next_seq - 1
-            if buf.lowest_unsettled_locked() > target:
-                return None
-            buf.ask_flush_locked(target)
-        self._sidecar.wake()
-        return target
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event emitted before this call is delivered or dropped.
@@ -416,17 +214,12 @@ class Outbox:
         buf = self._buffer
         if buf.owned():
             return False
-        target = self._flush_target()
+        target = flush_target(buf, self._sidecar.wake)
         members = self._sidecar.members
         if target is None and members is None:
             return True
         self._refuse_on_own_loop("flush", "aflush")
-        if target is not None and not _settled_by(buf, target, deadline):
-            return False
-        if members is None:
-            return True
-        # A composite's: handed on to every member; now each member's own sending.
-        return all(_settled_by(b, t, deadline) for b, t in members.flush_targets())
+        return settled(buf, target, members, deadline)
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` for async code: waits without blocking the running loop."""
@@ -435,18 +228,8 @@ class Outbox:
         buf = self._buffer
         if buf.owned():
             return False
-        target = self._flush_target()
-        if target is not None and not await wait_async(
-            buf, lambda: buf.lowest_unsettled_locked() > target, deadline
-        ):
-            return False
-        members = self._sidecar.members
-        if members is None:
-            return True
-        for member_buf, member_target in members.flush_targets():
-            if not await wait_async(member_buf, _settled_past(member_buf, member_target), deadline):
-                return False
-        return True
+        target = flush_target(buf, self._sidecar.wake)
+        return await settled_async(buf, target, self._sidecar.members, deadline)
 
     # -- close ---------------------------------------------------------------------------
 
@@ -506,27 +289,7 @@ class Outbox:
 
     def stats(self) -> Stats:
         """A consistent snapshot of the counters (see :class:`Stats`)."""
-        buf = self._buffer
-        sidecar = self._sidecar
-        worker = sidecar.worker
-        if buf.owned():  # re-entered from a signal handler: read as it stands
-            snap = buf.snapshot_unlocked()
-        else:
-            with buf.lock:
-                snap = buf.snapshot_locked()
-        if sidecar.members is not None:
-            members = sidecar.members.stats()
-        else:
-            member_stats = getattr(self._transport, "member_stats", None)
-            members = member_stats() if callable(member_stats) else {}
-        return Stats(
-            **snap,
-            last_error=sidecar.last_error(),
-            circuit=worker.circuit.value if worker else "closed",
-            members=members,
-            dead_letter=self._dead_letter.counts() if self._dead_letter is not None else {},
-            spill=self._spill.stats() if self._spill is not None else {},
-        )
+        return self._sidecar.stats()
 
     @property
     def transport(self) -> Transport:
@@ -556,56 +319,3 @@ class Outbox:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-    # -- fork ---------------------------------------------------------------------------------
-
-    def _after_fork_in_child(self) -> None:
-        # The parent's sidecar thread does not exist here; its locks may be held; its loop
-        # and transport belong to the parent.  Start over, empty, with a fresh transport
-        # built from the same configuration: the parent still owns (and delivers) what it
-        # had buffered.
-        old = self._sidecar
-        self._finalizer.detach()
-        INHERITED.append((old, self._transport))
-        clone = getattr(self._transport, "clone", None)
-        if callable(clone):
-            self._transport = clone()
-        elif old.state is not State.NEW:
-            logger.warning(
-                "%r has no clone(): the forked child shares its parent's transport object", self._transport
-            )
-        if self._spill is not None:
-            self._spill = self._spill.for_child()
-        self._init_runtime()
-        if old.state in (State.CLOSING, State.CLOSED):
-            with self._buffer.lock:
-                self._buffer.close_locked()
-            self._sidecar.state = State.CLOSED
-            self._sidecar.report = old.report
-
-
-def _settled_past(buf: Buffer, target: int) -> Callable[[], bool]:
-    return lambda: buf.lowest_unsettled_locked() > target
-
-
-def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
-    """Wait until every event of ``buf`` up to ``target`` is settled, or ``deadline``."""
-    with buf.lock:
-        while buf.lowest_unsettled_locked() <= target:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            buf.progress.wait(remaining)
-    return True
-
-
-def _make_spill(directory: Any, max_bytes: Any, interval: Any, log_interval: float) -> Spill | None:
-    check_number("max_spill_bytes", max_bytes, minimum=1, integer=True)
-    check_number("spill_interval", interval, minimum=0, above=True)
-    if directory is None:
-        return None
-    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-        raise ConfigError(
-            f"spill_dir={directory!r} is not a path; pass the path of a directory on local disk"
-        )
-    return Spill(directory, max_bytes=max_bytes, interval=float(interval), log_interval=log_interval)

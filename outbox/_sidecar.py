@@ -24,7 +24,7 @@ from ._lifecycle import no_longer_closes_at_exit, started
 from ._log import logger
 from ._slices import install
 from ._spill import Spill
-from ._stats import CloseReport
+from ._stats import CloseReport, Stats
 from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
@@ -129,6 +129,15 @@ class Sidecar:
         # objects it queues meanwhile count at the first estimate, however large they are.
         # Started here, off the hot path, within a bound.
         worker.ready.wait(_READY_WITHIN)
+
+    def start_in_sync_code(self) -> None:
+        """Start the thread now when called from sync code (no running loop), so that the first
+        emit does not pay for it.  From async code, ``async with`` attaches the worker to the
+        running loop, or the first emit starts the thread."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.start_thread()
 
     def _start_on_first_wake(self) -> None:
         """The wake of a sidecar that has not started (an outbox made in async code, emitted
@@ -384,6 +393,29 @@ class Sidecar:
         if self.stopped is not None:
             return f"the worker stopped: {self.stopped}"
         return self.worker.last_error if self.worker is not None else None
+
+    def stats(self) -> Stats:
+        """A consistent snapshot of the counters (``Outbox.stats``)."""
+        buf = self.buffer
+        worker = self.worker
+        if buf.owned():  # re-entered from a signal handler: read as it stands
+            snap = buf.snapshot_unlocked()
+        else:
+            with buf.lock:
+                snap = buf.snapshot_locked()
+        if self.members is not None:
+            members = self.members.stats()
+        else:
+            member_stats = getattr(self.transport, "member_stats", None)
+            members = member_stats() if callable(member_stats) else {}
+        return Stats(
+            **snap,
+            last_error=self.last_error(),
+            circuit=worker.circuit.value if worker else "closed",
+            members=members,
+            dead_letter=self.dead_letter.counts() if self.dead_letter is not None else {},
+            spill=self.spill.stats() if self.spill is not None else {},
+        )
 
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:

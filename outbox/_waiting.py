@@ -1,5 +1,5 @@
 """Waiting for the buffer without spinning: for room under the ``block`` policy (a thread, or
-a coroutine that must not block its loop), and for progress (``aflush``).  Off the hot path:
+a coroutine that must not block its loop), and for progress (``flush``, ``aflush``).  Off the hot path:
 ``emit_async`` comes here only under ``block``; a thread that blocks in ``emit`` waits in
 ``Buffer.put``."""
 
@@ -9,11 +9,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._buffer import Buffer, Reason
 
-__all__ = ["put_async", "wait_async"]
+if TYPE_CHECKING:
+    from ._fanout import FanOut
+
+__all__ = ["flush_target", "put_async", "settled", "settled_async", "wait_async"]
 
 
 async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> int:
@@ -74,3 +77,53 @@ async def wait_async(buf: Buffer, ready: Callable[[], bool], deadline: float) ->
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def flush_target(buf: Buffer, wake: Callable[[], None]) -> int | None:
+    """Ask the worker (woken by ``wake``) to send everything emitted so far now: the sequence
+    number to wait for, or None if nothing is pending."""
+    with buf.lock:
+        target = buf.next_seq - 1
+        if buf.lowest_unsettled_locked() > target:
+            return None
+        buf.ask_flush_locked(target)
+    wake()
+    return target
+
+
+def settled(buf: Buffer, target: int | None, members: FanOut | None, deadline: float) -> bool:
+    """``flush``'s wait, until ``deadline``: every event of ``buf`` up to ``target`` (None:
+    none pending) settled, then, for a composite, what each member was handed (now each
+    member's own sending).  Whether they all were in time."""
+    if target is not None and not _settled_by(buf, target, deadline):
+        return False
+    if members is None:
+        return True
+    return all(_settled_by(b, t, deadline) for b, t in members.flush_targets())
+
+
+async def settled_async(buf: Buffer, target: int | None, members: FanOut | None, deadline: float) -> bool:
+    """:func:`settled` without blocking the running loop (``aflush``)."""
+    if target is not None and not await wait_async(buf, _settled_past(buf, target), deadline):
+        return False
+    if members is None:
+        return True
+    for member_buf, member_target in members.flush_targets():
+        if not await wait_async(member_buf, _settled_past(member_buf, member_target), deadline):
+            return False
+    return True
+
+
+def _settled_past(buf: Buffer, target: int) -> Callable[[], bool]:
+    return lambda: buf.lowest_unsettled_locked() > target
+
+
+def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
+    """Wait until every event of ``buf`` up to ``target`` is settled, or ``deadline``."""
+    with buf.lock:
+        while buf.lowest_unsettled_locked() <= target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            buf.progress.wait(remaining)
+    return True

@@ -93,7 +93,7 @@ class DownFor:
 
 
 class Consumer:
-    """What ``_lag`` asks of the consumer: partition 0 fetched from offset 0 and never committed
+    """What ``_Offsets.lag`` asks of the consumer: partition 0 fetched from offset 0 and never committed
     (held), partition 1 never fetched by the loop, its position at 20 of 50."""
 
     def assignment(self) -> set[str]:
@@ -128,7 +128,7 @@ def make(clock: Clock, waits: Waits, failures: int, lines: list[str], **kw: Any)
         **kw,
     )
     forwarder._consumer = Consumer()
-    forwarder._held = {"p0": 0}
+    forwarder._offsets.held = {"p0": 0}
     waits.forwarder = forwarder
     return forwarder, backend
 

@@ -1,4 +1,5 @@
-"""The library's shape: no import circle among its modules at run time (issue 21).
+"""The library's shape (issue 21): no import circle among its modules at run time, and no
+file, class or function too long to read in one sitting.
 
 Every import is followed, module level and function level alike; only those under
 ``if TYPE_CHECKING:`` are not (they never run)."""
@@ -99,3 +100,64 @@ def test_no_import_circle_among_the_librarys_modules():
     assert len(graph) > 40  # it read the library
     assert "outbox._serde" in graph["outbox._intake"]  # and followed its imports
     assert circles(graph) == []
+
+
+# -- sizes (issue 21): each part readable in one sitting ------------------------------------
+
+MAX_FILE_LINES = 650
+MAX_CLASS_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def oversized(path: Path, source: str) -> list[str]:
+    """What in ``source`` (the text of ``path``) is over the limits: the file, a class or a
+    function (methods and nested functions included), as measured by ``ast``: from its
+    ``def``/``class`` line (decorators not counted) to its last line."""
+    found = []
+    lines = len(source.splitlines())
+    if lines > MAX_FILE_LINES:
+        found.append(f"{path}: file of {lines} lines (limit {MAX_FILE_LINES})")
+    tree = ast.parse(source)
+    scopes: list[tuple[ast.AST, str]] = [(tree, "")]
+    while scopes:
+        node, prefix = scopes.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                size = (child.end_lineno or child.lineno) - child.lineno + 1
+                limit = MAX_CLASS_LINES if isinstance(child, ast.ClassDef) else MAX_FUNCTION_LINES
+                if size > limit:
+                    kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                    found.append(f"{path}:{child.lineno}: {kind} {name} of {size} lines (limit {limit})")
+                scopes.append((child, f"{name}."))
+            else:
+                scopes.append((child, prefix))
+    return found
+
+
+def test_the_size_checker_finds_a_long_file_class_and_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    function = f"def f():\n{body}\n"
+    assert oversized(Path("f.py"), function) == [
+        f"f.py:1: function f of {MAX_FUNCTION_LINES + 1} lines (limit 60)"
+    ]
+    method = "class C:\n" + "\n".join("    " + line for line in function.splitlines()) + "\n"
+    assert oversized(Path("c.py"), method) == [
+        f"c.py:2: function C.f of {MAX_FUNCTION_LINES + 1} lines (limit 60)"
+    ]
+    nested = "if True:\n" + "\n".join("    " + line for line in function.splitlines()) + "\n"
+    assert len(oversized(Path("n.py"), nested)) == 1  # found under an if, too
+    big = "class C:\n" + "\n".join(f"    def m{i}(self):\n        pass" for i in range(MAX_CLASS_LINES // 2))
+    assert oversized(Path("b.py"), big) == [f"b.py:1: class C of {MAX_CLASS_LINES + 1} lines (limit 400)"]
+    long_file = "\n".join(f"x{i} = {i}" for i in range(MAX_FILE_LINES + 1)) + "\n"
+    assert oversized(Path("l.py"), long_file) == [f"l.py: file of {MAX_FILE_LINES + 1} lines (limit 650)"]
+    assert oversized(Path("ok.py"), function.replace("    x0 = 0\n", "")) == []
+
+
+def test_no_library_file_class_or_function_over_the_limits():
+    paths = sorted(ROOT.rglob("*.py"))
+    assert len(paths) > 40  # it read the library
+    found = [
+        problem for path in paths for problem in oversized(path.relative_to(ROOT.parent), path.read_text())
+    ]
+    assert found == [], "\n".join(found)

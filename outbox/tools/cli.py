@@ -19,6 +19,8 @@ from . import _args
 __all__ = ["main"]
 
 if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
+    from .forward import Forwarder
+
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
@@ -147,32 +149,44 @@ def _sink(args: argparse.Namespace) -> int:
 
 def _forward(args: argparse.Namespace) -> int:
     import asyncio
-    import os
     import signal
+
+    from .forward import BrokersUnreachable
+
+    forwarder = _forwarder(args)
+    if isinstance(forwarder, str):
+        print(f"outbox forward: {forwarder}", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, forwarder.stop)
+        await forwarder.run()
+
+    try:
+        asyncio.run(run())
+    except BrokersUnreachable as exc:
+        print(f"outbox forward: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _forwarder(args: argparse.Namespace) -> Forwarder | str:
+    """The forwarder ``outbox forward``'s arguments ask for, or what is wrong with them."""
+    import os
 
     from .._errors import ConfigError
     from ..transports import HttpTransport
     from ..transports._http_settings import secret_text
-    from .forward import BrokersUnreachable, Forwarder
+    from .forward import Forwarder
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")
     if not url:
-        print(
-            "outbox forward: give --url or set OPENLINEAGE_URL (the HTTP backend to post to)", file=sys.stderr
-        )
-        return 2
-    try:
-        kafka_config = json.loads(args.kafka_config) if args.kafka_config else {}
-    except json.JSONDecodeError as exc:
-        kafka_config = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
-    if not isinstance(kafka_config, dict):
-        why = kafka_config if isinstance(kafka_config, str) else "is not a JSON object"
-        print(
-            f"outbox forward: --kafka-config {why}; give an object such as "
-            '\'{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}\'',
-            file=sys.stderr,
-        )
-        return 2
+        return "give --url or set OPENLINEAGE_URL (the HTTP backend to post to)"
+    kafka_config = _kafka_config(args.kafka_config)
+    if isinstance(kafka_config, str):
+        return kafka_config
     kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
     try:
         # Named as the user gave it (HttpTransport's own message names the variables).
@@ -189,7 +203,7 @@ def _forward(args: argparse.Namespace) -> int:
             batch_format=args.batch_format,
             api_key=api_key,
         )
-        forwarder = Forwarder(
+        return Forwarder(
             kafka_config,
             args.topic,
             transport,
@@ -202,21 +216,22 @@ def _forward(args: argparse.Namespace) -> int:
             print_line=lambda line: print(line, flush=True),
         )
     except ConfigError as exc:
-        print(f"outbox forward: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, forwarder.stop)
-        await forwarder.run()
 
+def _kafka_config(raw: str | None) -> dict[str, object] | str:
+    """``--kafka-config``'s JSON object, or what is wrong with it."""
     try:
-        asyncio.run(run())
-    except BrokersUnreachable as exc:
-        print(f"outbox forward: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        config = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        config = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
+    if isinstance(config, dict):
+        return config
+    why = config if isinstance(config, str) else "is not a JSON object"
+    return (
+        f"--kafka-config {why}; give an object such as "
+        '\'{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}\''
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -367,23 +382,7 @@ def _add_forward(commands: Commands) -> None:
     fwd.add_argument("--group-id", default="outbox-forward", help="consumer group (default outbox-forward)")
     fwd.add_argument("--kafka-config", help="librdkafka-style JSON settings (security, client.id, ...)")
     fwd.add_argument("--dead-letter-topic", help="where records that are not events go (default: skip them)")
-    fwd.add_argument("--url", help="the HTTP backend (default $OPENLINEAGE_URL)")
-    fwd.add_argument(
-        "--endpoint", default="api/v1/lineage", help="single-event path (default api/v1/lineage)"
-    )
-    fwd.add_argument(
-        "--batch-endpoint", default="api/v1/lineage/batch", help="batch path (default api/v1/lineage/batch)"
-    )
-    fwd.add_argument(
-        "--mode", choices=["auto", "batch", "single"], default="auto", help="HTTP mode (default auto)"
-    )
-    fwd.add_argument(
-        "--batch-format",
-        choices=["array", "openmetadata"],
-        default="array",
-        help="batch body: the spec's JSON array (default), or OpenMetadata's {\"events\": [...]}",
-    )
-    fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
+    _add_http_backend_arguments(fwd)
     fwd.add_argument(
         "--progress-interval",
         type=_args.seconds_or_zero,
@@ -410,6 +409,27 @@ def _add_forward(commands: Commands) -> None:
         "SIGTERM (default: exit 1 at once, naming them)",
     )
     fwd.set_defaults(func=_forward)
+
+
+def _add_http_backend_arguments(fwd: argparse.ArgumentParser) -> None:
+    """``outbox forward``'s HTTP side: where and how it posts (HttpTransport's settings)."""
+    fwd.add_argument("--url", help="the HTTP backend (default $OPENLINEAGE_URL)")
+    fwd.add_argument(
+        "--endpoint", default="api/v1/lineage", help="single-event path (default api/v1/lineage)"
+    )
+    fwd.add_argument(
+        "--batch-endpoint", default="api/v1/lineage/batch", help="batch path (default api/v1/lineage/batch)"
+    )
+    fwd.add_argument(
+        "--mode", choices=["auto", "batch", "single"], default="auto", help="HTTP mode (default auto)"
+    )
+    fwd.add_argument(
+        "--batch-format",
+        choices=["array", "openmetadata"],
+        default="array",
+        help="batch body: the spec's JSON array (default), or OpenMetadata's {\"events\": [...]}",
+    )
+    fwd.add_argument("--api-key", help="bearer token (default $OPENLINEAGE_API_KEY)")
 
 
 def _add_replay(commands: Commands) -> None:

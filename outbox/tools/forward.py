@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -140,6 +140,61 @@ class ForwardStats:
     lag: int = 0
 
 
+class _Offsets:
+    """The forwarder's at-least-once bookkeeping, per partition: the first offset fetched and
+    not yet settled (what the lag counts from), and the commit once a batch is settled."""
+
+    def __init__(self, log: RateLimitedLog) -> None:
+        self._log = log
+        #: Per partition: the first offset fetched and not yet settled.
+        self.held: dict[Any, int] = {}
+
+    def fetched(self, batches: Mapping[Any, Sequence[Any]], assigned: Collection[Any]) -> None:
+        """A poll returned ``batches`` (records by partition) with ``assigned`` partitions."""
+        for partition in [p for p in self.held if p not in assigned]:
+            del self.held[partition]  # revoked: another forwarder's now
+        for partition, records in batches.items():
+            self.held.setdefault(partition, records[0].offset)
+
+    async def settled(self, consumer: Any, partition: Any, offset: int) -> bool:
+        """Every record of ``partition`` before ``offset`` is settled: commit it.  False if the
+        commit failed (logged): then whoever owns the partition next sends them again."""
+        from aiokafka.errors import KafkaError
+
+        try:
+            await consumer.commit({partition: offset})
+            committed = True
+        except KafkaError as exc:
+            # The partition moved to another forwarder, or the broker is away: these records
+            # are sent again by whoever owns the partition next (at least once).
+            self._log.warning("commit", "could not commit %s at %d: %s", partition, offset, exc)
+            committed = False
+        self.held.pop(partition, None)
+        return committed
+
+    async def lag(self, consumer: Any) -> tuple[int, int]:
+        """(records from the first one not yet settled to the partition's end, summed over the
+        assigned partitions whose end is known; partitions whose end is not known yet).  No
+        broker round trip: the end is what the last fetch said."""
+        from aiokafka.errors import KafkaError
+
+        lag = unknown = 0
+        for partition in consumer.assignment():
+            highwater = consumer.highwater(partition)
+            if highwater is None:
+                unknown += 1
+                continue
+            first = self.held.get(partition)
+            if first is None:
+                try:  # known (no round trip) once the partition has been fetched
+                    first = await asyncio.wait_for(consumer.position(partition), 1.0)
+                except (KafkaError, TimeoutError):
+                    unknown += 1
+                    continue
+            lag += max(0, highwater - first)
+        return lag, unknown
+
+
 class Forwarder:
     """Forwards ``topic`` to ``transport``.
 
@@ -199,10 +254,7 @@ class Forwarder:
         self._print = print_line or (lambda line: logger.info("%s", line))
         self._log = RateLimitedLog(30.0)
         self.stats = ForwardStats()
-        #: Per partition: the offset after the last one committed.
-        self._positions: dict[Any, int] = {}
-        #: Per partition: the first offset fetched and not yet settled.
-        self._held: dict[Any, int] = {}
+        self._offsets = _Offsets(self._log)
         self._consumer: Any = None
         self._stopping = asyncio.Event()
         self._drain_deadline = float("inf")
@@ -328,17 +380,12 @@ class Forwarder:
                     await poll
                 break
             batches = poll.result()
-            assigned = consumer.assignment()
-            for partition in [p for p in self._held if p not in assigned]:
-                del self._held[partition]  # revoked: another forwarder's now
-            for partition, records in batches.items():
-                self._held.setdefault(partition, records[0].offset)
+            self._offsets.fetched(batches, consumer.assignment())
             for partition, records in batches.items():
                 if not await self._forward(records, dead_letters):
                     return  # stopping before this batch was settled: leave it uncommitted
-                await self._commit(consumer, partition, records[-1].offset + 1)
-                self._positions[partition] = records[-1].offset + 1
-                self._held.pop(partition, None)
+                if await self._offsets.settled(consumer, partition, records[-1].offset + 1):
+                    self.stats.commits += 1
             if self._progress_due():
                 await self._progress()
 
@@ -499,45 +546,11 @@ class Forwarder:
             if self._stopping.is_set():
                 return False
 
-    async def _commit(self, consumer: Any, partition: Any, offset: int) -> None:
-        from aiokafka.errors import KafkaError
-
-        try:
-            await consumer.commit({partition: offset})
-            self.stats.commits += 1
-        except KafkaError as exc:
-            # The partition moved to another forwarder, or the broker is away: these records
-            # are sent again by whoever owns the partition next (at least once).
-            self._log.warning("commit", "could not commit %s at %d: %s", partition, offset, exc)
-
-    async def _lag(self) -> tuple[int, int]:
-        """(records from the first one not yet settled to the partition's end, summed over the
-        assigned partitions whose end is known; partitions whose end is not known yet).  No
-        broker round trip: the end is what the last fetch said."""
-        from aiokafka.errors import KafkaError
-
-        consumer = self._consumer
-        lag = unknown = 0
-        for partition in consumer.assignment():
-            highwater = consumer.highwater(partition)
-            if highwater is None:
-                unknown += 1
-                continue
-            first = self._held.get(partition)
-            if first is None:
-                try:  # known (no round trip) once the partition has been fetched
-                    first = await asyncio.wait_for(consumer.position(partition), 1.0)
-                except (KafkaError, TimeoutError):
-                    unknown += 1
-                    continue
-            lag += max(0, highwater - first)
-        return lag, unknown
-
     async def _progress(self) -> None:
         self._previous_progress, self._last_progress = self._last_progress, time.monotonic()
         if self._consumer is None:
             return
-        lag, unknown = await self._lag()
+        lag, unknown = await self._offsets.lag(self._consumer)
         self.stats.lag = lag
         line = ", ".join(f"{k} {v}" for k, v in asdict(self.stats).items() if k != "commits")
         if unknown:

@@ -26,11 +26,14 @@ import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .._deadletter import Entry, Torn, progress_path, scan
 from .._errors import ConfigError
 from ..transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
+
+if TYPE_CHECKING:
+    from .._stats import CloseReport
 
 __all__ = ["Busy", "Progress", "replay"]
 
@@ -287,6 +290,16 @@ def _run(
         report = outbox.close(max(0.0, deadline - time.monotonic()))
     finally:
         waiting.cancel()
+    _report(path, tally, report, record, timeout, err)
+    # With --console the events are standard output: the summary goes beside them, on err.
+    print(_summary(path, tally, report, record, timeout), file=err if transport.console else out, flush=True)
+    return 0 if report.complete and not tally.unsent else 1
+
+
+def _report(
+    path: str, tally: _Tally, report: CloseReport, record: Progress, timeout: float, err: TextIO
+) -> None:
+    """The replay's problems, on ``err``: torn records, and progress that could not be recorded."""
     if tally.torn:
         torn = tally.torn
         lines = ", ".join(str(t.line) for t in torn[:10]) + (", ..." if len(torn) > 10 else "")
@@ -295,6 +308,16 @@ def _run(
             "cut off mid-record (a crash or a full disk); what they held cannot be recovered",
             file=err,
         )
+    if record.error:
+        print(
+            f"outbox replay: {record.error}: events delivered since are not recorded, and a rerun "
+            "sends them again",
+            file=err,
+        )
+
+
+def _summary(path: str, tally: _Tally, report: CloseReport, record: Progress, timeout: float) -> str:
+    """The replay's one summary line: what was delivered, and what is left for the next run."""
     # Nothing is lost here: what was not delivered is not recorded, so it stays for a rerun.
     left = dict(report.undelivered)
     said = f"replayed {tally.sent} events from {path}: delivered {report.delivered}"
@@ -317,15 +340,7 @@ def _run(
         parts.append(
             f"{tally.not_replayable} record(s) hold no JSON event (event_text, event_repr): not sent"
         )
-    if record.error:
-        print(
-            f"outbox replay: {record.error}: events delivered since are not recorded, and a rerun "
-            "sends them again",
-            file=err,
-        )
-    # With --console the events are standard output: the summary goes beside them, on err.
-    print("; ".join(parts), file=err if transport.console else out, flush=True)
-    return 0 if report.complete and not tally.unsent else 1
+    return "; ".join(parts)
 
 
 def _send(file: Any, outbox: Any, transport: _Recording, done: Counter[str], deadline: float) -> _Tally:

@@ -1,0 +1,288 @@
+"""The buffer's holdings: what it holds, queued and in flight, by count and by bytes, and what
+an object event may still take.
+
+:class:`Buffer` is these holdings with an admission policy on top (who gets in, what is shed
+when full, who waits).  This part decides nothing: it moves events between queued and in
+flight, prices them (exact sizes, and objects at a running estimate), and derives from that
+the two numbers ``emit``'s fast path compares (:meth:`Holdings._recompute_locked`).  Its state
+lives on the buffer itself (a base class, ``__slots__``), so that the fast path reads it
+without going through another object.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from itertools import accumulate, islice, repeat, starmap
+from typing import Any
+
+from ._serde import SerializedEvent
+
+__all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "is_exact"]
+
+_INF = float("inf")
+
+# An event taken by the worker: (sequence number, the event as given, its size in bytes:
+# exact for str/bytes, an estimate for objects until the worker serializes them).
+Entry = tuple[int, Any, int]
+
+#: What an object counts for until the sidecar has measured one: emit never serializes, so
+#: the size of an object event is unknown until the sidecar does.  4 KiB is several times a
+#: typical event (0.5-1 KiB), and small enough that the default 64 MiB holds more objects than
+#: the default max_events (10,000): a burst at start-up is never dropped for its estimate.
+FIRST_ESTIMATE = 4096
+_TEXT = (str, bytes, bytearray)
+
+
+def is_exact(event: Any) -> bool:
+    """Whether an event's size is known exactly (text, or serialized by the sidecar), rather
+    than counted at the running estimate of an object's size."""
+    return event.__class__ is SerializedEvent or isinstance(event, _TEXT)
+
+
+class Holdings:
+    """What the buffer holds and what an object may still take (see the module docstring).
+
+    The fast path's two numbers: what an object may still take, kept as a queue length,
+    ``object_room``, and when the worker must be woken, as another, ``wake_at_objects``; both
+    recomputed by every method that changes the accounts.  Counts that would cost ``emit`` an
+    addition are derived: ``accepted`` from the sequence numbers, ``estimated`` (objects
+    queued at the estimate) from the queue's length.  The caller holds the buffer's lock for
+    every ``_locked`` method.
+    """
+
+    __slots__ = (
+        "closed",
+        "estimate",
+        "exact_bytes",
+        "exact_count",
+        "head_seq",
+        "in_flight",
+        "in_flight_bytes",
+        "in_flight_low",
+        "max_bytes",
+        "max_events",
+        "measured",
+        "object_room",
+        "queue",
+        "shed_newest",
+        "sizes",
+        "wake_at_bytes",
+        "wake_at_events",
+        "wake_at_objects",
+    )
+
+    def __init__(self, *, max_events: int, max_bytes: int) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        # The queue is two parallel deques rather than one of tuples, so that emit allocates
+        # no object the garbage collector tracks (and never triggers a collection).  The
+        # event at queue[i] has sequence number head_seq + i; sizes[i] is its exact size, or 0
+        # for an object counted at the running ``estimate`` (emit never serializes).
+        self.queue: deque[Any] = deque()
+        self.sizes: deque[int] = deque()
+        self.head_seq = 0
+        # The newest queued events shed under drop_newest (their sequence numbers are reused).
+        self.shed_newest = 0
+        # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
+        # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
+        # an exact size (exact_bytes in all); the others are objects (``estimated``).
+        self.exact_bytes = 0
+        self.exact_count = 0
+        self.in_flight = 0
+        self.in_flight_bytes = 0
+        # Lowest sequence number among in-flight events (inf when none).
+        self.in_flight_low: float = _INF
+        # Closed: no room for anything more.
+        self.closed = False
+        # The worker asks to be woken when the queue reaches these sizes.
+        self.wake_at_events: float = 1
+        self.wake_at_bytes: float = _INF
+        # The fast path's two numbers (see the class docstring): an object is appended while
+        # the queue is shorter than object_room, and the worker woken when it reaches
+        # wake_at_objects.  0 (no fast path) until the first object is measured.
+        self.object_room: float = 0
+        self.wake_at_objects: float = 1
+        # Running estimate of a serialized object event's size, learnt by the sidecar (which
+        # serializes every object it sends, and samples the newest queued ones while it is
+        # behind); ``measured`` once it has measured one.  Until then the first object queued
+        # wakes the sidecar, which measures it at once.
+        self.estimate = FIRST_ESTIMATE
+        self.measured = False
+
+    def reestimate_locked(self, observed: int) -> int:
+        """Take an observed mean size (of object events, serialized) into the estimate: up at
+        once (an estimate that is short lets large events overrun ``max_bytes``), down slowly;
+        every queued object is re-priced with it.  Returns the estimate before."""
+        before = self.estimate
+        grew = not self.measured or observed >= before
+        estimate = observed if grew else (before * 7 + observed) // 8
+        # Within max_bytes, so that an object always fits an empty buffer.
+        self.estimate = min(max(64, estimate), self.max_bytes)
+        self.measured = True
+        self._recompute_locked()
+        return before
+
+    @property
+    def estimated(self) -> int:
+        """Objects queued, counted at the estimate (not serialized yet)."""
+        return len(self.queue) - self.exact_count
+
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far: every one got the next sequence number."""
+        return self.head_seq + len(self.queue) + self.shed_newest
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next accepted event will get."""
+        return self.head_seq + len(self.queue)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued: exact sizes, and the estimate for each object not yet measured."""
+        return self.exact_bytes + self.estimated * self.estimate
+
+    def held_bytes_locked(self) -> int:
+        """Bytes held, queued and in flight: what ``max_bytes`` bounds."""
+        return self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+
+    def has_room_locked(self, nbytes: int) -> bool:
+        """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
+        held = self.held_bytes_locked()
+        return len(self.queue) + self.in_flight < self.max_events and (
+            held + (nbytes or self.estimate) <= self.max_bytes
+        )
+
+    def _recompute_locked(self) -> None:
+        """The fast path's numbers, after anything changed the accounts: the queue length up
+        to which objects fit (by count, and by bytes at the estimate), and the one at which
+        the worker asked to be woken."""
+        n = len(self.queue)
+        estimate = self.estimate
+        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes
+        if self.closed or not self.measured:
+            self.object_room = 0
+        else:
+            self.object_room = min(self.max_events - self.in_flight, n + (self.max_bytes - held) // estimate)
+        wake = self.wake_at_events
+        if self.wake_at_bytes != _INF:
+            # objects until the bytes reach wake_at_bytes: ceil(missing / estimate), at least 1
+            wake = min(wake, n + max(1, -(-(self.wake_at_bytes - held) // estimate)))
+        self.wake_at_objects = wake
+
+    def replace_locked(self, index: int, ser: SerializedEvent) -> int:
+        """Put the serialized form of the queued object at ``index`` in its place, at its
+        exact size (the sidecar measured it).  Returns that size."""
+        size = len(ser.body)
+        old = self.sizes[index]
+        if old:
+            self.exact_bytes -= old
+        else:
+            self.exact_count += 1
+        self.exact_bytes += size
+        self.sizes[index] = size
+        self.queue[index] = ser
+        self._recompute_locked()
+        return size
+
+    def _popleft_locked(self) -> int:
+        """Forget the oldest queued event; returns the bytes it counted for."""
+        self.queue.popleft()
+        size = self.sizes.popleft()
+        self.head_seq += 1
+        if size:
+            self.exact_bytes -= size
+            self.exact_count -= 1
+            return size
+        return self.estimate
+
+    def _pop_locked(self) -> int:
+        """Forget the newest queued event; returns the bytes it counted for."""
+        self.queue.pop()
+        size = self.sizes.pop()
+        self.shed_newest += 1  # its sequence number goes to the next event accepted
+        if size:
+            self.exact_bytes -= size
+            self.exact_count -= 1
+            return size
+        return self.estimate
+
+    def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
+        """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the
+        queue to in flight.  The caller holds the lock: this runs at C speed (no Python
+        loop over the events), since every ``emit`` waits for it."""
+        queue, sizes = self.queue, self.sizes
+        n = min(len(queue), max_events)
+        if not n:
+            return []
+        estimate = self.estimate
+        # Each size as it counts: an object's 0 becomes the estimate ({0: e}.get(s, s), at C speed).
+        raw = list(islice(sizes, n))
+        priced = list(map({0: estimate}.get, raw, raw))
+        if n < len(queue) or self.queued_bytes > max_bytes:
+            totals = list(accumulate(priced))
+            if totals[-1] > max_bytes:
+                n = max(1, bisect_right(totals, max_bytes))
+                raw, priced = raw[:n], priced[:n]
+        seq = self.head_seq
+        batch = list(zip(range(seq, seq + n), starmap(queue.popleft, repeat((), n)), priced, strict=False))
+        deque(starmap(sizes.popleft, repeat((), n)), maxlen=0)  # dropped, at C speed
+        objects = raw.count(0)
+        self.in_flight_low = min(self.in_flight_low, seq)
+        self.head_seq = seq + n
+        self.exact_bytes -= sum(raw)
+        self.exact_count -= n - objects
+        self.in_flight += n
+        self.in_flight_bytes += sum(priced)
+        self._recompute_locked()
+        return batch
+
+    def untake_locked(self, entries: list[Entry]) -> bool:
+        """Put events taken last (the newest of the last take, in order) back at the head of
+        the queue, as if they had not been taken.  Returns False, changing nothing, if the
+        policy has evicted newer events from the head meanwhile (then these older ones would
+        have gone first: the caller drops them)."""
+        if self.head_seq != entries[-1][0] + 1:
+            return False
+        queue, sizes = self.queue, self.sizes
+        size = 0
+        for _, event, nbytes in reversed(entries):
+            queue.appendleft(event)
+            size += nbytes
+            if is_exact(event):
+                sizes.appendleft(nbytes)
+                self.exact_bytes += nbytes
+                self.exact_count += 1
+            else:  # an object again, counted at the estimate
+                sizes.appendleft(0)
+        self.head_seq = entries[0][0]
+        self.in_flight -= len(entries)
+        self.in_flight_bytes -= size
+        self._recompute_locked()
+        return True
+
+    def reprice_in_flight_locked(self, delta: int) -> None:
+        """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
+        self.in_flight_bytes += delta
+        self._recompute_locked()
+
+    def clear_locked(self) -> int:
+        """Forget everything held (queued and in flight); returns how many events that was."""
+        held = len(self.queue) + self.in_flight
+        self.head_seq += len(self.queue)
+        self.queue.clear()
+        self.sizes.clear()
+        self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
+        self.in_flight_low = _INF
+        self._recompute_locked()
+        return held
+
+    def lowest_unsettled_locked(self) -> float:
+        """Sequence number of the oldest event not yet delivered or dropped."""
+        return min(self.in_flight_low, self.head_seq)
+
+    def wake_at_locked(self, events: float, nbytes: float) -> None:
+        """Wake the worker once this many events, or bytes, are queued (inf: never)."""
+        self.wake_at_events, self.wake_at_bytes = events, nbytes
+        self._recompute_locked()

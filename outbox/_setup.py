@@ -1,0 +1,329 @@
+"""How an ``Outbox`` is put together (:class:`Assembly`, its base class): its keywords checked
+(each bad one a :class:`ConfigError` naming it, the value and the fix; the worker's knobs by
+``_settings``), the settings in force reported, and the parts of one process built from them:
+the buffer (fed first with what a dead process left in the spill), its metrics, a composite's
+members, the sidecar; built at construction, and again in a forked child (whose parent keeps
+its own).  What an outbox does with them (``emit``, ``flush``, ``close``, ``stats``) is
+``_outbox``'s."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Self, TypeVar
+
+from ._buffer import Buffer, Policy, Reason
+from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
+from ._deadletter import DeadLetter
+from ._errors import ConfigError
+from ._fanout import FanOut, fans_out
+from ._lifecycle import INHERITED, track
+from ._log import logger
+from ._metrics import Metrics
+from ._settings import Limits, check_number, from_variables, in_force, resolve
+from ._sidecar import Sidecar, State
+from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
+from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
+from ._spill import Spill
+from ._worker import WorkerSettings
+from .transports._base import Transport
+
+__all__ = [
+    "Assembly",
+    "Parts",
+    "build_parts",
+    "check_transport",
+    "from_environment",
+    "make_dead_letter",
+    "make_spill",
+    "settings_in_force",
+    "transport_for_child",
+]
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+
+
+def check_transport(transport: Any) -> None:
+    if not isinstance(transport, Transport):
+        raise ConfigError(
+            f"transport={transport!r} is not a transport; pass an object with "
+            "'async send(batch, deadline)' and 'async aclose()', such as outbox.transports.HttpTransport"
+        )
+
+
+def make_dead_letter(path: Any, max_bytes: Any, log_interval: float) -> DeadLetter | None:
+    """The dead-letter file ``dead_letter=path`` asks for (None: off), checked for writing."""
+    check_number("dead_letter_max_bytes", max_bytes, minimum=1, integer=True)
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ConfigError(f"dead_letter={path!r} is not a path; pass the path of a JSON-lines file")
+    # A directory, a missing folder, an unwritable one: a ConfigError naming the path.
+    return DeadLetter(path, log_interval, max_bytes)
+
+
+def make_spill(directory: Any, max_bytes: Any, interval: Any, log_interval: float) -> Spill | None:
+    """The spill ``spill_dir=directory`` asks for (None: off), made if missing, checked for writing."""
+    check_number("max_spill_bytes", max_bytes, minimum=1, integer=True)
+    check_number("spill_interval", interval, minimum=0, above=True)
+    if directory is None:
+        return None
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+        raise ConfigError(
+            f"spill_dir={directory!r} is not a path; pass the path of a directory on local disk"
+        )
+    return Spill(directory, max_bytes=max_bytes, interval=float(interval), log_interval=log_interval)
+
+
+def settings_in_force(
+    limits: Limits,
+    settings: WorkerSettings,
+    shutdown_timeout: float,
+    dead_letter: DeadLetter | None,
+    dead_letter_max_bytes: int,
+    spill: Spill | None,
+) -> dict[str, Any]:
+    """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
+    path = dead_letter.path if dead_letter is not None else None
+    found = in_force(limits, settings, shutdown_timeout, path, dead_letter_max_bytes)
+    if spill is not None:
+        found["spill_dir"] = spill.directory
+        found["max_spill_bytes"] = spill.max_bytes
+        found["spill_interval"] = spill.interval
+    return found
+
+
+def from_environment(
+    make: Callable[..., T], env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
+) -> T:
+    """An outbox made by ``make`` (the ``Outbox`` class) from openlineage-python's transport
+    configuration and the ``OUTBOX_*`` variables (see ``Outbox.from_env``)."""
+    from ._config import resolve_transport_config
+    from .transports import MemoryTransport, transport_from_config
+
+    settings = from_variables(env, overrides)
+    resolved = resolve_transport_config(env, read_files=read_files)
+    if resolved.disabled or (resolved.config or {}).get("type") == "noop":
+        outbox = make(MemoryTransport(), **settings)
+        buf = outbox._buffer  # type: ignore[attr-defined]
+        with buf.lock:
+            buf.close_locked(Reason.DISABLED)
+        return outbox
+    return make(transport_from_config(resolved), **settings)
+
+
+class Parts(NamedTuple):
+    """One process's parts of an outbox."""
+
+    buffer: Buffer
+    metrics: Metrics
+    sidecar: Sidecar
+
+
+def build_parts(
+    transport: Transport,
+    name: str,
+    limits: Limits,
+    settings: WorkerSettings,
+    *,
+    shutdown_timeout: float,
+    close_at_exit: bool,
+    dead_letter: DeadLetter | None,
+    spill: Spill | None,
+) -> Parts:
+    """Build the buffer, metrics, a composite's members and the sidecar of one process."""
+    buffer = Buffer(
+        max_events=limits.max_events,
+        max_bytes=limits.max_bytes,
+        policy=limits.policy,
+        block_timeout=limits.block_timeout,
+    )
+    if spill is not None:
+        # Events of a process that died with this spill directory go first.
+        with buffer.lock:
+            spill.feed_locked(buffer)
+    metrics = Metrics(name, buffer, spill)
+    members = None
+    if fans_out(transport):
+        # Each member its own buffer, worker and thread; this outbox's worker is their intake.
+        members = FanOut.build(
+            transport,  # type: ignore[arg-type]
+            name,
+            max_events=limits.max_events,
+            max_bytes=limits.max_bytes,
+            policy=limits.policy,
+            settings=settings,
+            shutdown_timeout=shutdown_timeout,
+            dead_letter=dead_letter,
+        )
+    sidecar = Sidecar(
+        buffer,
+        members.hand_off if members is not None else transport,
+        settings,
+        metrics,
+        name=name,
+        shutdown_timeout=shutdown_timeout,
+        close_at_exit=close_at_exit,
+        dead_letter=dead_letter,
+        members=members,
+        spill=spill,
+    )
+    return Parts(buffer, metrics, sidecar)
+
+
+def transport_for_child(transport: Transport, parent: Sidecar) -> Transport:
+    """The transport a forked child sends through: a fresh one built from the same
+    configuration (``clone()``), else the parent's object, with a warning if it was in use."""
+    clone = getattr(transport, "clone", None)
+    if callable(clone):
+        child: Transport = clone()
+        return child
+    if parent.state is not State.NEW:
+        logger.warning("%r has no clone(): the forked child shares its parent's transport object", transport)
+    return transport
+
+
+class Assembly:
+    """The making of an :class:`~outbox.Outbox` (its base class; its keywords are documented
+    there): the configuration checked and resolved, this process's parts built, built again
+    in a forked child, and the alternative constructor from the environment."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        max_events: int = 10_000,
+        max_bytes: int = 64 * MiB,
+        policy: Policy | str = Policy.DROP_OLDEST,
+        block_timeout: float = 0.1,
+        max_batch_events: int | None = None,
+        max_batch_bytes: int | None = None,
+        linger: float = 0.1,
+        shutdown_timeout: float = 5.0,
+        send_timeout: float = 30.0,
+        backoff_base: float = 0.1,
+        backoff_cap: float = 30.0,
+        max_retry_after: float = 300.0,
+        poison_attempts: int = 5,
+        max_concurrency: int = 8,
+        circuit_threshold: int = 5,
+        log_interval: float = 30.0,
+        dead_letter: str | os.PathLike[str] | None = None,
+        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        spill_dir: str | os.PathLike[str] | None = None,
+        max_spill_bytes: int = SPILL_MAX_BYTES,
+        spill_interval: float = SPILL_INTERVAL,
+        close_at_exit: bool = True,
+        name: str = "outbox",
+    ) -> None:
+        check_transport(transport)
+        self._limits, self._settings = resolve(
+            max_events=max_events,
+            max_bytes=max_bytes,
+            policy=policy,
+            block_timeout=block_timeout,
+            max_batch_events=max_batch_events,
+            max_batch_bytes=max_batch_bytes,
+            linger=linger,
+            shutdown_timeout=shutdown_timeout,
+            send_timeout=send_timeout,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            max_retry_after=max_retry_after,
+            poison_attempts=poison_attempts,
+            max_concurrency=max_concurrency,
+            circuit_threshold=circuit_threshold,
+            log_interval=log_interval,
+        )
+        self._dead_letter = make_dead_letter(dead_letter, dead_letter_max_bytes, float(log_interval))
+        self._dead_letter_max_bytes = dead_letter_max_bytes
+        self._spill = make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
+        self._transport = transport
+        self._name = name
+        self._shutdown_timeout = float(shutdown_timeout)
+        self._close_at_exit = close_at_exit
+        self._init_runtime()
+        track(self._after_fork_in_child)
+        self._sidecar.start_in_sync_code()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Build an outbox the way openlineage-python builds its client, from the environment.
+
+        The transport follows openlineage-python's rules (``OPENLINEAGE_DISABLED``,
+        ``OPENLINEAGE__TRANSPORT__*``, ``OPENLINEAGE_CONFIG``/``openlineage.yml``,
+        ``OPENLINEAGE_URL``; the console when nothing is set).  The outbox's own knobs
+        come from ``OUTBOX_*`` variables (``OUTBOX_MAX_EVENTS``, ``OUTBOX_POLICY``,
+        ``OUTBOX_LINGER``, ...); keyword arguments override both.
+
+        With ``OPENLINEAGE_DISABLED=true`` the outbox accepts nothing: ``emit`` returns
+        False and counts the event under ``disabled``.
+
+        Args:
+            environ: the variables to read (default: ``os.environ``).
+            **overrides: ``Outbox`` keyword arguments, winning over ``OUTBOX_*``.
+
+        Raises:
+            ConfigError: a variable is invalid; the message names it, its value and
+                what is accepted.
+        """
+        return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
+
+    def _effective_settings(self) -> dict[str, Any]:
+        """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
+        return settings_in_force(
+            self._limits,
+            self._settings,
+            self._shutdown_timeout,
+            self._dead_letter,
+            self._dead_letter_max_bytes,
+            self._spill,
+        )
+
+    @classmethod
+    def _from_environment(
+        cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
+    ) -> Self:
+        return from_environment(cls, env, overrides, read_files=read_files)
+
+    def _init_runtime(self) -> None:
+        """(Re)build everything that belongs to one process: buffer, sidecar, state."""
+        self._buffer, self._metrics, self._sidecar = build_parts(
+            self._transport,
+            self._name,
+            self._limits,
+            self._settings,
+            shutdown_timeout=self._shutdown_timeout,
+            close_at_exit=self._close_at_exit,
+            dead_letter=self._dead_letter,
+            spill=self._spill,
+        )
+        self._block = self._limits.policy is Policy.BLOCK
+        self._block_timeout = self._limits.block_timeout
+        # Dropped without close(): drain in the background (the exit hook waits for it).
+        self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
+        self._finalizer.atexit = False
+
+    def _current_sidecar(self) -> Sidecar:
+        """This process's sidecar (a forked child builds its own)."""
+        return self._sidecar
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's sidecar thread does not exist here; its locks may be held; its loop
+        # and transport belong to the parent.  Start over, empty, with a fresh transport
+        # built from the same configuration: the parent still owns (and delivers) what it
+        # had buffered.
+        old = self._sidecar
+        self._finalizer.detach()
+        INHERITED.append((old, self._transport))
+        self._transport = transport_for_child(self._transport, old)
+        if self._spill is not None:
+            self._spill = self._spill.for_child()
+        self._init_runtime()
+        if old.state in (State.CLOSING, State.CLOSED):
+            with self._buffer.lock:
+                self._buffer.close_locked()
+            self._sidecar.state = State.CLOSED
+            self._sidecar.report = old.report
