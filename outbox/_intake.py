@@ -128,6 +128,10 @@ class Intake:
         (the work is not lost); when they weigh more than estimated, every queued object is
         re-priced at once and the byte bound enforced by the policy."""
         buf = self.buffer
+        if not fresh and not buf.estimated:
+            # No object waits at the estimate (read without the lock: the slices call this
+            # between events, mostly for nothing; a stale read moves a sample by one look).
+            return
         now = time.monotonic()
         picked: list[tuple[int, Any]] = []
         with buf.lock:
