@@ -128,11 +128,15 @@ class Intake:
         (the work is not lost); when they weigh more than estimated, every queued object is
         re-priced at once and the byte bound enforced by the policy."""
         buf = self.buffer
-        if not fresh and not buf.estimated:
-            # No object waits at the estimate (read without the lock: the slices call this
-            # between events, mostly for nothing; a stale read moves a sample by one look).
-            return
         now = time.monotonic()
+        if not fresh and (
+            (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
+            or not buf.estimated
+            or buf.next_seq - 1 == self._sampled_seq
+        ):
+            # Read without the lock first: the slices call this between events, mostly for
+            # nothing (a stale read only moves a sample to the next look).
+            return
         picked: list[tuple[int, Any]] = []
         with buf.lock:
             if not buf.estimated or (buf.measured and not fresh and now < self._sampled_at + SAMPLE_INTERVAL):
