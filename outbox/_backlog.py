@@ -211,10 +211,26 @@ class Backlog(Keys):
         """:meth:`settle` for a lane the backend took whole (the common case, in one pass): a
         fresh key (on the wire with nothing else held) is forgotten; a key with a FIFO loses
         the events it had there and goes on with the rest."""
-        self._landed(lane)
+        fresh = self._landed(lane)
         self.items -= len(lane)
         self.ledger.took(now)
+        if self.ledger:
+            for item in lane:
+                self.ledger.forget(item.seq)
         keys, touched = self._keys, dict[Key, _Key]()
+        if fresh is not None:
+            # Taken from fresh groups alone: none of its events is in a FIFO, so per key.
+            mark, marked, nbytes = fresh
+            for key in marked:
+                state = keys.get(key)
+                if state is mark:
+                    del keys[key]
+                elif isinstance(state, _Key):  # later events of it were held back meanwhile
+                    touched[key] = state
+            self.bytes -= nbytes
+            if touched:
+                self._went_on(touched)
+            return Settled(list(lane), [], [], nbytes)
         nbytes = 0
         for item in lane:
             nbytes += item.size
@@ -235,9 +251,6 @@ class Backlog(Keys):
                 else:  # out of order (against the contract): settled all the same
                     fifo.remove(item)
         self.bytes -= nbytes
-        if self.ledger:
-            for item in lane:
-                self.ledger.forget(item.seq)
         if touched:
             self._went_on(touched)
         return Settled(list(lane), [], [], nbytes)

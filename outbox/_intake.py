@@ -16,6 +16,7 @@ from ._buffer import Buffer, Entry, Reason
 from ._deadletter import DeadLetter
 from ._held import Held
 from ._log import RateLimitedLog
+from ._run import RunRecord
 from ._serde import SerializedEvent, serialize
 from ._slices import SLICE, Slicer
 
@@ -129,6 +130,14 @@ class Intake:
         re-priced at once and the byte bound enforced by the policy."""
         buf = self.buffer
         now = time.monotonic()
+        if not fresh and (
+            (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
+            or not buf.estimated
+            or buf.next_seq - 1 == self._sampled_seq
+        ):
+            # Read without the lock first: the slices call this between events, mostly for
+            # nothing (a stale read only moves a sample to the next look).
+            return
         picked: list[tuple[int, Any]] = []
         with buf.lock:
             if not buf.estimated or (buf.measured and not fresh and now < self._sampled_at + SAMPLE_INTERVAL):
@@ -206,20 +215,23 @@ class Intake:
         buf = self.buffer
         self.slicer.begin()
         checkpoint, append = self.slicer.checkpoint, ready.append
-        count = len(batch)
+        count, twice = len(batch), 2 * window
+        mean = 0  # what the objects serialized so far weigh, on average
         for position, (seq, event, estimate) in enumerate(batch):
             checkpoint()
-            if total > window or (objects and total + (count - position) * (sizes // objects) > 2 * window):
+            if total > window or (mean and total + (count - position) * mean > twice):
                 # Taken by estimate, found larger (or about to be, at the weight of the objects
                 # serialized so far): the rest goes back to the queue unserialized, where the
                 # policy can shed it (serializing it now would hold it twice in memory).
                 untaken = batch[position:]
                 break
-            if event.__class__ is SerializedEvent:
+            cls = event.__class__
+            if cls is SerializedEvent:
                 ser, is_object = event, False
             else:
-                cls = event.__class__
-                is_object = cls not in _TEXT_CLASSES and not isinstance(event, _TEXT_TYPES)
+                is_object = cls is RunRecord or (
+                    cls not in _TEXT_CLASSES and not isinstance(event, _TEXT_TYPES)
+                )
                 if estimate > limit and not is_object:
                     # Its exact size is known (at least its length in characters): too large
                     # for any batch, so never spend the time (and the GIL) parsing it.
@@ -234,15 +246,16 @@ class Intake:
                     self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
                     dead.append((Reason.INVALID_EVENT, str(exc), None, event))
                     continue
-            size = len(ser.body)
+            size = len(ser[0])  # its body
             if is_object:
                 sizes += size
                 objects += 1
-                if size > 2 * buf.estimate and sizes // objects > buf.estimate:
+                mean = sizes // objects
+                if size > 2 * buf.estimate and mean > buf.estimate:
                     # Objects grew: re-price the queue now (and shed by the policy), not once
                     # this batch is done, which may be long with handlers taking the GIL.
                     with buf.lock:
-                        buf.learn_locked(sizes // objects)
+                        buf.learn_locked(mean)
             if size > limit:
                 self._too_large(size, ser.body, event, lost, dead)
                 lost_bytes += estimate
@@ -250,7 +263,7 @@ class Intake:
             adjust += size - estimate
             total += size
             append(_new_held(Held, (seq, ser, size)))
-        ready = self._account(ready, untaken, lost, lost_bytes, adjust, sizes // objects if objects else 0)
+        ready = self._account(ready, untaken, lost, lost_bytes, adjust, mean)
         if dead and self.dead_letter is not None:
             self.dead_letter.write(dead)
         return ready

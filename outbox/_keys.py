@@ -11,7 +11,8 @@ Two places hold a key's events, and a key's events are in one of them at a time:
   groups of one key from one :meth:`Keys.add`, in the order they came.  A lane takes a group
   whole and marks its key as on the wire in that lane (a :class:`_Wire`, no per-key object);
   the common case, a run's START and COMPLETE taken, sent and delivered together, costs a dict
-  entry per run and nothing else.
+  entry per run and nothing else (a lane of fresh groups alone keeps the keys it marked, and
+  is settled by them when delivered whole: per key, not per event).
 * **a key's FIFO** (a :class:`_Key`): once a key has events held back (behind its events on the
   wire, or refused and waiting out a backoff, or isolated), every later event of it joins its
   FIFO, and it goes from a heap of keys that may go, by its head's sequence number.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ._held import Held, Key
 
@@ -68,6 +69,10 @@ class Keys:
     def __init__(self) -> None:
         self._keys: dict[Key, _Key | _Wire] = {}
         self._fresh: deque[list[Held]] = deque()
+        # The largest event in a fresh group (or once was, since the groups were last all
+        # taken): while a lane of that many times it fits in a lane's bytes, a lane takes
+        # groups by their count alone.
+        self._largest = 0
         # Keys that may go, by their head's sequence number (lazily pruned: an entry whose key
         # changed since is skipped), and keys waiting out a backoff, by when they may go.
         self._sendable: list[tuple[int, Key]] = []
@@ -76,6 +81,9 @@ class Keys:
         self._heads: list[tuple[int, Key]] = []
         # The lanes on the wire, by their first sequence number.
         self._wire: dict[int, list[Held]] = {}
+        # Of those, the lanes taken from fresh groups alone: their mark, the keys they marked
+        # and their bytes (what settling one delivered whole needs: per key, not per event).
+        self._fresh_lanes: dict[int, tuple[_Wire, list[Key], int]] = {}
         #: Events and bytes held (in lanes or not).
         self.items = 0
         self.bytes = 0
@@ -116,26 +124,28 @@ class Keys:
 
     # -- in --------------------------------------------------------------------------------
 
-    def add(self, items: Iterable[Held]) -> None:
+    def add(self, items: Sequence[Held]) -> None:
         """New events, in the order they were emitted, in fresh groups (one per key).  A key
         with events held goes on holding them: its groups go to its FIFO when they reach the
         front of the fresh ones, never before (older events of the key may be in a group ahead)."""
         groups: dict[Key, list[Held]] = {}
-        count = nbytes = 0
+        get = groups.get
         for item in items:
-            event = item.event
-            key = event.run_id or event.key or item.seq  # order_key, inlined: once per event
-            count += 1
-            nbytes += item.size
-            group = groups.get(key)
+            event = item[1]
+            # order_key, inlined (once per event): event.run_id or event.key or item.seq.
+            key = event[1] or event[2] or item[0]
+            group = get(key)
             if group is None:
                 groups[key] = [item]
             else:
                 group.append(item)
-        self.items += count
-        self.bytes += nbytes
-        if groups:
-            self._fresh.extend(groups.values())
+        if not items:
+            return
+        self.items += len(items)
+        self.bytes += sum(map(_SIZE, items))
+        largest = max(map(_SIZE, items))
+        self._largest = max(largest, self._largest) if self._fresh else largest
+        self._fresh.extend(groups.values())
 
     def _hold(self, key: Key, items: Sequence[Held]) -> _Key:
         """Later events of a key that has events held or on the wire: to the back of its FIFO."""
@@ -235,7 +245,11 @@ class Keys:
         if not fair and self._top() is None:
             # No key with a FIFO may go (the common case): fresh groups only, and none can
             # become sendable while this lane is filled.
-            return self._lane(self._take_fresh(mark, most_events, most_bytes))
+            marked: list[Key] = []
+            only_fresh, size = self._take_fresh(mark, marked, most_events, most_bytes)
+            if only_fresh:
+                self._fresh_lanes[self._lane(only_fresh)[0].seq] = (mark, marked, size)
+            return only_fresh
         lane: list[Held] = []
         size = keys = 0
         suspects: bool | None = None
@@ -278,33 +292,47 @@ class Keys:
                 break  # the key was cut: the lane is full
         return self._lane(lane)
 
-    def _take_fresh(self, mark: _Wire, most_events: int, most_bytes: int) -> list[Held]:
+    def _take_fresh(
+        self, mark: _Wire, marked: list[Key], most_events: int, most_bytes: int
+    ) -> tuple[list[Held], int]:
         """:meth:`take_lane` from fresh groups alone, in one loop (a group that fits whole
-        goes in at once)."""
+        goes in at once).  The keys it marks as on the wire go to ``marked``.  Returns the
+        lane (not yet sorted) and its bytes."""
         fresh, keys = self._fresh, self._keys
         lane: list[Held] = []
-        size = 0
+        # As many events as surely fit (each weighs at most the largest): groups are taken by
+        # their count alone up to there; then by their bytes too.
+        sure = min(most_events, most_bytes // self._largest) if self._largest else most_events
+        size = -1  # not counted yet
         while fresh:
             group = fresh[0]
             first = group[0]
-            event = first.event
-            key = event.run_id or event.key or first.seq
+            event = first[1]
+            key = event[1] or event[2] or first[0]  # order_key, inlined
             state = keys.get(key)
             if state is not None and state is not mark:
                 fresh.popleft()
                 self._hold(key, group)
                 continue
-            nbytes = sum(map(_SIZE, group))
-            if len(lane) + len(group) <= most_events and size + nbytes <= most_bytes:
-                lane += group
+            count = len(lane) + len(group)
+            if count > sure:  # near a limit: by the bytes too
+                if size < 0:
+                    size = sum(map(_SIZE, lane))
+                nbytes = sum(map(_SIZE, group))
+                if count > most_events or size + nbytes > most_bytes:
+                    taken, size = self._take_group(group, key, lane, size, mark, most_events, most_bytes)
+                    if taken and state is None:
+                        marked.append(key)
+                    break  # the group was cut, or did not fit: the lane is full
                 size += nbytes
-                fresh.popleft()
-                if state is None:
-                    keys[key] = mark
-                continue
-            size = self._take_group(group, key, lane, size, mark, most_events, most_bytes)[1]
-            break  # the group was cut, or did not fit: the lane is full
-        return lane
+            lane += group
+            fresh.popleft()
+            if state is None:
+                keys[key] = mark
+                marked.append(key)
+        if not fresh:
+            self._largest = 0
+        return lane, size if size >= 0 else sum(map(_SIZE, lane))
 
     def _fair_start(
         self, lane: list[Held], mark: _Wire, most_events: int, most_bytes: int
@@ -384,11 +412,17 @@ class Keys:
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _landed(self, lane: Sequence[Held]) -> None:
-        """A lane is off the wire (answered, or its answer lost)."""
+    def _landed(self, lane: Sequence[Held]) -> tuple[_Wire, list[Key], int] | None:
+        """A lane is off the wire (answered, or its answer lost).  Returns, for a lane taken
+        from fresh groups alone, its mark, the keys it marked and its bytes."""
         self.in_lanes -= len(lane)
-        if lane and self._wire.pop(lane[0].seq, None) is None:
-            self._wire.pop(min(item.seq for item in lane), None)
+        if not lane:
+            return None
+        first = lane[0].seq
+        if self._wire.pop(first, None) is None:
+            first = min(item.seq for item in lane)
+            self._wire.pop(first, None)
+        return self._fresh_lanes.pop(first, None)
 
     # -- for the conductor -----------------------------------------------------------------
 
@@ -427,6 +461,7 @@ class Keys:
                 held.update((item.seq, item) for item in state.fifo)
         for store in (self._keys, self._fresh, self._sendable, self._waiting, self._heads, self._wire):
             store.clear()
+        self._fresh_lanes.clear()
         self.items = self.bytes = self.in_lanes = self._suspects = self.resting = 0
         self.split_to = None
         self._refused_keys.clear()

@@ -45,6 +45,12 @@ class SerializedEvent(NamedTuple):
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
 
+# Run ids the run helpers gave as numbers, written as text lately: a run's START and COMPLETE
+# (and its other events) share one string, written once (a handler thread's run's events come
+# one after the other; a few threads' interleave).  Forgotten whole when full.
+_RUN_TEXTS: dict[int, str] = {}
+_RUN_TEXTS_MAX = 64
+
 
 def serialize(event: Any) -> SerializedEvent:
     """Serialize one accepted event.
@@ -54,7 +60,15 @@ def serialize(event: Any) -> SerializedEvent:
             object that cannot be encoded at all.
     """
     if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
-        rid = event.run_text()
+        rid = event.run_id
+        if isinstance(rid, int):
+            text = _RUN_TEXTS.get(rid)
+            if text is None:
+                text = event.run_text()
+                if len(_RUN_TEXTS) >= _RUN_TEXTS_MAX:
+                    _RUN_TEXTS.clear()
+                _RUN_TEXTS[rid] = text
+            rid = text
         return _new_serialized(SerializedEvent, (event.to_json(rid), rid, event.job.key))
     if isinstance(event, (bytes, bytearray, memoryview, str)):
         body = event.encode() if isinstance(event, str) else bytes(event)

@@ -100,7 +100,7 @@ class Worker:
         )
         self.backlog = self.dispatch.backlog
         #: Ends the worker's slices of per-event work (off in attached mode: see ``_slices``).
-        self.slicer = Slicer(buffer, behind_above=settings.max_batch_events, on_handoff=self._sample)
+        self.slicer = Slicer(buffer, behind_above=settings.max_batch_events)
         self.intake = Intake(
             buffer,
             max_batch_events=settings.max_batch_events,
@@ -111,6 +111,9 @@ class Worker:
             dead_letter=dead_letter,
             lowest_held=self.backlog.lowest_seq,
         )
+        # At each slice's end, the intake samples what queued objects weigh (a long stretch of
+        # work cannot leave the estimate stale).
+        self.slicer.on_handoff = self.intake.sample
         #: Set once the drain loop runs (a thread that builds an outbox waits for it: see
         #: Sidecar.start_thread).
         self.ready = threading.Event()
@@ -128,9 +131,6 @@ class Worker:
     @property
     def circuit(self) -> CircuitState:
         return self.dispatch.breaker.circuit
-
-    def _sample(self) -> None:
-        self.intake.sample()
 
     # -- control, called in the worker's loop -------------------------------------------------
 
@@ -230,7 +230,11 @@ class Worker:
             if self._take(now):
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
                 continue
-            self._start_lanes(now)
+            if self._start_lanes(now):
+                # Their requests out first; then the next batches are taken (serialized) while
+                # these are on the wire.
+                await asyncio.sleep(0)
+                continue
             if self.closing and (
                 now >= self._deadline or not (self._in_flight or self.backlog or self.buffer.queue)
             ):
@@ -250,10 +254,11 @@ class Worker:
         self.backlog.promote(now)
         s, buf = self.settings, self.buffer
         lanes = 1 if self.dispatch.breaker.failing else self.dispatch.lanes.current
-        # What the free lanes can take now; and, while the buffer is less than half full, a
-        # window ahead of them (the next batches ready when a lane answers).  An event taken
-        # from the buffer can no longer be evicted by drop_oldest: once the buffer fills, its
-        # policy keeps the choice of what is dropped.  Keys refused wait for their own reasons
+        # What the free lanes can take now; and, while the buffer has room to spare, a window
+        # ahead of them (the next batches, serialized while the lanes are on the wire, ready
+        # when one answers).  An event taken from the buffer can no longer be evicted by
+        # drop_oldest: near full, its policy keeps the choice of what is dropped (closing, no
+        # emit is accepted any more).  Keys refused wait for their own reasons
         # and do not count, nor do the later events of keys on the wire (no lane can take
         # them); the backlog as a whole stays within twice the window (while the backend
         # fails: two batches).
@@ -263,14 +268,11 @@ class Worker:
         if len(backlog) >= 2 * window:
             self._due_in = _INF  # no room: the next answer (or retry, or close) wakes the loop
             return False
-        if free <= 0 or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now)):
-            # Read without the lock: an estimate of the fill, which only decides how far ahead.
-            roomy = 2 * (len(buf.queue) + buf.in_flight) < buf.max_events and (
-                2 * buf.held_bytes_locked() < buf.max_bytes
-            )
-            if not roomy or backlog.fresh >= window:
-                self._due_in = _INF
-                return False
+        if (free <= 0 or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now))) and (
+            backlog.fresh >= window or not (self.closing or self._roomy(window, lanes * s.max_batch_bytes))
+        ):
+            self._due_in = _INF
+            return False
         events, nbytes = s.max_batch_events, s.max_batch_bytes
         if self.backlog:
             # Leave a batch's worth of room to the queue: drop_oldest can only evict queued
@@ -288,15 +290,27 @@ class Worker:
         self.backlog.add(items)
         return True
 
+    def _roomy(self, window: int, window_bytes: int) -> bool:
+        """Whether the buffer has room to spare for a window taken ahead: less than half full,
+        or room for four windows more (read without the lock: an estimate of the fill, which
+        only decides how far ahead)."""
+        buf = self.buffer
+        fill, held = len(buf.queue) + buf.in_flight, buf.held_bytes_locked()
+        return (2 * fill < buf.max_events or fill + 4 * window <= buf.max_events) and (
+            2 * held < buf.max_bytes or held + 4 * window_bytes <= buf.max_bytes
+        )
+
     # -- out: lanes -----------------------------------------------------------------------
 
-    def _start_lanes(self, now: float) -> None:
-        """Put the lanes the dispatch chose on the wire."""
+    def _start_lanes(self, now: float) -> bool:
+        """Put the lanes the dispatch chose on the wire.  Returns True if any went."""
         more = len(self.buffer.queue) >= self.settings.max_batch_events
-        for lane in self.dispatch.next_lanes(now, len(self._in_flight), more):
+        lanes = self.dispatch.next_lanes(now, len(self._in_flight), more)
+        for lane in lanes:
             future = asyncio.ensure_future(self._send(lane.items))
             future.add_done_callback(self._answered)
             self._in_flight[future] = lane
+        return bool(lanes)
 
     def _answered(self, future: asyncio.Future[list[Outcome]]) -> None:
         self.wakeup.set()

@@ -20,8 +20,8 @@ WHOLE = Outcome.retry("http_500", "cannot map", about=About.REQUEST)  # one of t
 DOWN = Outcome.retry("http_503", "down")
 
 
-def held(seq: int, run: str | None = None, key: str | None = None) -> Held:
-    body = orjson.dumps({"seq": seq})
+def held(seq: int, run: str | None = None, key: str | None = None, pad: int = 0) -> Held:
+    body = orjson.dumps({"seq": seq, "pad": "x" * pad} if pad else {"seq": seq})
     return Held(seq, SerializedEvent(body, run, key), len(body))
 
 
@@ -240,12 +240,17 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
     and answered at random (delivered, refused about the backend or the request, deferred,
     partly delivered, or lost), with other lanes on the wire meanwhile.  Each key's events go
     out and are delivered in order, none is on the wire twice at once, the counts agree, and
-    everything is delivered in the end."""
+    everything is delivered in the end.  Events weigh from a few bytes to a few hundred, and a
+    lane's bytes are held to its limit (one event alone may exceed it)."""
     rng = random.Random(seed)
     backlog = Backlog(poison_attempts=1_000)  # no poison here: every event is delivered
     keys = [f"r{k}" for k in range(rng.randint(1, 6))]
     total = rng.randint(1, 80)
-    pending = [held(seq, run=rng.choice(keys) if rng.random() < 0.9 else None) for seq in range(total)]
+    pending = [
+        held(seq, run=rng.choice(keys) if rng.random() < 0.9 else None, pad=rng.choice([0, 0, 50, 300]))
+        for seq in range(total)
+    ]
+    added_bytes = 0
     lanes: list[list[Held]] = []
     on_wire: dict[int, Held] = {}
     delivered: list[Held] = []
@@ -258,9 +263,12 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
         if pending and move < 0.3:
             cut = rng.randint(1, len(pending))
             backlog.add(pending[:cut])
+            added_bytes += sum(item.size for item in pending[:cut])
             del pending[:cut]
         elif move < 0.6:
-            lane = backlog.take_lane(now, rng.randint(1, 5), 1 << 20, fair=rng.random() < 0.2)
+            most_bytes = rng.choice([1 << 20, 400, 100])
+            lane = backlog.take_lane(now, rng.randint(1, 5), most_bytes, fair=rng.random() < 0.2)
+            assert len(lane) <= 1 or sum(item.size for item in lane) <= most_bytes
             assert not any(item.seq in on_wire for item in lane)
             wire_keys = {order_key(item) for other in lanes for item in other}
             assert not wire_keys & {order_key(item) for item in lane}  # a key in one lane at a time
@@ -288,6 +296,7 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
                 outcomes = [one[answer]] * len(lane)
             delivered += backlog.settle(lane, outcomes, now, no_wait).delivered
         _check_places(backlog, on_wire)
+        assert backlog.bytes == added_bytes - sum(item.size for item in delivered)
     assert not pending
     assert not backlog
     assert sorted(item.seq for item in delivered) == list(range(total))

@@ -440,3 +440,20 @@ def test_another_runtime_context_gets_the_apis_own_lookup(monkeypatch):
 
     monkeypatch.setattr(opentelemetry.context, "_RUNTIME_CONTEXT", Elsewhere())
     assert _span_lookup() is _current_span_api
+
+
+def test_a_number_run_id_is_written_right_for_every_run_however_many_interleave():
+    """serialize writes a run id given as a number once per run (its events share the string),
+    remembering the last few: runs that interleave, more of them than it remembers, each get
+    their own id, in the body and as the event's run id."""
+    job = LineageJob("ns", "job")
+    values = [_uuid7() for _ in range(300)]
+    starts = [RunRecord(job, "START", 1.5, value, (), ()) for value in values]
+    completes = [RunRecord(job, "COMPLETE", 2.5, value, (), ()) for value in reversed(values)]
+    for record in starts + completes + starts:
+        ser = serialize(record)
+        text = str(uuid.UUID(int=record.run_id))
+        assert ser.run_id == text
+        assert orjson.loads(ser.body)["run"]["runId"] == text
+    again = serialize(completes[-1])  # the last run serialized: its text remembered
+    assert again.run_id is serialize(starts[0]).run_id

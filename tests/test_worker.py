@@ -356,3 +356,31 @@ def test_the_sidecar_thread_ends_soon_after_a_close_that_ran_out_of_time():
         assert report.undelivered == {"dropped_shutdown": 200}, report
         sidecar.join(5)
         assert not sidecar.is_alive(), f"close #{attempt}: the sidecar lives on after its report"
+
+
+def test_closing_the_worker_takes_ahead_of_a_lane_on_the_wire_however_full_the_buffer():
+    """While emits may come, a buffer more than half full keeps its events queued, where
+    drop_oldest can choose among them.  Once closing, no emit is accepted any more: the worker
+    takes (serializes) the next batches while its lane waits for an answer, instead of one
+    batch per answer."""
+    import threading
+
+    transport = ScriptedTransport(open_gate=False)
+    outbox = make(transport, linger=0.0, max_batch_events=10, max_events=40, max_concurrency=1)
+    for i in range(30):
+        assert outbox.emit(run_event(n=i))
+    assert transport.send_started.wait(5)
+    assert outbox.stats().in_flight < 30  # more than half full: not all taken ahead
+    reports = []
+    closing = threading.Thread(target=lambda: reports.append(outbox.close(10)))
+    closing.start()
+    try:
+        # The lane is still on the wire (the gate is closed), and every event is taken.
+        assert wait_until(lambda: outbox.stats().in_flight == 30, 5), outbox.stats()
+        assert len(transport.attempts) == 1
+    finally:
+        transport.gate.set()
+        closing.join(15)
+    (report,) = reports
+    assert report.complete, report
+    assert report.delivered == 30
