@@ -64,6 +64,9 @@ class Reason:
     #: Not delivered by the close deadline, but written to the spill directory, where the
     #: next outbox to start with it adopts and delivers them (not lost: handed on).
     SPILLED_AT_CLOSE = "spilled_at_close"
+    #: With a spill, refused while the buffer overflows to disk (see ``_window``) because the
+    #: spill directory holds ``max_spill_bytes``.
+    DROPPED_SPILL_FULL = "dropped_spill_full"
 
 
 # An event taken by the worker: (sequence number, the event as given, its size in bytes:
@@ -90,7 +93,7 @@ class Buffer:
     ``emit`` visits it once, through :meth:`put`.  Its fast path (an object event, room to
     spare) compares one number and appends: what an object may still take is kept as a queue
     length, ``object_room``, and when the worker must be woken as another, ``wake_at_objects``,
-    both recomputed by every other method that changes the accounts (:meth:`_recompute_locked`),
+    both recomputed by every other method that changes the accounts (:meth:`recompute_locked`),
     all of which run in the sidecar or on the slow path.  Counts that would cost ``emit`` an
     addition are derived: ``accepted`` from the sequence numbers, ``estimated`` (objects
     queued at the estimate) from the queue's length, ``emitted`` from both and the refusals.
@@ -99,6 +102,7 @@ class Buffer:
     __slots__ = (
         "__weakref__",  # the metrics' registry holds buffers weakly
         "async_waiters",
+        "beyond",
         "block_timeout",
         "closed",
         "delivered",
@@ -108,6 +112,7 @@ class Buffer:
         "exact_count",
         "finalized",
         "flush_target",
+        "full_reason",
         "head_seq",
         "in_flight",
         "in_flight_bytes",
@@ -126,12 +131,15 @@ class Buffer:
         "refusal",
         "refused",
         "retried",
+        "room_bytes",
+        "room_events",
         "shed_newest",
         "side",
         "sizes",
         "wake_at_bytes",
         "wake_at_events",
         "wake_at_objects",
+        "window",
     )
 
     def __init__(
@@ -144,6 +152,15 @@ class Buffer:
     ) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
+        # -- the spill's memory window (``_window``): the fast paths' bounds, which are
+        # max_events / max_bytes without a spill; events accepted beyond the queue (in the
+        # overflow, or released to disk); what a refusal for room counts as.
+        self.room_events = max_events
+        self.room_bytes = max_bytes
+        self.window: Any = None
+        self.beyond = 0
+        self.full_reason = Reason.DROPPED_FULL
+        # -- (end of the window's part)
         self.policy = policy
         self.block_timeout = block_timeout
         # Re-entrant only so that the outbox can *detect* re-entry (``lock._is_owned()``) by a
@@ -219,14 +236,14 @@ class Buffer:
     @property
     def accepted(self) -> int:
         """Events accepted so far: every one got the next sequence number."""
-        return self.head_seq + len(self.queue) + self.shed_newest
+        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest
 
     @property
     def emitted(self) -> int:
         """Events offered to an open outbox so far (accepted, or refused and counted)."""
-        return self.head_seq + len(self.queue) + self.shed_newest + self.refused
+        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest + self.refused
 
-    def _recompute_locked(self) -> None:
+    def recompute_locked(self) -> None:
         """The fast path's numbers, after anything changed the accounts: the queue length up
         to which objects fit (by count, and by bytes at the estimate), and the one at which
         the worker asked to be woken."""
@@ -236,7 +253,8 @@ class Buffer:
         if self.closed or not self.measured:
             self.object_room = 0
         else:
-            self.object_room = min(self.max_events - self.in_flight, n + (self.max_bytes - held) // estimate)
+            room = n + (self.room_bytes - held) // estimate
+            self.object_room = min(self.room_events - self.in_flight, room)
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
             # objects until the bytes reach wake_at_bytes: ceil(missing / estimate), at least 1
@@ -265,7 +283,7 @@ class Buffer:
         self.measured = True
         if self.estimate > before:
             self.enforce_bound_locked()
-        self._recompute_locked()
+        self.recompute_locked()
         return before
 
     def enforce_bound_locked(self) -> int:
@@ -275,7 +293,7 @@ class Buffer:
         over = self.held_bytes_locked() - self.max_bytes
         if over > 0:
             over -= self.shed_locked(over)
-            self._recompute_locked()
+            self.recompute_locked()
         return max(0, over)
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
@@ -290,7 +308,7 @@ class Buffer:
         self.exact_bytes += size
         self.sizes[index] = size
         self.queue[index] = ser
-        self._recompute_locked()
+        self.recompute_locked()
         return size
 
     # -- emitters' side ----------------------------------------------------------------
@@ -335,7 +353,7 @@ class Buffer:
         are, then the fast path's numbers lowered without recomputing them."""
         estimate = self.estimate
         held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes + nbytes
-        if self.closed or n + self.in_flight >= self.max_events or held > self.max_bytes:
+        if self.closed or n + self.in_flight >= self.room_events or held > self.room_bytes:
             return self._put_slow_locked(event, nbytes)
         self.queue.append(event)
         self.sizes.append(nbytes)
@@ -364,7 +382,7 @@ class Buffer:
             elif self.policy is Policy.BLOCK and threading.get_ident() != self.no_block_thread:
                 result = self._wait_for_room_locked(event, nbytes)
             else:
-                self.drop_offered_locked(Reason.DROPPED_FULL)
+                self.drop_offered_locked(self.full_reason)
         return result
 
     def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
@@ -375,7 +393,7 @@ class Buffer:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
-                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else Reason.DROPPED_FULL)
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else self.full_reason)
                 return 0
             self.progress.wait(remaining)
             if not self.closed:
@@ -385,19 +403,26 @@ class Buffer:
 
     def put_locked(self, event: Any, nbytes: int) -> int:
         """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate),
-        making room under drop_oldest.
+        making room under drop_oldest (with a spill: to the queue's window, or to the
+        overflow, see ``_window``).
 
         Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
         no room (nothing counted: the caller applies the policy, and counts the event with
         :meth:`drop_offered_locked` if it gives up).
         """
+        if self.window is not None:
+            return int(self.window.put(self, event, nbytes))
+        return self.queue_locked(event, nbytes)
+
+    def queue_locked(self, event: Any, nbytes: int) -> int:
+        """:meth:`put_locked` to the queue itself."""
         queue = self.queue
         price = nbytes or self.estimate
         held = self.held_bytes_locked()
         if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
             price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
-            self._recompute_locked()  # (evictions may have happened)
+            self.recompute_locked()  # (evictions may have happened)
             return 0
         queue.append(event)
         self.sizes.append(nbytes)
@@ -413,7 +438,7 @@ class Buffer:
         if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):
             self.wake_at_events = self.wake_at_bytes = _INF
             result = 2
-        self._recompute_locked()
+        self.recompute_locked()
         return result
 
     def drop_offered_locked(self, reason: str, n: int = 1) -> None:
@@ -422,7 +447,7 @@ class Buffer:
         self.refused += n
         self.count_locked(reason, n)
 
-    def _popleft_locked(self) -> int:
+    def popleft_locked(self) -> int:
         """Forget the oldest queued event; returns the bytes it counted for."""
         self.queue.popleft()
         size = self.sizes.popleft()
@@ -448,7 +473,7 @@ class Buffer:
         queue = self.queue
         evicted = 0
         while queue and not self.has_room_locked(nbytes):
-            self._popleft_locked()
+            self.popleft_locked()
             evicted += 1
         if evicted:
             self.count_locked(Reason.DROPPED_FULL, evicted)
@@ -459,17 +484,20 @@ class Buffer:
         policy: the oldest under ``drop_oldest``, else the newest.  Returns the bytes freed."""
         freed = 0
         n = 0
-        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST else self._pop_locked
+        # (While the buffer overflows to the spill, the newest queued are not the newest.)
+        pop = self.popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
         while self.queue and freed < nbytes:
             freed += pop()
             n += 1
         if n:
             self.count_locked(Reason.DROPPED_FULL, n)
-            self._recompute_locked()
+            self.recompute_locked()
         return freed
 
     def has_room_locked(self, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
+        if self.window is not None:
+            return bool(self.window.has_room(self, nbytes))
         held = self.held_bytes_locked()
         return len(self.queue) + self.in_flight < self.max_events and (
             held + (nbytes or self.estimate) <= self.max_bytes
@@ -513,7 +541,7 @@ class Buffer:
         self.exact_count -= n - objects
         self.in_flight += n
         self.in_flight_bytes += sum(priced)
-        self._recompute_locked()
+        self.recompute_locked()
         return batch
 
     def untake_locked(self, entries: list[Entry]) -> bool:
@@ -537,13 +565,13 @@ class Buffer:
         self.head_seq = entries[0][0]
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
-        self._recompute_locked()
+        self.recompute_locked()
         return True
 
     def reprice_in_flight_locked(self, delta: int) -> None:
         """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
         self.in_flight_bytes += delta
-        self._recompute_locked()
+        self.recompute_locked()
 
     def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
         """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted);
@@ -552,7 +580,7 @@ class Buffer:
         self.in_flight -= n_events
         self.in_flight_bytes -= n_bytes
         self.in_flight_low = lowest
-        self._recompute_locked()
+        self.recompute_locked()
         self.notify_locked()
 
     def record_answer_locked(self, delivered: int, retried: int) -> None:
@@ -563,17 +591,21 @@ class Buffer:
     @property
     def next_seq(self) -> int:
         """The sequence number the next accepted event will get."""
-        return self.head_seq + len(self.queue)
+        return self.head_seq + len(self.queue) + self.beyond
 
     def clear_locked(self) -> int:
         """Forget everything held (queued and in flight); returns how many events that was."""
-        held = len(self.queue) + self.in_flight
-        self.head_seq += len(self.queue)
+        held = len(self.queue) + self.in_flight + self.beyond
+        self.head_seq += len(self.queue) + self.beyond
+        if self.window is not None:
+            self.window.clear()
+            self.window.restore(self)
+        self.beyond = 0
         self.queue.clear()
         self.sizes.clear()
         self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
-        self._recompute_locked()
+        self.recompute_locked()
         return held
 
     def lowest_unsettled_locked(self) -> float:
@@ -613,7 +645,7 @@ class Buffer:
     def wake_at_locked(self, events: float, nbytes: float) -> None:
         """Wake the worker once this many events, or bytes, are queued (inf: never)."""
         self.wake_at_events, self.wake_at_bytes = events, nbytes
-        self._recompute_locked()
+        self.recompute_locked()
 
     def put_reentrant(self, event: Any, nbytes: int) -> bool:
         """``emit`` re-entered on a thread that holds the lock: park the event in the side
@@ -665,7 +697,9 @@ class Buffer:
             "delivered": self.delivered,
             "retried": self.retried,
             "dropped": dropped,
-            "queued_events": len(self.queue) + len(side),
-            "queued_bytes": self.queued_bytes + sum(side),
+            "queued_events": len(self.queue) + len(side) + self.beyond,
+            "queued_bytes": self.queued_bytes
+            + sum(side)
+            + (self.window.bytes(self.estimate) if self.window is not None else 0),
             "in_flight": self.in_flight,
         }

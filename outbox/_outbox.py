@@ -249,8 +249,7 @@ class Outbox:
         )
         if self._spill is not None:
             # Events of a process that died with this spill directory go first.
-            with self._buffer.lock:
-                self._spill.feed_locked(self._buffer)
+            self._spill.attach(self._buffer)
         self._block = limits.policy is Policy.BLOCK
         self._block_timeout = limits.block_timeout
         self._metrics = Metrics(self._name, self._buffer, self._spill)

@@ -215,11 +215,16 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     for n in range(100):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 100}
-    # A successor whose buffer holds 30: it queues 30 of the 100, and closes with the backend
-    # still down.  The 30 are in its own segments now; the 70 stay where they were.
+    # A successor whose buffer holds 30: it adopts all 100 at construction, a window of them
+    # in memory and the rest through its overflow to its own segments (the memory window), and
+    # closes with the backend still down.  The dead owner's files are gone; nothing is left
+    # waiting in memory.
     second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=0.2)
-    assert second.stats().spill["recovering"] == 70
-    assert second.close().undelivered == {"spilled_at_close": 30}
+    spilled = second.stats().spill
+    assert spilled["recovering"] == 0 and spilled["recovered"] == 100
+    assert spilled["stretch_events"] > 0
+    assert second._buffer.queue.__len__() + second._buffer.in_flight <= 30
+    assert second.close().undelivered == {"spilled_at_close": 100}
     with Sink() as sink:
         third = Outbox(HttpTransport(sink.url), spill_dir=spill)
         assert sink.wait_for(100, 10), len(sink.events)
