@@ -22,7 +22,7 @@ its records above its checkpoint, queues them in its own buffer ahead of anythin
 allows), writes them to its own segments like any event, and then deletes the dead owner's
 files, its lock file last.  A crash in between leaves both copies: sent twice, never lost.
 
-The memory window (``_window``): when the buffer's queue holds three quarters of its bounds,
+The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
 ``emit``) :meth:`Spill._release` writes the overflow to the segment and releases it from
 memory (the *stretch*), and :meth:`Spill._refill` reads the stretch back (``_spillread``) as
@@ -111,6 +111,7 @@ class Spill:
         self.window: Window | None = None
         self.reader = StretchReader(self.disk.path_of)
         self.unreadable = 0
+        self._stuck = False
         if adopt:
             self._scan()
 
@@ -298,7 +299,10 @@ class Spill:
         if (
             window is not None
             and window.active
-            and (len(window.events) >= window.wake_at or (window.disk and not buf.queue))
+            and (
+                (len(window.events) >= window.wake_at and not self._stuck)
+                or (window.disk and not buf.queue and buf.in_flight < window.share_events)
+            )
         ):
             return 0.0
         busy = buf.beyond or (
@@ -331,7 +335,7 @@ class Spill:
         if window is not None and window.active:
             try:
                 self._refill(buf)
-                if len(window.events) >= window.wake_at:
+                if len(window.events) >= window.wake_at and not self._stuck:
                     self._write_new(buf, slicer)
                     self._release(buf, slicer)
             except Exception as exc:  # a bug of ours must not stop the worker
@@ -339,6 +343,7 @@ class Spill:
         if not force and now < self._last_tick + self.interval:
             return
         self._last_tick = now
+        self._stuck = False  # (the disk is tried again once an interval)
         try:
             if self._recovered:
                 with buf.lock:
@@ -440,6 +445,7 @@ class Spill:
                     ser = SerializedEvent(b"", None, None)
             records.append((start + offset, encode_event(start + offset, at, ser)))
         written = self.disk.append(records, at, count=False)
+        self._stuck = written < len(records)  # full or failing: not again before the next tick
         with buf.lock:
             if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
                 return 0  # cleared meanwhile (a close that reported without the worker)

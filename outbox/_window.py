@@ -2,7 +2,7 @@
 to ``dropped_full``.
 
 Without a spill the buffer's queue is the whole story: when it is full the policy applies.
-With one, the queue (and what is in flight) keeps only a *window*, three quarters of
+With one, the queue (and what is in flight) keeps only a *window*, half of
 ``max_events`` / ``max_bytes``; when an event does not fit in it the buffer *overflows*:
 
 * from then on every accepted event is appended (by ``emit``, O(1), in memory, under the
@@ -21,7 +21,7 @@ So the order is always queue < stretch (on disk) < overflow: per-run order holds
 sequence numbers do, and ``emit`` never touches the disk nor does more than one append.  Memory
 holds at most ``max_events`` / ``max_bytes`` (the queue's window, in flight, the overflow);
 the disk holds the stretch, up to ``max_spill_bytes``.  Only when the overflow is full (the
-disk full, failing, or the sidecar behind by more than a quarter of the buffer) does the
+disk full, failing, or the sidecar behind by half the buffer) does the
 policy apply, counted ``dropped_spill_full`` when the disk reached ``max_spill_bytes``, else
 ``dropped_full``; ``drop_oldest`` then evicts the oldest queued events (never those of the
 stretch: they are the next to go, and on disk).
@@ -59,8 +59,8 @@ class Window:
     )
 
     def __init__(self, buf: Buffer) -> None:
-        self.share_events = max(1, buf.max_events * 3 // 4)
-        self.share_bytes = max(1, buf.max_bytes * 3 // 4)
+        self.share_events = max(1, buf.max_events // 2)
+        self.share_bytes = max(1, buf.max_bytes // 2)
         self.wake_at = max(1, buf.max_events // 16)
         self.active = False
         #: False while the disk fails: then, unless already overflowing, the buffer is memory only.
