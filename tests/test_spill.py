@@ -221,7 +221,8 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     # waiting in memory.
     second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=0.2)
     spilled = second.stats().spill
-    assert spilled["recovering"] == 0 and spilled["recovered"] == 100
+    assert spilled["recovering"] == 0
+    assert spilled["recovered"] == 100
     assert spilled["stretch_events"] > 0
     assert second._buffer.queue.__len__() + second._buffer.in_flight <= 30
     assert second.close().undelivered == {"spilled_at_close": 100}

@@ -42,9 +42,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 def spill_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "outbox" and "spill: writing to" in r.getMessage()
+        r.getMessage() for r in caplog.records if r.name == "outbox" and "spill: writing to" in r.getMessage()
     ]
 
 
@@ -70,10 +68,12 @@ def test_a_full_filesystem_is_counted_as_enospc_warned_once_and_the_outbox_goes_
         assert wait_until(lambda: box.stats().spill.get("failed_enospc", 0) > 0), box.stats().spill
         warnings = spill_warnings(caplog)
         assert len(warnings) == 1, warnings
-        assert str(spill) in warnings[0] and "the disk is full" in warnings[0]
+        assert str(spill) in warnings[0]
+        assert "the disk is full" in warnings[0]
         proxy.mode = "pass"
         report = box.close(30)
-        assert not report.timed_out and report.pending == 0, report
+        assert not report.timed_out, report
+        assert report.pending == 0, report
         stats = box.stats()
         assert stats.emitted == stats.delivered + sum(stats.dropped.values())
         assert set(stats.dropped) <= {"dropped_full", "dropped_spill_full"}, stats.dropped
@@ -95,4 +95,6 @@ def test_a_read_only_filesystem_at_construction_is_a_config_error_naming_it(tmpf
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(tmpfs)], check=False)
     message = str(caught.value)
-    assert str(spill) in message and "Read-only file system" in message and "writable" in message
+    assert str(spill) in message
+    assert "Read-only file system" in message
+    assert "writable" in message

@@ -79,7 +79,8 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
         stats = box.stats()
         assert stats.dropped == {}, stats.dropped
         assert stats.delivered == 0
-        assert most[0] <= max_events and most[1] <= max_bytes, most
+        assert most[0] <= max_events, most
+        assert most[1] <= max_bytes, most
         # 60,000 dicts of about 1 KiB held in memory would take far more than this.
         assert rss_at[1] - rss_at[0] < 24 * 1024 * 1024, rss_at
         assert stats.spill["stretch_events"] > 40_000, stats.spill
@@ -147,7 +148,8 @@ def test_the_overflow_full_applies_the_policy_under_its_own_reason(tmp_path):
         assert spilled["spilled_bytes"] <= 64 * 1024
         proxy.mode = "pass"
         report = box.close(20)
-        assert not report.timed_out and report.pending == 0, report
+        assert not report.timed_out, report
+        assert report.pending == 0, report
         assert report.delivered == len(accepted)
         got = sorted(e["n"] for e in sink.events)
         assert got == accepted
