@@ -18,9 +18,12 @@ Owners: each process (each outbox) is an owner with a random id; it holds an ``f
 ``OWNER.lock`` for its whole life (the kernel drops it when the process dies, however it dies).
 At construction, and every ``SCAN_INTERVAL`` after, an outbox looks for owners whose lock it can
 take: dead ones.  It adopts one (holding its lock, so that exactly one process adopts it), reads
-its records above its checkpoint, queues them in its own buffer ahead of anything newer (as room
-allows), writes them to its own segments like any event, and then deletes the dead owner's
-files, its lock file last.  A crash in between leaves both copies: sent twice, never lost.
+its records above its checkpoint, queues them in its own buffer ahead of anything newer (at
+construction, :meth:`Spill.attach`, all of them: what exceeds the queue's window goes through the
+overflow to our own segments before the constructor returns; while running, as room allows),
+writes them to its own segments like any event, and then deletes the dead owner's files, its
+lock file last.  A crash in between leaves both copies: sent twice, never lost.  (The dead
+owner's records are read whole when it is adopted, not yet in windows.)
 
 The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
