@@ -66,8 +66,10 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
         n = 0
         total = int(rate * seconds)
         while n < total:
-            due = int((time.monotonic() - start) * rate)
-            for _ in range(min(due, total) - n):
+            # At most 40 at once: a thread descheduled on a loaded machine does not catch up in
+            # one burst larger than the overflow (half the buffer) before the sidecar's turn.
+            due = min(int((time.monotonic() - start) * rate), total, n + 40)
+            for _ in range(due - n):
                 assert box.emit(run_event(run_id=RUNS[n % len(RUNS)], n=n))
                 n += 1
             held = held_in_memory(box)
@@ -76,6 +78,8 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
                 rss_at.append(rss())
             time.sleep(0.005)
         rss_at.append(rss())
+        took = time.monotonic() - start
+        assert took < 2 * seconds, f"{total} events in {took:.1f} s: below half the rate"
         stats = box.stats()
         assert stats.dropped == {}, stats.dropped
         assert stats.delivered == 0
