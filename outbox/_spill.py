@@ -50,8 +50,9 @@ from ._errors import ConfigError
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
 from ._slices import Slicer
+from ._spilladopt import Recovered
 from ._spilldisk import Segments, inspect_dir, read_checkpoint
-from ._spillfmt import EVENT, encode_event, encode_void, parse
+from ._spillfmt import encode_event, encode_void
 from ._spillread import StretchReader
 from ._window import Window
 
@@ -108,7 +109,7 @@ class Spill:
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
         #: Events of dead owners read and not yet queued; owners being adopted.
-        self._recovered: deque[tuple[int, SerializedEvent]] = deque()  # (its seq there, event)
+        self._recovered = Recovered([], 0)
         self._adopting: list[_Adoption] = []
         self.recovered = 0
         self.window: Window | None = None
@@ -124,6 +125,7 @@ class Spill:
         our own segments (so that memory holds only a window however much was adopted)."""
         self.window = Window(buf)
         while self._recovered:
+            self._fill(buf)
             with buf.lock:
                 fed = self.feed_locked(buf)
             self._write_new(buf, None)
@@ -194,8 +196,8 @@ class Spill:
             except OSError:
                 os.close(fd)  # alive
                 continue
-            events = self._read_owner(owner)
-            self._recovered.extend(events)
+            events = Recovered(self._owner_segments(owner), read_checkpoint(self._path(".ckpt", owner)))
+            self._recovered = events
             self._adopting.append(_Adoption(owner, fd))
             if events:
                 logger.warning(
@@ -215,36 +217,22 @@ class Spill:
         segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
         return [os.path.join(self.directory, n) for n in sorted(segs)]
 
-    def _read_owner(self, owner: str) -> list[tuple[int, SerializedEvent]]:
-        """A dead owner's events above its checkpoint, in order."""
-        settled = read_checkpoint(self._path(".ckpt", owner))
-        kept: list[tuple[int, SerializedEvent]] = []
-        for path in self._owner_segments(owner):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                logger.warning("spill: cannot read %s (%s); its events are skipped", path, exc)
-                continue
-            for record in parse(data):
-                if isinstance(record, int):
-                    logger.warning(
-                        "spill: a torn or corrupt record at byte %d of %s was skipped", record, path
-                    )
-                    continue
-                if record.kind != EVENT:  # void: the owner's records from seq on were taken back
-                    while kept and kept[-1][0] >= record.seq:
-                        kept.pop()
-                elif record.seq >= settled and record.event is not None:
-                    if kept and record.seq <= kept[-1][0]:
-                        continue  # written again after a failed write: the first copy is kept
-                    kept.append((record.seq, record.event))
-        return kept
+    def _fill(self, buf: Buffer) -> None:
+        """Read a dead owner's events ahead, as many as the buffer has room for (outside its
+        lock: ``emit`` never waits on the disk), so that memory holds at most its bounds."""
+        window = self.window
+        with buf.lock:
+            held = len(buf.queue) + buf.in_flight
+            held_bytes = buf.held_bytes_locked()
+            if window is not None:
+                held += len(window.events)
+                held_bytes += window.bytes(buf.estimate)
+        self._recovered.fill(max(1, buf.max_events - held), max(1, buf.max_bytes - held_bytes))
 
     def feed_locked(self, buf: Buffer) -> int:
         """Queue recovered events while the buffer has room (caller holds its lock).
         Returns how many were queued."""
-        recovered = self._recovered
+        recovered = self._recovered.ready
         n = 0
         fed = -1
         while recovered:
@@ -349,6 +337,7 @@ class Spill:
         self._stuck = False  # (the disk is tried again once an interval)
         try:
             if self._recovered:
+                self._fill(buf)
                 with buf.lock:
                     self.feed_locked(buf)
             self._write_new(buf, slicer)

@@ -5,6 +5,7 @@ while resynchronizing after a corrupt one), never a whole segment."""
 from __future__ import annotations
 
 import contextlib
+import os
 import zlib
 from collections.abc import Callable
 from typing import BinaryIO
@@ -83,6 +84,8 @@ class StretchReader:
     def _next_segment(self, last_seg_no: int) -> bool:
         if self.seg_no >= last_seg_no:
             return False
+        if self.tail_left():
+            self.corrupt.append((self.path_of(self.seg_no), self.offset))  # a torn tail
         self.close()
         self.seg_no, self.offset = self.seg_no + 1, 0
         return True
@@ -116,6 +119,15 @@ class StretchReader:
             if not self._resync(f) and not self._next_segment(last_seg_no):
                 return None
 
+    def tail_left(self) -> bool:
+        """Whether the segment being read has bytes beyond what was read (a torn tail)."""
+        if self._file is None:
+            return False
+        try:
+            return os.fstat(self._file.fileno()).st_size > self.offset
+        except OSError:
+            return False
+
     def _resync(self, f: BinaryIO) -> bool:
         """Move to the next magic after a corrupt record, a chunk at a time."""
         pos = self.offset + 1
@@ -123,7 +135,7 @@ class StretchReader:
             f.seek(pos)
             chunk = f.read(_CHUNK)
             if len(chunk) < len(MAGIC):
-                self.offset = pos
+                self.offset = pos + len(chunk)
                 return False
             found = chunk.find(MAGIC)
             if found >= 0:

@@ -61,7 +61,7 @@ class Window:
     def __init__(self, buf: Buffer) -> None:
         self.share_events = max(1, buf.max_events // 2)
         self.share_bytes = max(1, buf.max_bytes // 2)
-        self.wake_at = max(1, buf.max_events // 16)
+        self.wake_at = max(1, min(64, buf.max_events // 16))
         self.active = False
         #: False while the disk fails: then, unless already overflowing, the buffer is memory only.
         self.usable = True
