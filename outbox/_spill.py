@@ -22,8 +22,9 @@ its records above its checkpoint, queues them in its own buffer ahead of anythin
 construction, :meth:`Spill.attach`, all of them: what exceeds the queue's window goes through the
 overflow to our own segments before the constructor returns; while running, as room allows),
 writes them to its own segments like any event, and then deletes the dead owner's files, its
-lock file last.  A crash in between leaves both copies: sent twice, never lost.  (The dead
-owner's records are read whole when it is adopted, not yet in windows.)
+lock file last.  A crash in between leaves both copies: sent twice, never lost.  The dead
+owner's records are read a record at a time and only as far as the buffer has room
+(``_spilladopt``).
 
 The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
