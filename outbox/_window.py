@@ -126,7 +126,10 @@ class Window:
             self.exact_bytes += nbytes
             self.exact_count += 1
         buf.beyond += 1
-        return 2 if len(self.events) == 1 or len(self.events) >= self.wake_at else 1
+        n = len(self.events)
+        # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
+        # going while the overflow holds that many): not on every emit of an outage.
+        return 2 if n == 1 or n % self.wake_at == 0 else 1
 
     def release(self, n: int) -> None:
         """The oldest ``n`` of the overflow are on disk: forget them here."""

@@ -136,7 +136,11 @@ def test_events_shed_after_they_were_written_are_voided_and_their_numbers_reused
         assert buf.put_locked(run_event(n=41), 0)
     spill.tick(buf, None, 1.0, force=True)
     # What a successor would read: n=4 is gone, and seqs 4 and 5 hold the new events.
-    recovered = spill._read_owner(spill.owner)
+    from outbox._spilladopt import Recovered
+
+    source = Recovered(spill._owner_segments(spill.owner), 0)
+    source.fill(100, 10**7)
+    recovered = list(source.ready)
     assert [(seq, json.loads(e.body)["n"]) for seq, e in recovered] == [
         (0, 0),
         (1, 1),
