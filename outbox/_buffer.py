@@ -93,7 +93,7 @@ class Buffer:
     ``emit`` visits it once, through :meth:`put`.  Its fast path (an object event, room to
     spare) compares one number and appends: what an object may still take is kept as a queue
     length, ``object_room``, and when the worker must be woken as another, ``wake_at_objects``,
-    both recomputed by every other method that changes the accounts (:meth:`recompute_locked`),
+    both recomputed by every other method that changes the accounts (:meth:`_recompute_locked`),
     all of which run in the sidecar or on the slow path.  Counts that would cost ``emit`` an
     addition are derived: ``accepted`` from the sequence numbers, ``estimated`` (objects
     queued at the estimate) from the queue's length, ``emitted`` from both and the refusals.
@@ -243,7 +243,7 @@ class Buffer:
         """Events offered to an open outbox so far (accepted, or refused and counted)."""
         return self.head_seq + len(self.queue) + self.beyond + self.shed_newest + self.refused
 
-    def recompute_locked(self) -> None:
+    def _recompute_locked(self) -> None:
         """The fast path's numbers, after anything changed the accounts: the queue length up
         to which objects fit (by count, and by bytes at the estimate), and the one at which
         the worker asked to be woken."""
@@ -283,7 +283,7 @@ class Buffer:
         self.measured = True
         if self.estimate > before:
             self.enforce_bound_locked()
-        self.recompute_locked()
+        self._recompute_locked()
         return before
 
     def enforce_bound_locked(self) -> int:
@@ -293,7 +293,7 @@ class Buffer:
         over = self.held_bytes_locked() - self.max_bytes
         if over > 0:
             over -= self.shed_locked(over)
-            self.recompute_locked()
+            self._recompute_locked()
         return max(0, over)
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
@@ -308,7 +308,7 @@ class Buffer:
         self.exact_bytes += size
         self.sizes[index] = size
         self.queue[index] = ser
-        self.recompute_locked()
+        self._recompute_locked()
         return size
 
     # -- emitters' side ----------------------------------------------------------------
@@ -422,7 +422,7 @@ class Buffer:
         if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
             price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
-            self.recompute_locked()  # (evictions may have happened)
+            self._recompute_locked()  # (evictions may have happened)
             return 0
         queue.append(event)
         self.sizes.append(nbytes)
@@ -438,7 +438,7 @@ class Buffer:
         if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):
             self.wake_at_events = self.wake_at_bytes = _INF
             result = 2
-        self.recompute_locked()
+        self._recompute_locked()
         return result
 
     def drop_offered_locked(self, reason: str, n: int = 1) -> None:
@@ -447,7 +447,7 @@ class Buffer:
         self.refused += n
         self.count_locked(reason, n)
 
-    def popleft_locked(self) -> int:
+    def _popleft_locked(self) -> int:
         """Forget the oldest queued event; returns the bytes it counted for."""
         self.queue.popleft()
         size = self.sizes.popleft()
@@ -473,7 +473,7 @@ class Buffer:
         queue = self.queue
         evicted = 0
         while queue and not self.has_room_locked(nbytes):
-            self.popleft_locked()
+            self._popleft_locked()
             evicted += 1
         if evicted:
             self.count_locked(Reason.DROPPED_FULL, evicted)
@@ -485,13 +485,13 @@ class Buffer:
         freed = 0
         n = 0
         # (While the buffer overflows to the spill, the newest queued are not the newest.)
-        pop = self.popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
+        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
         while self.queue and freed < nbytes:
             freed += pop()
             n += 1
         if n:
             self.count_locked(Reason.DROPPED_FULL, n)
-            self.recompute_locked()
+            self._recompute_locked()
         return freed
 
     def has_room_locked(self, nbytes: int) -> bool:
@@ -541,7 +541,7 @@ class Buffer:
         self.exact_count -= n - objects
         self.in_flight += n
         self.in_flight_bytes += sum(priced)
-        self.recompute_locked()
+        self._recompute_locked()
         return batch
 
     def untake_locked(self, entries: list[Entry]) -> bool:
@@ -565,13 +565,13 @@ class Buffer:
         self.head_seq = entries[0][0]
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
-        self.recompute_locked()
+        self._recompute_locked()
         return True
 
     def reprice_in_flight_locked(self, delta: int) -> None:
         """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
         self.in_flight_bytes += delta
-        self.recompute_locked()
+        self._recompute_locked()
 
     def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
         """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted);
@@ -580,7 +580,7 @@ class Buffer:
         self.in_flight -= n_events
         self.in_flight_bytes -= n_bytes
         self.in_flight_low = lowest
-        self.recompute_locked()
+        self._recompute_locked()
         self.notify_locked()
 
     def record_answer_locked(self, delivered: int, retried: int) -> None:
@@ -605,7 +605,7 @@ class Buffer:
         self.sizes.clear()
         self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
-        self.recompute_locked()
+        self._recompute_locked()
         return held
 
     def lowest_unsettled_locked(self) -> float:
@@ -645,7 +645,7 @@ class Buffer:
     def wake_at_locked(self, events: float, nbytes: float) -> None:
         """Wake the worker once this many events, or bytes, are queued (inf: never)."""
         self.wake_at_events, self.wake_at_bytes = events, nbytes
-        self.recompute_locked()
+        self._recompute_locked()
 
     def put_reentrant(self, event: Any, nbytes: int) -> bool:
         """``emit`` re-entered on a thread that holds the lock: park the event in the side

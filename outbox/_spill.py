@@ -470,7 +470,7 @@ class Spill:
             if not disk:
                 window.to_queue(buf, max(0, room))
                 window.settle(buf)
-                buf.recompute_locked()
+                buf._recompute_locked()
                 return
         if room <= 0 or room_bytes <= 0:
             return
@@ -499,7 +499,7 @@ class Spill:
             window.disk -= len(events)
             buf.beyond -= len(events)
             window.settle(buf)
-            buf.recompute_locked()
+            buf._recompute_locked()
         if bad:
             self.unreadable += bad
             self.log.warning(

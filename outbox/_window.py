@@ -79,7 +79,7 @@ class Window:
             buf.room_events, buf.room_bytes = 0, -1
         else:
             buf.room_events, buf.room_bytes = self.share_events, self.share_bytes
-        buf.recompute_locked()
+        buf._recompute_locked()
 
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
@@ -114,10 +114,10 @@ class Window:
                 return 0
             evicted = 0
             while buf.queue and not self._fits(buf, price):
-                buf.popleft_locked()
+                buf._popleft_locked()
                 evicted += 1
             buf.count_locked(buf.full_reason, evicted)
-            buf.recompute_locked()
+            buf._recompute_locked()
             if not self._fits(buf, price):
                 return 0
         self.events.append(event)
