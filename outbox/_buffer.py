@@ -65,6 +65,9 @@ class Reason:
     #: Not delivered by the close deadline, but written to the spill directory, where the
     #: next outbox to start with it adopts and delivers them (not lost: handed on).
     SPILLED_AT_CLOSE = "spilled_at_close"
+    #: With a spill, refused while the buffer overflows to disk (see ``_window``) because the
+    #: spill directory holds ``max_spill_bytes``.
+    DROPPED_SPILL_FULL = "dropped_spill_full"
 
 
 class Buffer(Holdings):
@@ -88,6 +91,7 @@ class Buffer(Holdings):
         "dropped",
         "finalized",
         "flush_target",
+        "full_reason",
         "lock",
         "measure_asked",
         "no_block_thread",
@@ -109,6 +113,8 @@ class Buffer(Holdings):
         block_timeout: float,
     ) -> None:
         super().__init__(max_events=max_events, max_bytes=max_bytes)
+        # What a refusal for room counts as (with a spill overflowing: ``dropped_spill_full``).
+        self.full_reason = Reason.DROPPED_FULL
         self.policy = policy
         self.block_timeout = block_timeout
         # Re-entrant only so that the outbox can *detect* re-entry (``lock._is_owned()``) by a
@@ -148,7 +154,7 @@ class Buffer(Holdings):
     @property
     def emitted(self) -> int:
         """Events offered to an open outbox so far (accepted, or refused and counted)."""
-        return self.head_seq + len(self.queue) + self.shed_newest + self.refused
+        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest + self.refused
 
     def learn_locked(self, observed: int) -> int:
         """Take an observed mean size (of object events, serialized) into the estimate (see
@@ -211,7 +217,7 @@ class Buffer(Holdings):
         are, then the fast path's numbers lowered without recomputing them."""
         estimate = self.estimate
         held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes + nbytes
-        if self.closed or n + self.in_flight >= self.max_events or held > self.max_bytes:
+        if self.closed or n + self.in_flight >= self.room_events or held > self.room_bytes:
             return self._put_slow_locked(event, nbytes)
         self.queue.append(event)
         self.sizes.append(nbytes)
@@ -240,7 +246,7 @@ class Buffer(Holdings):
             elif self.policy is Policy.BLOCK and threading.get_ident() != self.no_block_thread:
                 result = self._wait_for_room_locked(event, nbytes)
             else:
-                self.drop_offered_locked(Reason.DROPPED_FULL)
+                self.drop_offered_locked(self.full_reason)
         return result
 
     def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
@@ -251,7 +257,7 @@ class Buffer(Holdings):
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
-                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else Reason.DROPPED_FULL)
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else self.full_reason)
                 return 0
             self.progress.wait(remaining)
             if not self.closed:
@@ -261,12 +267,19 @@ class Buffer(Holdings):
 
     def put_locked(self, event: Any, nbytes: int) -> int:
         """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate),
-        making room under drop_oldest.
+        making room under drop_oldest (with a spill: to the queue's window, or to the
+        overflow, see ``_window``).
 
         Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
         no room (nothing counted: the caller applies the policy, and counts the event with
         :meth:`drop_offered_locked` if it gives up).
         """
+        if self.window is not None:
+            return int(self.window.put(self, event, nbytes))
+        return self.queue_locked(event, nbytes)
+
+    def queue_locked(self, event: Any, nbytes: int) -> int:
+        """:meth:`put_locked` to the queue itself."""
         queue = self.queue
         price = nbytes or self.estimate
         held = self.held_bytes_locked()
@@ -313,7 +326,8 @@ class Buffer(Holdings):
         policy: the oldest under ``drop_oldest``, else the newest.  Returns the bytes freed."""
         freed = 0
         n = 0
-        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST else self._pop_locked
+        # (While the buffer overflows to the spill, the newest queued are not the newest.)
+        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
         while self.queue and freed < nbytes:
             freed += pop()
             n += 1
@@ -428,7 +442,9 @@ class Buffer(Holdings):
             "delivered": self.delivered,
             "retried": self.retried,
             "dropped": dropped,
-            "queued_events": len(self.queue) + len(side),
-            "queued_bytes": self.queued_bytes + sum(side),
+            "queued_events": len(self.queue) + len(side) + self.beyond,
+            "queued_bytes": self.queued_bytes
+            + sum(side)
+            + (self.window.bytes(self.estimate) if self.window is not None else 0),
             "in_flight": self.in_flight,
         }

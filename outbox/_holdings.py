@@ -52,6 +52,7 @@ class Holdings:
     """
 
     __slots__ = (
+        "beyond",
         "closed",
         "estimate",
         "exact_bytes",
@@ -65,16 +66,27 @@ class Holdings:
         "measured",
         "object_room",
         "queue",
+        "room_bytes",
+        "room_events",
         "shed_newest",
         "sizes",
         "wake_at_bytes",
         "wake_at_events",
         "wake_at_objects",
+        "window",
     )
 
     def __init__(self, *, max_events: int, max_bytes: int) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
+        # -- the spill's memory window (``_window``): the fast paths' bounds, which are
+        # max_events / max_bytes without a spill; events accepted beyond the queue (in the
+        # overflow, or released to disk).
+        self.room_events = max_events
+        self.room_bytes = max_bytes
+        self.window: Any = None
+        self.beyond = 0
+        # -- (end of the window's part)
         # The queue is two parallel deques rather than one of tuples, so that emit allocates
         # no object the garbage collector tracks (and never triggers a collection).  The
         # event at queue[i] has sequence number head_seq + i; sizes[i] is its exact size, or 0
@@ -131,12 +143,12 @@ class Holdings:
     @property
     def accepted(self) -> int:
         """Events accepted so far: every one got the next sequence number."""
-        return self.head_seq + len(self.queue) + self.shed_newest
+        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest
 
     @property
     def next_seq(self) -> int:
         """The sequence number the next accepted event will get."""
-        return self.head_seq + len(self.queue)
+        return self.head_seq + len(self.queue) + self.beyond
 
     @property
     def queued_bytes(self) -> int:
@@ -149,6 +161,8 @@ class Holdings:
 
     def has_room_locked(self, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
+        if self.window is not None:
+            return bool(self.window.has_room(self, nbytes))
         held = self.held_bytes_locked()
         return len(self.queue) + self.in_flight < self.max_events and (
             held + (nbytes or self.estimate) <= self.max_bytes
@@ -164,7 +178,8 @@ class Holdings:
         if self.closed or not self.measured:
             self.object_room = 0
         else:
-            self.object_room = min(self.max_events - self.in_flight, n + (self.max_bytes - held) // estimate)
+            room = n + (self.room_bytes - held) // estimate
+            self.object_room = min(self.room_events - self.in_flight, room)
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
             # objects until the bytes reach wake_at_bytes: ceil(missing / estimate), at least 1
@@ -269,8 +284,12 @@ class Holdings:
 
     def clear_locked(self) -> int:
         """Forget everything held (queued and in flight); returns how many events that was."""
-        held = len(self.queue) + self.in_flight
-        self.head_seq += len(self.queue)
+        held = len(self.queue) + self.in_flight + self.beyond
+        self.head_seq += len(self.queue) + self.beyond
+        if self.window is not None:
+            self.window.clear()
+            self.window.restore(self)
+        self.beyond = 0
         self.queue.clear()
         self.sizes.clear()
         self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0

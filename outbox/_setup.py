@@ -142,8 +142,7 @@ def build_parts(
     )
     if spill is not None:
         # Events of a process that died with this spill directory go first.
-        with buffer.lock:
-            spill.feed_locked(buffer)
+        spill.attach(buffer)
     metrics = Metrics(name, buffer, spill)
     members = None
     if fans_out(transport):

@@ -18,9 +18,20 @@ Owners: each process (each outbox) is an owner with a random id; it holds an ``f
 ``OWNER.lock`` for its whole life (the kernel drops it when the process dies, however it dies).
 At construction, and every ``SCAN_INTERVAL`` after, an outbox looks for owners whose lock it can
 take: dead ones.  It adopts one (holding its lock, so that exactly one process adopts it), reads
-its records above its checkpoint, queues them in its own buffer ahead of anything newer (as room
-allows), writes them to its own segments like any event, and then deletes the dead owner's
-files, its lock file last.  A crash in between leaves both copies: sent twice, never lost.
+its records above its checkpoint, queues them in its own buffer ahead of anything newer (at
+construction, :meth:`Spill.attach`, all of them: what exceeds the queue's window goes through the
+overflow to our own segments before the constructor returns; while running, as room allows),
+writes them to its own segments like any event, and then deletes the dead owner's files, its
+lock file last.  A crash in between leaves both copies: sent twice, never lost.  The dead
+owner's records are read a record at a time and only as far as the buffer has room
+(``_spilladopt``).
+
+The memory window (``_window``): when the buffer's queue holds half of its bounds,
+``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
+``emit``) :meth:`Spill._release` writes the overflow to the segment and releases it from
+memory (the *stretch*), and :meth:`Spill._refill` reads the stretch back (``_spillread``) as
+the queue drains, in order, before the overflow.  An outage longer than the buffer then costs
+disk, not events, up to ``max_spill_bytes``.
 """
 
 from __future__ import annotations
@@ -35,13 +46,16 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-from ._buffer import Buffer
+from ._buffer import Buffer, Reason
 from ._errors import ConfigError
 from ._log import RateLimitedLog, logger
 from ._serde import SerializedEvent, serialize
 from ._slices import Slicer
+from ._spilladopt import Recovered
 from ._spilldisk import Segments, inspect_dir, read_checkpoint
-from ._spillfmt import EVENT, encode_event, encode_void, parse
+from ._spillfmt import encode_event, encode_void
+from ._spillread import StretchReader
+from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Spill", "inspect_dir"]
 
@@ -50,6 +64,9 @@ DEFAULT_INTERVAL = 0.1
 #: Seconds between two looks for dead owners while running.
 SCAN_INTERVAL = 5.0
 _INF = float("inf")
+#: What takes the place of an event of the stretch that cannot be read back (or could not be
+#: serialized): text that is not JSON, which the intake counts ``invalid_event``.
+_UNREADABLE = b"\x00"
 
 
 class _Adoption:
@@ -93,11 +110,29 @@ class Spill:
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
         #: Events of dead owners read and not yet queued; owners being adopted.
-        self._recovered: deque[tuple[int, SerializedEvent]] = deque()  # (its seq there, event)
+        self._recovered = Recovered([], 0)
         self._adopting: list[_Adoption] = []
         self.recovered = 0
+        self.window: Window | None = None
+        self.reader = StretchReader(self.disk.path_of)
+        self.unreadable = 0
+        self._stuck = False
         if adopt:
             self._scan()
+
+    def attach(self, buf: Buffer) -> None:
+        """Give the buffer its memory window, and queue what was adopted at construction:
+        ahead of anything newer, the queue's window first, the rest through the overflow to
+        our own segments (so that memory holds only a window however much was adopted)."""
+        self.window = Window(buf)
+        while self._recovered:
+            self._fill(buf)
+            with buf.lock:
+                fed = self.feed_locked(buf)
+            self._write_new(buf, None)
+            released = self._release(buf, None)
+            if not fed and not released:
+                break
 
     # -- construction -------------------------------------------------------------------
 
@@ -126,6 +161,7 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
+        self.reader.close()
         for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self._adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -161,8 +197,8 @@ class Spill:
             except OSError:
                 os.close(fd)  # alive
                 continue
-            events = self._read_owner(owner)
-            self._recovered.extend(events)
+            events = Recovered(self._owner_segments(owner), read_checkpoint(self._path(".ckpt", owner)))
+            self._recovered = events
             self._adopting.append(_Adoption(owner, fd))
             if events:
                 logger.warning(
@@ -182,34 +218,22 @@ class Spill:
         segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
         return [os.path.join(self.directory, n) for n in sorted(segs)]
 
-    def _read_owner(self, owner: str) -> list[tuple[int, SerializedEvent]]:
-        """A dead owner's events above its checkpoint, in order."""
-        settled = read_checkpoint(self._path(".ckpt", owner))
-        kept: list[tuple[int, SerializedEvent]] = []
-        for path in self._owner_segments(owner):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                logger.warning("spill: cannot read %s (%s); its events are skipped", path, exc)
-                continue
-            for record in parse(data):
-                if isinstance(record, int):
-                    logger.warning(
-                        "spill: a torn or corrupt record at byte %d of %s was skipped", record, path
-                    )
-                    continue
-                if record.kind != EVENT:  # void: the owner's records from seq on were taken back
-                    while kept and kept[-1][0] >= record.seq:
-                        kept.pop()
-                elif record.seq >= settled and record.event is not None:
-                    kept.append((record.seq, record.event))
-        return kept
+    def _fill(self, buf: Buffer) -> None:
+        """Read a dead owner's events ahead, as many as the buffer has room for (outside its
+        lock: ``emit`` never waits on the disk), so that memory holds at most its bounds."""
+        window = self.window
+        with buf.lock:
+            held = len(buf.queue) + buf.in_flight
+            held_bytes = buf.held_bytes_locked()
+            if window is not None:
+                held += len(window.events)
+                held_bytes += window.bytes(buf.estimate)
+        self._recovered.fill(max(1, buf.max_events - held), max(1, buf.max_bytes - held_bytes))
 
     def feed_locked(self, buf: Buffer) -> int:
         """Queue recovered events while the buffer has room (caller holds its lock).
         Returns how many were queued."""
-        recovered = self._recovered
+        recovered = self._recovered.ready
         n = 0
         fed = -1
         while recovered:
@@ -263,7 +287,17 @@ class Spill:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         if self._closed:
             return _INF
-        busy = (
+        window = self.window
+        if (
+            window is not None
+            and window.active
+            and (
+                (len(window.events) >= window.wake_at and not self._stuck)
+                or (window.disk and not buf.queue and buf.in_flight < window.share_events)
+            )
+        ):
+            return 0.0
+        busy = buf.beyond or (
             buf.next_seq != self._spilled_upto
             or buf.lowest_unsettled_locked() != self._checkpoint
             or self._recovered
@@ -287,16 +321,38 @@ class Spill:
         """Once an interval: write what was queued since the last write, record progress,
         forget what is settled, adopt dead owners' events (``force``: now).  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
-        if self._closed or (not force and now < self._last_tick + self.interval):
+        if self._closed:
+            return
+        window = self.window
+        if window is not None and window.active:
+            try:
+                self._refill(buf)
+                if len(window.events) >= window.wake_at and not self._stuck:
+                    self._write_new(buf, slicer)
+                    self._release(buf, slicer)
+            except Exception as exc:  # a bug of ours must not stop the worker
+                self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
+        if not force and now < self._last_tick + self.interval:
             return
         self._last_tick = now
+        self._stuck = False  # (the disk is tried again once an interval)
         try:
             if self._recovered:
+                self._fill(buf)
                 with buf.lock:
                     self.feed_locked(buf)
             self._write_new(buf, slicer)
+            self._release(buf, slicer)
+            self._refill(buf)
             self._record_progress(buf)
             self._finish_adoptions()
+            if window is not None and not window.active:
+                # Overflow to disk again once it works and has room.
+                disk = self.disk
+                full = disk.disk_bytes >= self.max_bytes
+                with buf.lock:
+                    window.usable = not disk.failing and not full
+                    buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
             if now >= self._next_scan:
                 self._next_scan = now + SCAN_INTERVAL
                 self._scan()
@@ -351,6 +407,107 @@ class Spill:
             self._replace_locked(buf, done)
         self._spilled_upto = end
         self.disk.append(records, at)
+
+    # -- the memory window (see ``_window``) ---------------------------------------------------
+
+    def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
+        """Write the overflow to disk and release what was written from memory.  Returns how
+        many events were released."""
+        window = self.window
+        if window is None:
+            return 0
+        with buf.lock:
+            if not window.events or buf.finalized:
+                return 0
+            events = list(window.events)
+            start = buf.head_seq + len(buf.queue) + window.disk
+            fresh = window.disk == 0
+        at = time.time()
+        records: list[tuple[int, bytes]] = []
+        if slicer is not None:
+            slicer.begin()
+        for offset, event in enumerate(events):
+            if slicer is not None:
+                slicer.checkpoint()
+            if event.__class__ is SerializedEvent:
+                ser = event
+            else:
+                try:
+                    ser = serialize(event)
+                except Exception:  # read back as _UNREADABLE: the intake counts invalid_event
+                    ser = SerializedEvent(b"", None, None)
+            records.append((start + offset, encode_event(start + offset, at, ser)))
+        written = self.disk.append(records, at, count=False)
+        self._stuck = written < len(records)  # full or failing: not again before the next tick
+        with buf.lock:
+            if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
+                return 0  # cleared meanwhile (a close that reported without the worker)
+            full = self.disk.full and not self.disk.failing
+            buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+            window.usable = not self.disk.failing and not full
+            if not written:
+                return 0
+            window.release(written)
+            buf.notify_locked()  # room in the overflow for blocked emitters
+        if fresh:
+            self.reader.start(*self.disk.start, start)
+        self._spilled_upto = start + written
+        return written
+
+    def _refill(self, buf: Buffer) -> None:
+        """Read the stretch back into the queue as its window has room; with the stretch
+        empty, move the overflow to the queue (what the disk did not take); end the overflow
+        once both are empty."""
+        window = self.window
+        if window is None:
+            return
+        with buf.lock:
+            if buf.finalized:
+                return
+            room = window.share_events - len(buf.queue) - buf.in_flight
+            room_bytes = window.share_bytes - buf.held_bytes_locked()
+            disk = window.disk
+            if not disk:
+                window.to_queue(buf, max(0, room))
+                window.settle(buf)
+                buf._recompute_locked()
+                return
+        if room <= 0 or room_bytes <= 0:
+            return
+        try:
+            events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
+        except OSError as exc:
+            self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.directory, exc)
+            return
+        if not events:
+            return
+        bad = 0
+        with buf.lock:
+            if buf.finalized or window.disk != disk:
+                return
+            queue, sizes = buf.queue, buf.sizes
+            total = 0
+            for ser in events:
+                item: Any = ser if ser is not None and ser.body else _UNREADABLE
+                bad += item is _UNREADABLE
+                size = len(item.body) if item is not _UNREADABLE else 1
+                queue.append(item)
+                sizes.append(size)
+                total += size
+            buf.exact_bytes += total
+            buf.exact_count += len(events)
+            window.disk -= len(events)
+            buf.beyond -= len(events)
+            window.settle(buf)
+            buf._recompute_locked()
+        if bad:
+            self.unreadable += bad
+            self.log.warning(
+                "spill-unreadable",
+                "spill: %d event(s) could not be read back from %s (corrupt); counted invalid_event",
+                bad,
+                self.directory,
+            )
 
     def cover(self, items: list[Any]) -> None:
         """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
@@ -423,7 +580,7 @@ class Spill:
         self.tick(buf, None, time.monotonic(), force=True)
         self._closed = True
         with buf.lock:
-            held = len(buf.queue) + buf.in_flight
+            held = len(buf.queue) + buf.in_flight + buf.beyond
             durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq
             keep = held or buf.finalized  # finalized: see _record_progress
         # (Events adopted and not yet queued stay in their dead owner's files.)
@@ -435,6 +592,7 @@ class Spill:
         self._release_adoptions()
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
+        self.reader.close()
         return durable and held > 0
 
     # -- observability ------------------------------------------------------------------------
@@ -454,5 +612,9 @@ class Spill:
             "recovering": len(self._recovered),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
+            **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
+            "overflow_events": len(self.window.events) if self.window is not None else 0,
+            "stretch_events": self.window.disk if self.window is not None else 0,
+            "unreadable": self.unreadable,
             "oldest_age": max(0.0, time.time() - oldest) if oldest is not None else 0.0,
         }

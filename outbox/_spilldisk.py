@@ -65,20 +65,29 @@ class Segments:
         self.disk_bytes = 0
         self.written = 0
         self.not_spilled: dict[str, int] = {}
+        #: Failed writes by errno name (ENOSPC, EACCES, EROFS, EIO, ...).
+        self.failures: dict[str, int] = {}
+        #: Where the last write began: (segment number, offset).
+        self.start = (0, 0)
+        #: Whether the last write found ``max_bytes`` reached.
+        self.full = False
         #: (highest seq of a write, its wall time): the age of the oldest unsettled one.
         self.marks: deque[tuple[int, float]] = deque()
 
     def __len__(self) -> int:
         return len(self._segments) + (self._current is not None)
 
-    def append(self, entries: list[tuple[int, bytes]], at: float) -> None:
+    def append(self, entries: list[tuple[int, bytes]], at: float, count: bool = True) -> int:
         """Append records, ``(seq, record)`` in order (seq -1: a void record), within
-        ``max_spill_bytes``: what does not fit is counted ``spill_full`` and not written."""
+        ``max_spill_bytes``: what does not fit is counted ``spill_full`` and not written
+        (``count`` False: not counted, the caller keeps them).  Returns how many of the
+        first records were written; ``start`` is where (segment number, offset)."""
         if not entries:
-            return
+            return 0
         if time.monotonic() < self._retry_at:
-            self.count("spill_failed", sum(seq >= 0 for seq, _ in entries))
-            return
+            if count:
+                self.count("spill_failed", sum(seq >= 0 for seq, _ in entries))
+            return 0
         room = self.max_bytes - self.disk_bytes
         fit = size = 0
         for _, record in entries:
@@ -86,8 +95,10 @@ class Segments:
                 break
             size += len(record)
             fit += 1
-        if fit < len(entries):
-            self.count("spill_full", sum(seq >= 0 for seq, _ in entries[fit:]))
+        self.full = fit < len(entries)
+        if self.full:
+            if count:
+                self.count("spill_full", sum(seq >= 0 for seq, _ in entries[fit:]))
             self.log.warning(
                 "spill-full",
                 "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk "
@@ -98,9 +109,10 @@ class Segments:
             entries = entries[:fit]
         n = sum(seq >= 0 for seq, _ in entries)
         if not entries:
-            return
+            return 0
         try:
             segment = self._segment()
+            self.start = (self._seg_no, segment.size)
             view = memoryview(b"".join(record for _, record in entries))
             while view:
                 wrote = os.write(self.fd, view)
@@ -108,8 +120,8 @@ class Segments:
                 self.disk_bytes += wrote
                 view = view[wrote:]
         except OSError as exc:
-            self._failed(exc, n)
-            return
+            self._failed(exc, n if count else 0)
+            return 0
         last_seq = max(seq for seq, _ in entries)
         segment.max_seq = max(segment.max_seq, last_seq)
         self.written += n
@@ -117,11 +129,12 @@ class Segments:
             self.marks.append((last_seq, at))
         if segment.size >= self._segment_bytes:
             self._close_segment()
+        return len(entries)
 
     def _segment(self) -> _Segment:
         if self._current is None:
             self._seg_no += 1
-            segment = _Segment(os.path.join(self.directory, f"{self.owner}-{self._seg_no:08d}.seg"))
+            segment = _Segment(self.path_of(self._seg_no))
             self.fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
             self._current = segment
         return self._current
@@ -134,8 +147,22 @@ class Segments:
             self._segments.append(self._current)
             self._current = None
 
+    @property
+    def failing(self) -> bool:
+        """Whether the disk failed less than ``RETRY_AFTER`` ago."""
+        return time.monotonic() < self._retry_at
+
+    @property
+    def last_segment(self) -> int:
+        return self._seg_no
+
+    def path_of(self, number: int) -> str:
+        return os.path.join(self.directory, f"{self.owner}-{number:08d}.seg")
+
     def _failed(self, exc: OSError, n: int) -> None:
         self.count("spill_failed", n)
+        name = errno.errorcode.get(exc.errno or 0, "EOTHER")
+        self.failures[name] = self.failures.get(name, 0) + 1
         self._retry_at = time.monotonic() + RETRY_AFTER
         self._close_segment()  # a torn tail stays at its end; the next write begins a new one
         self.log.warning(

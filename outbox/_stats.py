@@ -63,7 +63,10 @@ class Stats:
     #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
     #: ``not_spilled_failed`` (accepted events not written: ``max_spill_bytes`` reached, or the
     #: disk failed; they are still held in memory), ``oldest_age`` (seconds since the oldest
-    #: unsettled event was written).  Empty without a spill.
+    #: unsettled event was written), ``overflow_events`` and ``stretch_events`` (the memory
+    #: window: accepted beyond the queue, in memory and on disk only), ``unreadable`` (events of
+    #: the stretch that could not be read back), ``failed_<errno>`` (failed writes by error,
+    #: such as ``failed_enospc``).  Empty without a spill.
     spill: Mapping[str, float] = field(default_factory=dict)
 
     @property

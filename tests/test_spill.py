@@ -137,7 +137,11 @@ def test_events_shed_after_they_were_written_are_voided_and_their_numbers_reused
         assert buf.put_locked(run_event(n=41), 0)
     spill.tick(buf, None, 1.0, force=True)
     # What a successor would read: n=4 is gone, and seqs 4 and 5 hold the new events.
-    recovered = spill._read_owner(spill.owner)
+    from outbox._spilladopt import Recovered
+
+    source = Recovered(spill._owner_segments(spill.owner), 0)
+    source.fill(100, 10**7)
+    recovered = list(source.ready)
     assert [(seq, json.loads(e.body)["n"]) for seq, e in recovered] == [
         (0, 0),
         (1, 1),
@@ -218,11 +222,17 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     for n in range(100):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 100}
-    # A successor whose buffer holds 30: it queues 30 of the 100, and closes with the backend
-    # still down.  The 30 are in its own segments now; the 70 stay where they were.
+    # A successor whose buffer holds 30: it adopts all 100 at construction, a window of them
+    # in memory and the rest through its overflow to its own segments (the memory window), and
+    # closes with the backend still down.  The dead owner's files are gone; nothing is left
+    # waiting in memory.
     second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=1)
-    assert second.stats().spill["recovering"] == 70
-    assert second.close().undelivered == {"spilled_at_close": 30}
+    spilled = second.stats().spill
+    assert spilled["recovering"] == 0
+    assert spilled["recovered"] == 100
+    assert spilled["stretch_events"] > 0
+    assert second._buffer.queue.__len__() + second._buffer.in_flight <= 30
+    assert second.close().undelivered == {"spilled_at_close": 100}
     with Sink() as sink:
         third = Outbox(HttpTransport(sink.url), spill_dir=spill)
         assert sink.wait_for(100, 10), len(sink.events)

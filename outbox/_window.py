@@ -1,0 +1,174 @@
+"""The memory window: with a spill, a backend outage longer than the buffer goes to disk, not
+to ``dropped_full``.
+
+Without a spill the buffer's queue is the whole story: when it is full the policy applies.
+With one, the queue (and what is in flight) keeps only a *window*, half of
+``max_events`` / ``max_bytes``; when an event does not fit in it the buffer *overflows*:
+
+* from then on every accepted event is appended (by ``emit``, O(1), in memory, under the
+  buffer's one lock, as ever) to a second, small deque, the *overflow*, never to the queue;
+* the sidecar's spill, at its next tick (woken early by ``emit`` once the overflow holds
+  ``wake_at`` events), serializes the overflow, appends it to its segment, and *releases* what
+  was written: the events leave memory, and only their count stays, ``disk`` (the *stretch*:
+  the sequence numbers right after the queue's last);
+* as the worker takes from the queue and the window has room again, the spill reads the
+  stretch back from disk, in order, a window's worth at a time, and appends it to the queue;
+  once the stretch is empty the overflow (what the disk did not take: full, or failing) joins
+  the queue in memory; once both are empty the overflow ends and ``emit`` appends to the queue
+  again.
+
+So the order is always queue < stretch (on disk) < overflow: per-run order holds because the
+sequence numbers do, and ``emit`` never touches the disk nor does more than one append.  Memory
+holds at most ``max_events`` / ``max_bytes`` (the queue's window, in flight, the overflow);
+the disk holds the stretch, up to ``max_spill_bytes``.  Only when the overflow is full (the
+disk full, failing, or the sidecar behind by half the buffer) does the
+policy apply, counted ``dropped_spill_full`` when the disk reached ``max_spill_bytes``, else
+``dropped_full``; ``drop_oldest`` then evicts the oldest queued events (never those of the
+stretch: they are the next to go, and on disk).
+
+The fast paths of ``Buffer.put`` are unchanged: they compare against ``room_events`` and
+``room_bytes``, which are ``max_events`` / ``max_bytes`` without a spill, the window with one,
+and 0 / -1 while overflowing (every ``emit`` then takes the slow path, which comes here).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ._buffer import Buffer, Policy
+
+__all__ = ["Window"]
+
+
+class Window:
+    """The overflow of one buffer (see the module's docstring).  Every method runs with the
+    buffer's lock held."""
+
+    __slots__ = (
+        "active",
+        "disk",
+        "events",
+        "exact_bytes",
+        "exact_count",
+        "share_bytes",
+        "share_events",
+        "sizes",
+        "usable",
+        "wake_at",
+    )
+
+    def __init__(self, buf: Buffer) -> None:
+        self.share_events = max(1, buf.max_events // 2)
+        self.share_bytes = max(1, buf.max_bytes // 2)
+        self.wake_at = max(1, min(64, buf.max_events // 16))
+        self.active = False
+        #: False while the disk fails: then, unless already overflowing, the buffer is memory only.
+        self.usable = True
+        self.events: deque[Any] = deque()
+        self.sizes: deque[int] = deque()
+        self.exact_bytes = self.exact_count = 0
+        #: Events of the stretch: written, released from memory, to be read back.
+        self.disk = 0
+        buf.window = self
+        self.restore(buf)
+
+    def restore(self, buf: Buffer) -> None:
+        """The fast paths' bounds: the window, or none while overflowing."""
+        if self.active:
+            buf.room_events, buf.room_bytes = 0, -1
+        else:
+            buf.room_events, buf.room_bytes = self.share_events, self.share_bytes
+        buf._recompute_locked()
+
+    def bytes(self, estimate: int) -> int:
+        return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
+
+    def fits_queue(self, buf: Buffer, nbytes: int) -> bool:
+        """Whether an event fits the queue's window."""
+        return len(buf.queue) + buf.in_flight < self.share_events and (
+            buf.held_bytes_locked() + (nbytes or buf.estimate) <= self.share_bytes
+        )
+
+    def has_room(self, buf: Buffer, nbytes: int) -> bool:
+        if not self.active:
+            return self.fits_queue(buf, nbytes) or (self.usable and self._fits(buf, nbytes or buf.estimate))
+        return self._fits(buf, nbytes or buf.estimate)
+
+    def _fits(self, buf: Buffer, price: int) -> bool:
+        held = buf.held_bytes_locked() + self.bytes(buf.estimate)
+        n = len(self.events) + len(buf.queue) + buf.in_flight
+        return n < buf.max_events and held + price <= buf.max_bytes
+
+    def put(self, buf: Buffer, event: Any, nbytes: int) -> int:
+        """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
+        overflow.  Returns 1, 2 (wake the worker) or 0 (no room: the caller counts it)."""
+        if not self.active:
+            if self.fits_queue(buf, nbytes) or not self.usable:
+                return buf.queue_locked(event, nbytes)
+            self.active = True
+            self.restore(buf)
+        price = nbytes or buf.estimate
+        if not self._fits(buf, price):
+            if buf.policy is not Policy.DROP_OLDEST or not buf.queue:
+                return 0
+            evicted = 0
+            while buf.queue and not self._fits(buf, price):
+                buf._popleft_locked()
+                evicted += 1
+            buf.count_locked(buf.full_reason, evicted)
+            buf._recompute_locked()
+            if not self._fits(buf, price):
+                return 0
+        self.events.append(event)
+        self.sizes.append(nbytes)
+        if nbytes:
+            self.exact_bytes += nbytes
+            self.exact_count += 1
+        buf.beyond += 1
+        n = len(self.events)
+        # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
+        # going while the overflow holds that many): not on every emit of an outage.
+        return 2 if n == 1 or n % self.wake_at == 0 else 1
+
+    def release(self, n: int) -> None:
+        """The oldest ``n`` of the overflow are on disk: forget them here."""
+        events, sizes = self.events, self.sizes
+        for _ in range(n):
+            events.popleft()
+            size = sizes.popleft()
+            if size:
+                self.exact_bytes -= size
+                self.exact_count -= 1
+        self.disk += n
+
+    def to_queue(self, buf: Buffer, n: int) -> int:
+        """With the stretch empty: move up to ``n`` of the overflow to the queue, in memory
+        (what the disk would not take).  Returns how many."""
+        moved = 0
+        while self.events and moved < n and self.fits_queue(buf, self.sizes[0]):
+            event, size = self.events.popleft(), self.sizes.popleft()
+            buf.queue.append(event)
+            buf.sizes.append(size)
+            if size:
+                self.exact_bytes -= size
+                self.exact_count -= 1
+                buf.exact_bytes += size
+                buf.exact_count += 1
+            moved += 1
+        buf.beyond -= moved
+        return moved
+
+    def settle(self, buf: Buffer) -> None:
+        """End the overflow once the stretch and the overflow are both empty."""
+        if self.active and not self.disk and not self.events:
+            self.active = False
+            self.restore(buf)
+
+    def clear(self) -> int:
+        n = len(self.events) + self.disk
+        self.events.clear()
+        self.sizes.clear()
+        self.exact_bytes = self.exact_count = self.disk = 0
+        self.active = False
+        return n
