@@ -19,11 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ._holdings import _INF, FIRST_ESTIMATE, Entry, Holdings, is_exact
+from ._serde import serialize
 
 __all__ = ["FIRST_ESTIMATE", "SIDE_MAX", "Buffer", "Entry", "Policy", "Reason", "is_exact"]
 
 # The most events parked by re-entrant emits (signal handlers) until the lock is free.
 SIDE_MAX = 1024
+#: Objects queued at the first guess (FIRST_ESTIMATE) before the emitter measures one itself:
+#: the sidecar measures the first object at once, but a starved sidecar may not run for a
+#: while, and a burst of large objects would pass max_bytes meanwhile (a flood of 100 KB dicts
+#: held 1,400 of them, 140 MiB in 64, before a sidecar under CI load ran).  Once per outbox.
+MEASURE_HERE_AFTER = 64
 
 
 class Policy(enum.Enum):
@@ -94,6 +100,7 @@ class Buffer(Holdings):
         "full_reason",
         "lock",
         "measure_asked",
+        "measure_here",
         "no_block_thread",
         "owned",
         "policy",
@@ -146,6 +153,9 @@ class Buffer(Holdings):
         # The first object queued asked the sidecar to measure it (the estimate is a guess
         # until then).
         self.measure_asked = False
+        # 1 once MEASURE_HERE_AFTER objects wait unmeasured for a sidecar that has not run
+        # (starved, or still starting): the emitter measures the newest itself, once; 2 after.
+        self.measure_here = 0
         # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
@@ -174,6 +184,32 @@ class Buffer(Holdings):
             over -= self.shed_locked(over)
             self._recompute_locked()
         return max(0, over)
+
+    def measure_newest(self) -> None:
+        """Measure the newest queued object on the caller's thread, once (``measure_here``):
+        serialized outside the lock, put in its place at its exact size, and the estimate
+        learnt from it (the byte bound enforced).  A sidecar that measured meanwhile makes
+        this a no-op; an event that cannot be serialized is left for the sidecar to count."""
+        with self.lock:
+            if self.measure_here != 1:
+                return
+            self.measure_here = 2
+            if self.measured:
+                return
+            index = len(self.queue) - 1
+            while index >= 0 and self.sizes[index]:
+                index -= 1
+            if index < 0:
+                return
+            seq, event = self.head_seq + index, self.queue[index]
+        try:
+            ser = serialize(event)
+        except Exception:
+            return
+        with self.lock:
+            index = seq - self.head_seq
+            if 0 <= index < len(self.queue) and self.queue[index] is event:
+                self.learn_locked(self.replace_locked(index, ser))
 
     # -- emitters' side ----------------------------------------------------------------
 
@@ -294,10 +330,17 @@ class Buffer(Holdings):
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        elif not self.measured and not self.measure_asked:
+        elif self.measured:
+            pass
+        elif not self.measure_asked:
             # The first object: the sidecar measures it now, so the estimate is not a guess.
             self.measure_asked = True
             self.wake_at_events = self.wake_at_bytes = _INF
+            result = 2
+        elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
+            # The sidecar has not measured it yet, and a burst is queueing at a guess: the
+            # emitter measures one (emit's caller sees result 2 and calls measure_newest).
+            self.measure_here = 1
             result = 2
         if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):
             self.wake_at_events = self.wake_at_bytes = _INF

@@ -128,6 +128,8 @@ class Outbox(Assembly):
         result = self._buffer.put(event, nbytes)
         if result == 2:
             self._sidecar.wake()
+            if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
+                self._buffer.measure_newest()
         return result > 0
 
     async def emit_async(self, event: Event) -> bool:
@@ -152,6 +154,8 @@ class Outbox(Assembly):
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
         if result == 2:
             self._sidecar.wake()
+            if buf.measure_here == 1:
+                buf.measure_newest()
         return result > 0
 
     def run(

@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 import pytest
 
-from outbox import LineageJob, Outbox, s3_dataset
-from outbox._buffer import FIRST_ESTIMATE
+from outbox import LineageJob, Outbox, Outcome, s3_dataset
+from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -213,6 +213,72 @@ def test_an_object_is_counted_at_a_conservative_estimate_until_the_sidecar_measu
         outbox.emit(big)
     assert outbox.stats().queued_bytes >= 4 * size * 0.9
     assert size > FIRST_ESTIMATE
+    outbox.close(0.1)
+
+
+class _LoopBlockingTransport:
+    """Blocks its sidecar's event loop in send until released: a sidecar that cannot run (as
+    one starved of CPU, or still starting, when a burst comes)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    async def send(self, batch: Any, deadline: float) -> list[Any]:
+        self.entered.set()
+        self.release.wait(30)
+        return [Outcome.delivered()] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the_emitter_once():
+    """The first object asks the sidecar to measure it; a sidecar that does not run meanwhile
+    would let a burst of large objects queue at the first guess (4 KiB), far past max_bytes.
+    After MEASURE_HERE_AFTER of them, the emitter measures the newest itself, once: the byte
+    bound holds again at once, and nothing else is serialized on its thread."""
+    transport = _LoopBlockingTransport()
+    max_bytes = 2 * 1024 * 1024
+    outbox = Outbox(transport, max_bytes=max_bytes, linger=0, close_at_exit=False)
+    assert outbox.emit('{"eventType": "START"}')  # text: exact, asks for no measuring
+    assert transport.entered.wait(10)  # the sidecar's loop is stuck from here on
+    pad = "x" * 100_000
+    events = []
+    for i in range(300):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        events.append(event)
+    with CallRecorder() as calls:
+        for event in events:
+            outbox.emit(event)
+    size = len(orjson.dumps(events[-1]))
+    stats = outbox.stats()
+    assert stats.queued_bytes <= max_bytes, stats
+    assert stats.queued_events <= max_bytes // size + 1, stats
+    assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
+    assert outbox._buffer.estimate >= size * 0.99
+    assert calls.modules.get("outbox._serde", 0) >= 1  # measured here...
+    assert outbox._buffer.measure_here == 2  # ... once
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.emitted == 301
+    assert report.delivered == 301 - report.undelivered["dropped_full"]  # what the bound kept
+
+
+def test_a_sidecar_that_runs_measures_the_first_object_itself():
+    """In the usual case the sidecar measures the first object long before a burst of
+    MEASURE_HERE_AFTER: the emitter never does (emit never serializes)."""
+    outbox, transport = _stuck()
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    assert wait_until(lambda: outbox._buffer.measured, 10)
+    with CallRecorder() as calls:
+        for i in range(3 * MEASURE_HERE_AFTER):
+            outbox.emit(run_event(n=i))
+    assert calls.serializing() == {}, calls.modules
+    assert outbox._buffer.measure_here == 0
     outbox.close(0.1)
 
 
