@@ -1,14 +1,17 @@
 """``outbox check``, run as operators run it (a process, its environment), against a running sink,
 a refused URL, a TLS backend, a Kafka-protocol broker and a broker that is down."""
 
+import asyncio
 import inspect
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from outbox import Outbox
@@ -137,6 +140,39 @@ def test_tls_is_checked_as_the_transport_verifies_it(tls_sink):
     )
     assert status == 0, lines
     assert "certificate verified" in line(lines, "tls")
+
+
+def test_a_client_for_an_http_url_loads_no_ca_bundle_and_refuses_tls_if_ever_asked(tls_sink, monkeypatch):
+    """An http:// transport's client gets a context that loads no CA bundle (the default one
+    costs 30-50 ms per outbox at a cold start, for TLS that never happens), and that context
+    still verifies: TLS tried with it fails, it is never an unverified one.  An https:// URL
+    keeps httpx's default verification (the sink's own CA is not trusted)."""
+    from outbox.transports import _http_settings
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    plain = _http_settings.new_client("http://127.0.0.1:1", httpx.Timeout(1.0), {}, True, 1)
+    assert plain._transport._pool._ssl_context is _http_settings._NO_TLS
+    context = _http_settings._NO_TLS
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] == 0
+    url, _ = tls_sink
+    port = int(url.rsplit(":", 1)[1])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
+        context.wrap_socket(raw, server_hostname="127.0.0.1")
+    secure = _http_settings.new_client(url, httpx.Timeout(1.0), {}, True, 1)
+    assert secure._transport._pool._ssl_context is not context
+
+    async def post() -> None:
+        async with secure:
+            await secure.post(url, json={})
+
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        asyncio.run(post())
 
 
 def kafka_env(bootstrap: str, topic: str) -> dict[str, str]:
