@@ -23,8 +23,8 @@ construction, :meth:`Spill.attach`, all of them: what exceeds the queue's window
 overflow to our own segments before the constructor returns; while running, as room allows),
 writes them to its own segments like any event, and then deletes the dead owner's files, its
 lock file last.  A crash in between leaves both copies: sent twice, never lost.  The dead
-owner's records are read a record at a time and only as far as the buffer has room
-(``_spilladopt``).
+owner's records are read a record at a time and only as far as the buffer has room.  All of
+adoption is ``_spilladopt``'s :class:`Adopter`; when to look for dead owners is decided here.
 
 The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
@@ -48,11 +48,11 @@ from typing import Any
 
 from ._buffer import Buffer, Reason
 from ._errors import ConfigError
-from ._log import RateLimitedLog, logger
+from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize
 from ._slices import Slicer
-from ._spilladopt import Recovered
-from ._spilldisk import Segments, inspect_dir, read_checkpoint
+from ._spilladopt import Adopter
+from ._spilldisk import Segments, inspect_dir
 from ._spillfmt import encode_event, encode_void
 from ._spillread import StretchReader
 from ._window import Window
@@ -67,16 +67,6 @@ _INF = float("inf")
 #: What takes the place of an event of the stretch that cannot be read back (or could not be
 #: serialized): text that is not JSON, which the intake counts ``invalid_event``.
 _UNREADABLE = b"\x00"
-
-
-class _Adoption:
-    """A dead owner being adopted: its lock, held; the last of its events queued here (its
-    sequence number there, ``fed``, and here, ``last``)."""
-
-    __slots__ = ("fd", "fed", "last", "owner")
-
-    def __init__(self, owner: str, fd: int) -> None:
-        self.owner, self.fd, self.fed, self.last = owner, fd, -1, -1
 
 
 class Spill:
@@ -109,26 +99,24 @@ class Spill:
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
-        #: Events of dead owners read and not yet queued; owners being adopted.
-        self._recovered = Recovered([], 0)
-        self._adopting: list[_Adoption] = []
-        self.recovered = 0
+        self.adopter = Adopter(self.directory, self.owner)
         self.window: Window | None = None
         self.reader = StretchReader(self.disk.path_of)
         self.unreadable = 0
         self._stuck = False
         if adopt:
-            self._scan()
+            self.adopter.scan()
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window, and queue what was adopted at construction:
         ahead of anything newer, the queue's window first, the rest through the overflow to
         our own segments (so that memory holds only a window however much was adopted)."""
         self.window = Window(buf)
-        while self._recovered:
-            self._fill(buf)
+        adopter = self.adopter
+        while adopter.recovering:
+            adopter.fill(buf, self.window)
             with buf.lock:
-                fed = self.feed_locked(buf)
+                fed = adopter.feed_locked(buf)
             self._write_new(buf, None)
             released = self._release(buf, None)
             if not fed and not released:
@@ -155,14 +143,14 @@ class Spill:
             ) from None
         return fd
 
-    def _path(self, suffix: str, owner: str | None = None) -> str:
-        return os.path.join(self.directory, f"{owner or self.owner}{suffix}")
+    def _path(self, suffix: str) -> str:
+        return os.path.join(self.directory, f"{self.owner}{suffix}")
 
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
         self.reader.close()
-        for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self._adopting)):
+        for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self.adopter.adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -173,113 +161,6 @@ class Spill:
             log_interval=self.log.interval,
             adopt=False,
         )
-
-    # -- adoption -------------------------------------------------------------------------
-
-    def _scan(self) -> None:
-        """Adopt the first dead owner found, if none is being adopted."""
-        if self._adopting or self._recovered:
-            return
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return
-        for name in sorted(names):
-            if not name.endswith(".lock") or name.startswith(".") or name[:-5] == self.owner:
-                continue
-            owner = name[:-5]
-            try:
-                fd = os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)  # alive
-                continue
-            events = Recovered(self._owner_segments(owner), read_checkpoint(self._path(".ckpt", owner)))
-            self._recovered = events
-            self._adopting.append(_Adoption(owner, fd))
-            if events:
-                logger.warning(
-                    "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
-                    len(events),
-                    owner,
-                    self.directory,
-                )
-            return
-
-    def _owner_segments(self, owner: str) -> list[str]:
-        prefix = f"{owner}-"
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return []
-        segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
-        return [os.path.join(self.directory, n) for n in sorted(segs)]
-
-    def _fill(self, buf: Buffer) -> None:
-        """Read a dead owner's events ahead, as many as the buffer has room for (outside its
-        lock: ``emit`` never waits on the disk), so that memory holds at most its bounds."""
-        window = self.window
-        with buf.lock:
-            held = len(buf.queue) + buf.in_flight
-            held_bytes = buf.held_bytes_locked()
-            if window is not None:
-                held += len(window.events)
-                held_bytes += window.bytes(buf.estimate)
-        self._recovered.fill(max(1, buf.max_events - held), max(1, buf.max_bytes - held_bytes))
-
-    def feed_locked(self, buf: Buffer) -> int:
-        """Queue recovered events while the buffer has room (caller holds its lock).
-        Returns how many were queued."""
-        recovered = self._recovered.ready
-        n = 0
-        fed = -1
-        while recovered:
-            seq, event = recovered[0]
-            size = len(event.body) or 1
-            if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(event, size):
-                break
-            recovered.popleft()
-            fed = seq
-            n += 1
-        if n:
-            self.recovered += n
-            if self._adopting:
-                adoption = self._adopting[-1]
-                adoption.fed, adoption.last = fed, buf.next_seq - 1
-        return n
-
-    def _finish_adoptions(self) -> None:
-        """A dead owner whose events are all queued here, and written to our own segments:
-        its files go, the lock file last."""
-        if self._recovered or not self._adopting:
-            return
-        adoption = self._adopting[0]
-        if adoption.last >= self._spilled_upto:
-            return
-        owner = adoption.owner
-        for path in (*self._owner_segments(owner), self._path(".ckpt", owner), self._path(".lock", owner)):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        os.close(adoption.fd)
-        self._adopting.pop(0)
-
-    def _release_adoptions(self) -> None:
-        """Closing with a dead owner's events not all queued: what was queued here (and is in
-        our own segments) is marked settled in its checkpoint, so that the next adopter does
-        not send it again; the rest stays in its files, its lock let go."""
-        for adoption in self._adopting:
-            if adoption.fed >= 0 and adoption.last < self._spilled_upto:
-                path = self._path(".ckpt", adoption.owner)
-                with contextlib.suppress(OSError):
-                    with open(path + ".tmp", "w") as f:
-                        f.write(f"{adoption.fed + 1}\n")
-                    os.replace(path + ".tmp", path)
-            with contextlib.suppress(OSError):
-                os.close(adoption.fd)
-        self._adopting.clear()
 
     # -- the worker's side ------------------------------------------------------------------
 
@@ -300,8 +181,8 @@ class Spill:
         busy = buf.beyond or (
             buf.next_seq != self._spilled_upto
             or buf.lowest_unsettled_locked() != self._checkpoint
-            or self._recovered
-            or self._adopting
+            or self.adopter.recovering
+            or self.adopter.adopting
         )
         if busy:
             return max(0.0, self._last_tick + self.interval - now)
@@ -337,15 +218,16 @@ class Spill:
         self._last_tick = now
         self._stuck = False  # (the disk is tried again once an interval)
         try:
-            if self._recovered:
-                self._fill(buf)
+            adopter = self.adopter
+            if adopter.recovering:
+                adopter.fill(buf, self.window)
                 with buf.lock:
-                    self.feed_locked(buf)
+                    adopter.feed_locked(buf)
             self._write_new(buf, slicer)
             self._release(buf, slicer)
             self._refill(buf)
             self._record_progress(buf)
-            self._finish_adoptions()
+            adopter.finish(self._spilled_upto)
             if window is not None and not window.active:
                 # Overflow to disk again once it works and has room.
                 disk = self.disk
@@ -355,7 +237,7 @@ class Spill:
                     buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
             if now >= self._next_scan:
                 self._next_scan = now + SCAN_INTERVAL
-                self._scan()
+                adopter.scan()
         except Exception as exc:  # a bug of ours must not stop the worker
             self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
 
@@ -589,7 +471,7 @@ class Spill:
             for suffix in (".ckpt", ".lock"):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(suffix))
-        self._release_adoptions()
+        self.adopter.release(self._spilled_upto)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
         self.reader.close()
@@ -608,8 +490,8 @@ class Spill:
             "spilled_bytes": disk.disk_bytes,
             "segments": len(disk),
             "written": disk.written,
-            "recovered": self.recovered,
-            "recovering": len(self._recovered),
+            "recovered": self.adopter.recovered,
+            "recovering": len(self.adopter.recovering),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
