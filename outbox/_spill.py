@@ -28,9 +28,9 @@ adoption is ``_spilladopt``'s :class:`Adopter`; when to look for dead owners is 
 
 The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
-``emit``) :meth:`Spill._release` writes the overflow to the segment and releases it from
-memory (the *stretch*), and :meth:`Spill._refill` reads the stretch back (``_spillread``) as
-the queue drains, in order, before the overflow.  An outage longer than the buffer then costs
+``emit``) the spill writes the overflow to the segment and releases it from memory (the
+*stretch*), and reads the stretch back as the queue drains, in order, before the overflow
+(``_spillstretch``'s :class:`Stretch`).  An outage longer than the buffer then costs
 disk, not events, up to ``max_spill_bytes``.
 """
 
@@ -54,7 +54,7 @@ from ._slices import Slicer
 from ._spilladopt import Adopter
 from ._spilldisk import Segments, inspect_dir
 from ._spillfmt import encode_event, encode_void
-from ._spillread import StretchReader
+from ._spillstretch import Stretch
 from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Spill", "inspect_dir"]
@@ -64,9 +64,6 @@ DEFAULT_INTERVAL = 0.1
 #: Seconds between two looks for dead owners while running.
 SCAN_INTERVAL = 5.0
 _INF = float("inf")
-#: What takes the place of an event of the stretch that cannot be read back (or could not be
-#: serialized): text that is not JSON, which the intake counts ``invalid_event``.
-_UNREADABLE = b"\x00"
 
 
 class Spill:
@@ -100,10 +97,7 @@ class Spill:
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
         self.adopter = Adopter(self.directory, self.owner)
-        self.window: Window | None = None
-        self.reader = StretchReader(self.disk.path_of)
-        self.unreadable = 0
-        self._stuck = False
+        self.stretch = Stretch(self.disk, self.log)
         if adopt:
             self.adopter.scan()
 
@@ -111,10 +105,10 @@ class Spill:
         """Give the buffer its memory window, and queue what was adopted at construction:
         ahead of anything newer, the queue's window first, the rest through the overflow to
         our own segments (so that memory holds only a window however much was adopted)."""
-        self.window = Window(buf)
+        self.stretch.window = Window(buf)
         adopter = self.adopter
         while adopter.recovering:
-            adopter.fill(buf, self.window)
+            adopter.fill(buf, self.stretch.window)
             with buf.lock:
                 fed = adopter.feed_locked(buf)
             self._write_new(buf, None)
@@ -149,7 +143,7 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
-        self.reader.close()
+        self.stretch.close()
         for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self.adopter.adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -168,12 +162,12 @@ class Spill:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         if self._closed:
             return _INF
-        window = self.window
+        window = self.stretch.window
         if (
             window is not None
             and window.active
             and (
-                (len(window.events) >= window.wake_at and not self._stuck)
+                (len(window.events) >= window.wake_at and not self.stretch.stuck)
                 or (window.disk and not buf.queue and buf.in_flight < window.share_events)
             )
         ):
@@ -204,11 +198,11 @@ class Spill:
         failure of ours is logged and the outbox goes on in memory."""
         if self._closed:
             return
-        window = self.window
+        window = self.stretch.window
         if window is not None and window.active:
             try:
-                self._refill(buf)
-                if len(window.events) >= window.wake_at and not self._stuck:
+                self.stretch.refill(buf)
+                if len(window.events) >= window.wake_at and not self.stretch.stuck:
                     self._write_new(buf, slicer)
                     self._release(buf, slicer)
             except Exception as exc:  # a bug of ours must not stop the worker
@@ -216,16 +210,16 @@ class Spill:
         if not force and now < self._last_tick + self.interval:
             return
         self._last_tick = now
-        self._stuck = False  # (the disk is tried again once an interval)
+        self.stretch.stuck = False  # (the disk is tried again once an interval)
         try:
             adopter = self.adopter
             if adopter.recovering:
-                adopter.fill(buf, self.window)
+                adopter.fill(buf, self.stretch.window)
                 with buf.lock:
                     adopter.feed_locked(buf)
             self._write_new(buf, slicer)
             self._release(buf, slicer)
-            self._refill(buf)
+            self.stretch.refill(buf)
             self._record_progress(buf)
             adopter.finish(self._spilled_upto)
             if window is not None and not window.active:
@@ -290,106 +284,13 @@ class Spill:
         self._spilled_upto = end
         self.disk.append(records, at)
 
-    # -- the memory window (see ``_window``) ---------------------------------------------------
-
     def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
-        """Write the overflow to disk and release what was written from memory.  Returns how
-        many events were released."""
-        window = self.window
-        if window is None:
-            return 0
-        with buf.lock:
-            if not window.events or buf.finalized:
-                return 0
-            events = list(window.events)
-            start = buf.head_seq + len(buf.queue) + window.disk
-            fresh = window.disk == 0
-        at = time.time()
-        records: list[tuple[int, bytes]] = []
-        if slicer is not None:
-            slicer.begin()
-        for offset, event in enumerate(events):
-            if slicer is not None:
-                slicer.checkpoint()
-            if event.__class__ is SerializedEvent:
-                ser = event
-            else:
-                try:
-                    ser = serialize(event)
-                except Exception:  # read back as _UNREADABLE: the intake counts invalid_event
-                    ser = SerializedEvent(b"", None, None)
-            records.append((start + offset, encode_event(start + offset, at, ser)))
-        written = self.disk.append(records, at, count=False)
-        self._stuck = written < len(records)  # full or failing: not again before the next tick
-        with buf.lock:
-            if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
-                return 0  # cleared meanwhile (a close that reported without the worker)
-            full = self.disk.full and not self.disk.failing
-            buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
-            window.usable = not self.disk.failing and not full
-            if not written:
-                return 0
-            window.release(written)
-            buf.notify_locked()  # room in the overflow for blocked emitters
-        if fresh:
-            self.reader.start(*self.disk.start, start)
-        self._spilled_upto = start + written
-        return written
-
-    def _refill(self, buf: Buffer) -> None:
-        """Read the stretch back into the queue as its window has room; with the stretch
-        empty, move the overflow to the queue (what the disk did not take); end the overflow
-        once both are empty."""
-        window = self.window
-        if window is None:
-            return
-        with buf.lock:
-            if buf.finalized:
-                return
-            room = window.share_events - len(buf.queue) - buf.in_flight
-            room_bytes = window.share_bytes - buf.held_bytes_locked()
-            disk = window.disk
-            if not disk:
-                window.to_queue(buf, max(0, room))
-                window.settle(buf)
-                buf._recompute_locked()
-                return
-        if room <= 0 or room_bytes <= 0:
-            return
-        try:
-            events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
-        except OSError as exc:
-            self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.directory, exc)
-            return
-        if not events:
-            return
-        bad = 0
-        with buf.lock:
-            if buf.finalized or window.disk != disk:
-                return
-            queue, sizes = buf.queue, buf.sizes
-            total = 0
-            for ser in events:
-                item: Any = ser if ser is not None and ser.body else _UNREADABLE
-                bad += item is _UNREADABLE
-                size = len(item.body) if item is not _UNREADABLE else 1
-                queue.append(item)
-                sizes.append(size)
-                total += size
-            buf.exact_bytes += total
-            buf.exact_count += len(events)
-            window.disk -= len(events)
-            buf.beyond -= len(events)
-            window.settle(buf)
-            buf._recompute_locked()
-        if bad:
-            self.unreadable += bad
-            self.log.warning(
-                "spill-unreadable",
-                "spill: %d event(s) could not be read back from %s (corrupt); counted invalid_event",
-                bad,
-                self.directory,
-            )
+        """Write the overflow to the stretch (``_spillstretch``), and move the write position
+        past it.  Returns how many events were released."""
+        released = self.stretch.release(buf, slicer)
+        if released:
+            self._spilled_upto = released.stop
+        return len(released)
 
     def cover(self, items: list[Any]) -> None:
         """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
@@ -474,7 +375,7 @@ class Spill:
         self.adopter.release(self._spilled_upto)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
-        self.reader.close()
+        self.stretch.close()
         return durable and held > 0
 
     # -- observability ------------------------------------------------------------------------
@@ -482,7 +383,7 @@ class Spill:
     def stats(self) -> dict[str, float]:
         """What ``Stats.spill`` shows (read without the buffer's lock: a snapshot that may be a
         tick old)."""
-        disk = self.disk
+        disk, window = self.disk, self.stretch.window
         marks = disk.marks
         oldest = marks[0][1] if marks else None
         return {
@@ -495,8 +396,8 @@ class Spill:
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
-            "overflow_events": len(self.window.events) if self.window is not None else 0,
-            "stretch_events": self.window.disk if self.window is not None else 0,
-            "unreadable": self.unreadable,
+            "overflow_events": len(window.events) if window is not None else 0,
+            "stretch_events": window.disk if window is not None else 0,
+            "unreadable": self.stretch.unreadable,
             "oldest_age": max(0.0, time.time() - oldest) if oldest is not None else 0.0,
         }
