@@ -241,10 +241,8 @@ class Intake:
                 try:
                     ser = serialize(event)
                 except Exception as exc:
-                    lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
+                    self._invalid(exc, event, lost, dead)
                     lost_bytes += estimate
-                    self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
-                    dead.append((Reason.INVALID_EVENT, str(exc), None, event))
                     continue
             size = len(ser[0])  # its body
             if is_object:
@@ -252,10 +250,7 @@ class Intake:
                 objects += 1
                 mean = sizes // objects
                 if size > 2 * buf.estimate and mean > buf.estimate:
-                    # Objects grew: re-price the queue now (and shed by the policy), not once
-                    # this batch is done, which may be long with handlers taking the GIL.
-                    with buf.lock:
-                        buf.learn_locked(mean)
+                    self._reprice_now(mean)
             if size > limit:
                 self._too_large(size, ser.body, event, lost, dead)
                 lost_bytes += estimate
@@ -304,6 +299,19 @@ class Intake:
                 lowest = min(self.lowest_held(), ready[0].seq if ready else _INF)
                 buf.settle_locked(sum(lost.values()), lost_bytes, lowest)
         return ready
+
+    def _reprice_now(self, mean_object: int) -> None:
+        """Objects grew: re-price the queue at ``mean_object`` now (and shed by the policy), not
+        once this batch is done, which may be long with handlers taking the GIL."""
+        buf = self.buffer
+        with buf.lock:
+            buf.learn_locked(mean_object)
+
+    def _invalid(self, exc: Exception, event: Any, lost: dict[str, int], dead: list[DeadRecord]) -> None:
+        """An event that cannot be serialized: counted ``invalid_event``, warned about, dead-lettered."""
+        lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
+        self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
+        dead.append((Reason.INVALID_EVENT, str(exc), None, event))
 
     def _too_large(
         self, size: int, body: bytes | None, event: Any, lost: dict[str, int], dead: list[DeadRecord]

@@ -55,6 +55,23 @@ class _Key:
     def new_head(self) -> None:
         self.refusals, self.alone = 0, False
 
+    def fill_lane(self, lane: list[Held], size: int, most_events: int, most_bytes: int) -> int:
+        """Add the front of this key's FIFO to ``lane`` (its head alone if it travels alone),
+        within the limits (at least one event in the lane), and mute the key if any went.
+        Returns the lane's bytes."""
+        taken = 0
+        for item in self.fifo:
+            if lane and (len(lane) >= most_events or size + item.size > most_bytes):
+                break
+            lane.append(item)
+            size += item.size
+            taken += 1
+            if self.alone:
+                break
+        if taken:
+            self.muted = True
+        return size
+
 
 class _Wire:
     """A fresh key on the wire, in the lane this mark was made for (nothing else held of it)."""
@@ -282,7 +299,7 @@ class Keys:
             if suspects and self.split_to is not None and keys >= self.split_to:
                 break
             before = len(lane)
-            size = self._fill(state, lane, size, most_events, most_bytes)
+            size = state.fill_lane(lane, size, most_events, most_bytes)
             taken = len(lane) - before
             if not taken:
                 break  # the lane is full
@@ -351,7 +368,7 @@ class Keys:
         if best is None or (front is not None and (0, front[0][0].seq) < best[:2]):
             return front is not None, 0, None, 0
         state = best[2]
-        size = self._fill(state, lane, 0, most_events, most_bytes)
+        size = state.fill_lane(lane, 0, most_events, most_bytes)
         if len(lane) < len(state.fifo) and not state.alone:
             return False, size, None, 1
         return False, size, state.suspect, 1
@@ -383,24 +400,6 @@ class Keys:
             if taken < len(group):
                 self._hold(key, group[taken:])
         return taken, size
-
-    @staticmethod
-    def _fill(state: _Key, lane: list[Held], size: int, most_events: int, most_bytes: int) -> int:
-        """Add the front of ``state``'s FIFO to ``lane`` (its head alone if it travels alone),
-        within the limits (at least one event in the lane), and mute it if any went.  Returns
-        the lane's bytes."""
-        taken = 0
-        for item in state.fifo:
-            if lane and (len(lane) >= most_events or size + item.size > most_bytes):
-                break
-            lane.append(item)
-            size += item.size
-            taken += 1
-            if state.alone:
-                break
-        if taken:
-            state.muted = True
-        return size
 
     def _lane(self, lane: list[Held]) -> list[Held]:
         if lane:

@@ -23,14 +23,14 @@ construction, :meth:`Spill.attach`, all of them: what exceeds the queue's window
 overflow to our own segments before the constructor returns; while running, as room allows),
 writes them to its own segments like any event, and then deletes the dead owner's files, its
 lock file last.  A crash in between leaves both copies: sent twice, never lost.  The dead
-owner's records are read a record at a time and only as far as the buffer has room
-(``_spilladopt``).
+owner's records are read a record at a time and only as far as the buffer has room.  All of
+adoption is ``_spilladopt``'s :class:`Adopter`; when to look for dead owners is decided here.
 
 The memory window (``_window``): when the buffer's queue holds half of its bounds,
 ``emit`` appends to the buffer's small overflow instead; each tick (or sooner, woken by
-``emit``) :meth:`Spill._release` writes the overflow to the segment and releases it from
-memory (the *stretch*), and :meth:`Spill._refill` reads the stretch back (``_spillread``) as
-the queue drains, in order, before the overflow.  An outage longer than the buffer then costs
+``emit``) the spill writes the overflow to the segment and releases it from memory (the
+*stretch*), and reads the stretch back as the queue drains, in order, before the overflow
+(``_spillstretch``'s :class:`Stretch`).  An outage longer than the buffer then costs
 disk, not events, up to ``max_spill_bytes``.
 """
 
@@ -48,13 +48,13 @@ from typing import Any
 
 from ._buffer import Buffer, Reason
 from ._errors import ConfigError
-from ._log import RateLimitedLog, logger
+from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize
 from ._slices import Slicer
-from ._spilladopt import Recovered
-from ._spilldisk import Segments, inspect_dir, read_checkpoint
+from ._spilladopt import Adopter
+from ._spilldisk import Segments, inspect_dir
 from ._spillfmt import encode_event, encode_void
-from ._spillread import StretchReader
+from ._spillstretch import Stretch
 from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Spill", "inspect_dir"]
@@ -64,19 +64,6 @@ DEFAULT_INTERVAL = 0.1
 #: Seconds between two looks for dead owners while running.
 SCAN_INTERVAL = 5.0
 _INF = float("inf")
-#: What takes the place of an event of the stretch that cannot be read back (or could not be
-#: serialized): text that is not JSON, which the intake counts ``invalid_event``.
-_UNREADABLE = b"\x00"
-
-
-class _Adoption:
-    """A dead owner being adopted: its lock, held; the last of its events queued here (its
-    sequence number there, ``fed``, and here, ``last``)."""
-
-    __slots__ = ("fd", "fed", "last", "owner")
-
-    def __init__(self, owner: str, fd: int) -> None:
-        self.owner, self.fd, self.fed, self.last = owner, fd, -1, -1
 
 
 class Spill:
@@ -109,26 +96,21 @@ class Spill:
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._closed = False
-        #: Events of dead owners read and not yet queued; owners being adopted.
-        self._recovered = Recovered([], 0)
-        self._adopting: list[_Adoption] = []
-        self.recovered = 0
-        self.window: Window | None = None
-        self.reader = StretchReader(self.disk.path_of)
-        self.unreadable = 0
-        self._stuck = False
+        self.adopter = Adopter(self.directory, self.owner)
+        self.stretch = Stretch(self.disk, self.log)
         if adopt:
-            self._scan()
+            self.adopter.scan()
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window, and queue what was adopted at construction:
         ahead of anything newer, the queue's window first, the rest through the overflow to
         our own segments (so that memory holds only a window however much was adopted)."""
-        self.window = Window(buf)
-        while self._recovered:
-            self._fill(buf)
+        self.stretch.window = Window(buf)
+        adopter = self.adopter
+        while adopter.recovering:
+            adopter.fill(buf, self.stretch.window)
             with buf.lock:
-                fed = self.feed_locked(buf)
+                fed = adopter.feed_locked(buf)
             self._write_new(buf, None)
             released = self._release(buf, None)
             if not fed and not released:
@@ -155,14 +137,14 @@ class Spill:
             ) from None
         return fd
 
-    def _path(self, suffix: str, owner: str | None = None) -> str:
-        return os.path.join(self.directory, f"{owner or self.owner}{suffix}")
+    def _path(self, suffix: str) -> str:
+        return os.path.join(self.directory, f"{self.owner}{suffix}")
 
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own."""
-        self.reader.close()
-        for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self._adopting)):
+        self.stretch.close()
+        for fd in (self._lock_fd, self.disk.fd, *(a.fd for a in self.adopter.adopting)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -174,125 +156,18 @@ class Spill:
             adopt=False,
         )
 
-    # -- adoption -------------------------------------------------------------------------
-
-    def _scan(self) -> None:
-        """Adopt the first dead owner found, if none is being adopted."""
-        if self._adopting or self._recovered:
-            return
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return
-        for name in sorted(names):
-            if not name.endswith(".lock") or name.startswith(".") or name[:-5] == self.owner:
-                continue
-            owner = name[:-5]
-            try:
-                fd = os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)  # alive
-                continue
-            events = Recovered(self._owner_segments(owner), read_checkpoint(self._path(".ckpt", owner)))
-            self._recovered = events
-            self._adopting.append(_Adoption(owner, fd))
-            if events:
-                logger.warning(
-                    "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
-                    len(events),
-                    owner,
-                    self.directory,
-                )
-            return
-
-    def _owner_segments(self, owner: str) -> list[str]:
-        prefix = f"{owner}-"
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return []
-        segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
-        return [os.path.join(self.directory, n) for n in sorted(segs)]
-
-    def _fill(self, buf: Buffer) -> None:
-        """Read a dead owner's events ahead, as many as the buffer has room for (outside its
-        lock: ``emit`` never waits on the disk), so that memory holds at most its bounds."""
-        window = self.window
-        with buf.lock:
-            held = len(buf.queue) + buf.in_flight
-            held_bytes = buf.held_bytes_locked()
-            if window is not None:
-                held += len(window.events)
-                held_bytes += window.bytes(buf.estimate)
-        self._recovered.fill(max(1, buf.max_events - held), max(1, buf.max_bytes - held_bytes))
-
-    def feed_locked(self, buf: Buffer) -> int:
-        """Queue recovered events while the buffer has room (caller holds its lock).
-        Returns how many were queued."""
-        recovered = self._recovered.ready
-        n = 0
-        fed = -1
-        while recovered:
-            seq, event = recovered[0]
-            size = len(event.body) or 1
-            if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(event, size):
-                break
-            recovered.popleft()
-            fed = seq
-            n += 1
-        if n:
-            self.recovered += n
-            if self._adopting:
-                adoption = self._adopting[-1]
-                adoption.fed, adoption.last = fed, buf.next_seq - 1
-        return n
-
-    def _finish_adoptions(self) -> None:
-        """A dead owner whose events are all queued here, and written to our own segments:
-        its files go, the lock file last."""
-        if self._recovered or not self._adopting:
-            return
-        adoption = self._adopting[0]
-        if adoption.last >= self._spilled_upto:
-            return
-        owner = adoption.owner
-        for path in (*self._owner_segments(owner), self._path(".ckpt", owner), self._path(".lock", owner)):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        os.close(adoption.fd)
-        self._adopting.pop(0)
-
-    def _release_adoptions(self) -> None:
-        """Closing with a dead owner's events not all queued: what was queued here (and is in
-        our own segments) is marked settled in its checkpoint, so that the next adopter does
-        not send it again; the rest stays in its files, its lock let go."""
-        for adoption in self._adopting:
-            if adoption.fed >= 0 and adoption.last < self._spilled_upto:
-                path = self._path(".ckpt", adoption.owner)
-                with contextlib.suppress(OSError):
-                    with open(path + ".tmp", "w") as f:
-                        f.write(f"{adoption.fed + 1}\n")
-                    os.replace(path + ".tmp", path)
-            with contextlib.suppress(OSError):
-                os.close(adoption.fd)
-        self._adopting.clear()
-
     # -- the worker's side ------------------------------------------------------------------
 
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         if self._closed:
             return _INF
-        window = self.window
+        window = self.stretch.window
         if (
             window is not None
             and window.active
             and (
-                (len(window.events) >= window.wake_at and not self._stuck)
+                (len(window.events) >= window.wake_at and not self.stretch.stuck)
                 or (window.disk and not buf.queue and buf.in_flight < window.share_events)
             )
         ):
@@ -300,8 +175,8 @@ class Spill:
         busy = buf.beyond or (
             buf.next_seq != self._spilled_upto
             or buf.lowest_unsettled_locked() != self._checkpoint
-            or self._recovered
-            or self._adopting
+            or self.adopter.recovering
+            or self.adopter.adopting
         )
         if busy:
             return max(0.0, self._last_tick + self.interval - now)
@@ -323,11 +198,11 @@ class Spill:
         failure of ours is logged and the outbox goes on in memory."""
         if self._closed:
             return
-        window = self.window
+        window = self.stretch.window
         if window is not None and window.active:
             try:
-                self._refill(buf)
-                if len(window.events) >= window.wake_at and not self._stuck:
+                self.stretch.refill(buf)
+                if len(window.events) >= window.wake_at and not self.stretch.stuck:
                     self._write_new(buf, slicer)
                     self._release(buf, slicer)
             except Exception as exc:  # a bug of ours must not stop the worker
@@ -335,17 +210,18 @@ class Spill:
         if not force and now < self._last_tick + self.interval:
             return
         self._last_tick = now
-        self._stuck = False  # (the disk is tried again once an interval)
+        self.stretch.stuck = False  # (the disk is tried again once an interval)
         try:
-            if self._recovered:
-                self._fill(buf)
+            adopter = self.adopter
+            if adopter.recovering:
+                adopter.fill(buf, self.stretch.window)
                 with buf.lock:
-                    self.feed_locked(buf)
+                    adopter.feed_locked(buf)
             self._write_new(buf, slicer)
             self._release(buf, slicer)
-            self._refill(buf)
+            self.stretch.refill(buf)
             self._record_progress(buf)
-            self._finish_adoptions()
+            adopter.finish(self._spilled_upto)
             if window is not None and not window.active:
                 # Overflow to disk again once it works and has room.
                 disk = self.disk
@@ -355,7 +231,7 @@ class Spill:
                     buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
             if now >= self._next_scan:
                 self._next_scan = now + SCAN_INTERVAL
-                self._scan()
+                adopter.scan()
         except Exception as exc:  # a bug of ours must not stop the worker
             self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
 
@@ -408,106 +284,13 @@ class Spill:
         self._spilled_upto = end
         self.disk.append(records, at)
 
-    # -- the memory window (see ``_window``) ---------------------------------------------------
-
     def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
-        """Write the overflow to disk and release what was written from memory.  Returns how
-        many events were released."""
-        window = self.window
-        if window is None:
-            return 0
-        with buf.lock:
-            if not window.events or buf.finalized:
-                return 0
-            events = list(window.events)
-            start = buf.head_seq + len(buf.queue) + window.disk
-            fresh = window.disk == 0
-        at = time.time()
-        records: list[tuple[int, bytes]] = []
-        if slicer is not None:
-            slicer.begin()
-        for offset, event in enumerate(events):
-            if slicer is not None:
-                slicer.checkpoint()
-            if event.__class__ is SerializedEvent:
-                ser = event
-            else:
-                try:
-                    ser = serialize(event)
-                except Exception:  # read back as _UNREADABLE: the intake counts invalid_event
-                    ser = SerializedEvent(b"", None, None)
-            records.append((start + offset, encode_event(start + offset, at, ser)))
-        written = self.disk.append(records, at, count=False)
-        self._stuck = written < len(records)  # full or failing: not again before the next tick
-        with buf.lock:
-            if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
-                return 0  # cleared meanwhile (a close that reported without the worker)
-            full = self.disk.full and not self.disk.failing
-            buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
-            window.usable = not self.disk.failing and not full
-            if not written:
-                return 0
-            window.release(written)
-            buf.notify_locked()  # room in the overflow for blocked emitters
-        if fresh:
-            self.reader.start(*self.disk.start, start)
-        self._spilled_upto = start + written
-        return written
-
-    def _refill(self, buf: Buffer) -> None:
-        """Read the stretch back into the queue as its window has room; with the stretch
-        empty, move the overflow to the queue (what the disk did not take); end the overflow
-        once both are empty."""
-        window = self.window
-        if window is None:
-            return
-        with buf.lock:
-            if buf.finalized:
-                return
-            room = window.share_events - len(buf.queue) - buf.in_flight
-            room_bytes = window.share_bytes - buf.held_bytes_locked()
-            disk = window.disk
-            if not disk:
-                window.to_queue(buf, max(0, room))
-                window.settle(buf)
-                buf._recompute_locked()
-                return
-        if room <= 0 or room_bytes <= 0:
-            return
-        try:
-            events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
-        except OSError as exc:
-            self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.directory, exc)
-            return
-        if not events:
-            return
-        bad = 0
-        with buf.lock:
-            if buf.finalized or window.disk != disk:
-                return
-            queue, sizes = buf.queue, buf.sizes
-            total = 0
-            for ser in events:
-                item: Any = ser if ser is not None and ser.body else _UNREADABLE
-                bad += item is _UNREADABLE
-                size = len(item.body) if item is not _UNREADABLE else 1
-                queue.append(item)
-                sizes.append(size)
-                total += size
-            buf.exact_bytes += total
-            buf.exact_count += len(events)
-            window.disk -= len(events)
-            buf.beyond -= len(events)
-            window.settle(buf)
-            buf._recompute_locked()
-        if bad:
-            self.unreadable += bad
-            self.log.warning(
-                "spill-unreadable",
-                "spill: %d event(s) could not be read back from %s (corrupt); counted invalid_event",
-                bad,
-                self.directory,
-            )
+        """Write the overflow to the stretch (``_spillstretch``), and move the write position
+        past it.  Returns how many events were released."""
+        released = self.stretch.release(buf, slicer)
+        if released:
+            self._spilled_upto = released.stop
+        return len(released)
 
     def cover(self, items: list[Any]) -> None:
         """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
@@ -589,10 +372,10 @@ class Spill:
             for suffix in (".ckpt", ".lock"):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(suffix))
-        self._release_adoptions()
+        self.adopter.release(self._spilled_upto)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
-        self.reader.close()
+        self.stretch.close()
         return durable and held > 0
 
     # -- observability ------------------------------------------------------------------------
@@ -600,7 +383,7 @@ class Spill:
     def stats(self) -> dict[str, float]:
         """What ``Stats.spill`` shows (read without the buffer's lock: a snapshot that may be a
         tick old)."""
-        disk = self.disk
+        disk, window = self.disk, self.stretch.window
         marks = disk.marks
         oldest = marks[0][1] if marks else None
         return {
@@ -608,13 +391,13 @@ class Spill:
             "spilled_bytes": disk.disk_bytes,
             "segments": len(disk),
             "written": disk.written,
-            "recovered": self.recovered,
-            "recovering": len(self._recovered),
+            "recovered": self.adopter.recovered,
+            "recovering": len(self.adopter.recovering),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
-            "overflow_events": len(self.window.events) if self.window is not None else 0,
-            "stretch_events": self.window.disk if self.window is not None else 0,
-            "unreadable": self.unreadable,
+            "overflow_events": len(window.events) if window is not None else 0,
+            "stretch_events": window.disk if window is not None else 0,
+            "unreadable": self.stretch.unreadable,
             "oldest_age": max(0.0, time.time() - oldest) if oldest is not None else 0.0,
         }

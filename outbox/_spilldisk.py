@@ -15,7 +15,7 @@ from typing import Any
 from ._log import RateLimitedLog
 from ._spillfmt import parse
 
-__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "Segments", "inspect_dir", "read_checkpoint"]
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "Segments", "inspect_dir", "owner_segments", "read_checkpoint"]
 
 #: A segment is closed (and a new one begun) past this size.
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -203,6 +203,17 @@ class Segments:
         with contextlib.suppress(OSError):
             os.unlink(segment.path)
         self.disk_bytes -= segment.size
+
+
+def owner_segments(directory: str, owner: str) -> list[str]:
+    """The paths of ``owner``'s segments in ``directory``, oldest first."""
+    prefix = f"{owner}-"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    segs = [n for n in names if n.startswith(prefix) and n.endswith(".seg")]
+    return [os.path.join(directory, n) for n in sorted(segs)]
 
 
 def read_checkpoint(path: str) -> int:

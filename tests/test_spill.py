@@ -138,8 +138,9 @@ def test_events_shed_after_they_were_written_are_voided_and_their_numbers_reused
     spill.tick(buf, None, 1.0, force=True)
     # What a successor would read: n=4 is gone, and seqs 4 and 5 hold the new events.
     from outbox._spilladopt import Recovered
+    from outbox._spilldisk import owner_segments
 
-    source = Recovered(spill._owner_segments(spill.owner), 0)
+    source = Recovered(owner_segments(spill.directory, spill.owner), 0)
     source.fill(100, 10**7)
     recovered = list(source.ready)
     assert [(seq, json.loads(e.body)["n"]) for seq, e in recovered] == [

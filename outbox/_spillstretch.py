@@ -1,0 +1,148 @@
+"""The spill's side of the memory window (``_window``): the *stretch*, the events that
+overflowed the buffer's window and wait on disk instead of in memory.
+
+:meth:`Stretch.release` writes the overflow to this owner's segment and releases what was
+written from memory; :meth:`Stretch.refill` reads the stretch back (``_spillread``) into the
+queue as its window has room, in order, before the overflow, and ends the overflow once both
+are empty.  An outage longer than the buffer then costs disk, not events, up to
+``max_spill_bytes``.  Both are called by :class:`~outbox._spill.Spill` (from its tick on the
+sidecar; ``release`` also from :meth:`~outbox._spill.Spill.attach`, at construction), which owns
+the write position: ``release`` hands back the sequence numbers it wrote.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._buffer import Buffer, Reason
+from ._log import RateLimitedLog
+from ._serde import SerializedEvent, serialize
+from ._slices import Slicer
+from ._spilldisk import Segments
+from ._spillfmt import encode_event
+from ._spillread import StretchReader
+from ._window import Window
+
+__all__ = ["Stretch"]
+
+#: What takes the place of an event of the stretch that cannot be read back (or could not be
+#: serialized): text that is not JSON, which the intake counts ``invalid_event``.
+_UNREADABLE = b"\x00"
+#: Nothing released.
+_NONE = range(0)
+
+
+class Stretch:
+    """The stretch of one spill, in ``disk``'s segments (see the module's docstring)."""
+
+    def __init__(self, disk: Segments, log: RateLimitedLog) -> None:
+        self.disk, self.log = disk, log
+        #: The buffer's memory window, once the spill is attached to the buffer.
+        self.window: Window | None = None
+        self.reader = StretchReader(disk.path_of)
+        #: Events of the stretch that could not be read back (counted ``invalid_event``).
+        self.unreadable = 0
+        #: The last release found the disk full or failing: none again before the next tick.
+        self.stuck = False
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def release(self, buf: Buffer, slicer: Slicer | None) -> range:
+        """Write the overflow to disk and release what was written from memory.  Returns the
+        sequence numbers released (empty: none)."""
+        window = self.window
+        if window is None:
+            return _NONE
+        with buf.lock:
+            if not window.events or buf.finalized:
+                return _NONE
+            events = list(window.events)
+            start = buf.head_seq + len(buf.queue) + window.disk
+            fresh = window.disk == 0
+        at = time.time()
+        records: list[tuple[int, bytes]] = []
+        if slicer is not None:
+            slicer.begin()
+        for offset, event in enumerate(events):
+            if slicer is not None:
+                slicer.checkpoint()
+            if event.__class__ is SerializedEvent:
+                ser = event
+            else:
+                try:
+                    ser = serialize(event)
+                except Exception:  # read back as _UNREADABLE: the intake counts invalid_event
+                    ser = SerializedEvent(b"", None, None)
+            records.append((start + offset, encode_event(start + offset, at, ser)))
+        written = self.disk.append(records, at, count=False)
+        self.stuck = written < len(records)  # full or failing: not again before the next tick
+        with buf.lock:
+            if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
+                return _NONE  # cleared meanwhile (a close that reported without the worker)
+            full = self.disk.full and not self.disk.failing
+            buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+            window.usable = not self.disk.failing and not full
+            if not written:
+                return _NONE
+            window.release(written)
+            buf.notify_locked()  # room in the overflow for blocked emitters
+        if fresh:
+            self.reader.start(*self.disk.start, start)
+        return range(start, start + written)
+
+    def refill(self, buf: Buffer) -> None:
+        """Read the stretch back into the queue as its window has room; with the stretch
+        empty, move the overflow to the queue (what the disk did not take); end the overflow
+        once both are empty."""
+        window = self.window
+        if window is None:
+            return
+        with buf.lock:
+            if buf.finalized:
+                return
+            room = window.share_events - len(buf.queue) - buf.in_flight
+            room_bytes = window.share_bytes - buf.held_bytes_locked()
+            disk = window.disk
+            if not disk:
+                window.to_queue(buf, max(0, room))
+                window.settle(buf)
+                buf._recompute_locked()
+                return
+        if room <= 0 or room_bytes <= 0:
+            return
+        try:
+            events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
+        except OSError as exc:
+            self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.disk.directory, exc)
+            return
+        if not events:
+            return
+        bad = 0
+        with buf.lock:
+            if buf.finalized or window.disk != disk:
+                return
+            queue, sizes = buf.queue, buf.sizes
+            total = 0
+            for ser in events:
+                item: Any = ser if ser is not None and ser.body else _UNREADABLE
+                bad += item is _UNREADABLE
+                size = len(item.body) if item is not _UNREADABLE else 1
+                queue.append(item)
+                sizes.append(size)
+                total += size
+            buf.exact_bytes += total
+            buf.exact_count += len(events)
+            window.disk -= len(events)
+            buf.beyond -= len(events)
+            window.settle(buf)
+            buf._recompute_locked()
+        if bad:
+            self.unreadable += bad
+            self.log.warning(
+                "spill-unreadable",
+                "spill: %d event(s) could not be read back from %s (corrupt); counted invalid_event",
+                bad,
+                self.disk.directory,
+            )
