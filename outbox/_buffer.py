@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ._holdings import _INF, FIRST_ESTIMATE, Entry, Holdings, is_exact
-from ._serde import serialize
 
 __all__ = ["FIRST_ESTIMATE", "SIDE_MAX", "Buffer", "Entry", "Policy", "Reason", "is_exact"]
 
@@ -185,32 +184,6 @@ class Buffer(Holdings):
             self._recompute_locked()
         return max(0, over)
 
-    def measure_newest(self) -> None:
-        """Measure the newest queued object on the caller's thread, once (``measure_here``):
-        serialized outside the lock, put in its place at its exact size, and the estimate
-        learnt from it (the byte bound enforced).  A sidecar that measured meanwhile makes
-        this a no-op; an event that cannot be serialized is left for the sidecar to count."""
-        with self.lock:
-            if self.measure_here != 1:
-                return
-            self.measure_here = 2
-            if self.measured:
-                return
-            index = len(self.queue) - 1
-            while index >= 0 and self.sizes[index]:
-                index -= 1
-            if index < 0:
-                return
-            seq, event = self.head_seq + index, self.queue[index]
-        try:
-            ser = serialize(event)
-        except Exception:
-            return
-        with self.lock:
-            index = seq - self.head_seq
-            if 0 <= index < len(self.queue) and self.queue[index] is event:
-                self.learn_locked(self.replace_locked(index, ser))
-
     # -- emitters' side ----------------------------------------------------------------
 
     def put(self, event: Any, nbytes: int) -> int:
@@ -339,7 +312,7 @@ class Buffer(Holdings):
             result = 2
         elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
             # The sidecar has not measured it yet, and a burst is queueing at a guess: the
-            # emitter measures one (emit's caller sees result 2 and calls measure_newest).
+            # emitter measures one (emit sees result 2, and ``_intake.measure_here``).
             self.measure_here = 1
             result = 2
         if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):

@@ -20,7 +20,7 @@ from ._run import RunRecord
 from ._serde import SerializedEvent, serialize
 from ._slices import SLICE, Slicer
 
-__all__ = ["Intake"]
+__all__ = ["Intake", "measure_here"]
 
 _INF = float("inf")
 _TEXT_TYPES = (str, bytes, bytearray)
@@ -34,6 +34,34 @@ SAMPLE_MOST = 4
 SAMPLE_SPAN = 64
 # A dead letter: (reason, detail, the body if serialized, the event as given).
 DeadRecord = tuple[str, str, bytes | None, Any]
+
+
+def measure_here(buf: Buffer) -> None:
+    """Measure the newest queued object on the emitter's thread, once (``buf.measure_here``
+    is 1: a burst of objects queued at the first guess while the sidecar did not run, see
+    ``_buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
+    size, the estimate learnt from it and the byte bound enforced.  A sidecar that measured
+    meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
+    to count."""
+    with buf.lock:
+        if buf.measure_here != 1:
+            return
+        buf.measure_here = 2
+        sizes = buf.sizes
+        index = len(sizes) - 1
+        while index >= 0 and sizes[index]:
+            index -= 1
+        if buf.measured or index < 0:
+            return
+        seq, event = buf.head_seq + index, buf.queue[index]
+    try:
+        ser = serialize(event)
+    except Exception:
+        return
+    with buf.lock:
+        index = seq - buf.head_seq
+        if 0 <= index < len(buf.queue) and buf.queue[index] is event:
+            buf.learn_locked(buf.replace_locked(index, ser))
 
 
 class Intake:

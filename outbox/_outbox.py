@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
+from ._intake import measure_here
 from ._run import LineageJob, Run
 from ._setup import Assembly
 from ._sidecar import State
@@ -129,7 +130,7 @@ class Outbox(Assembly):
         if result == 2:
             self._sidecar.wake()
             if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
-                self._buffer.measure_newest()
+                measure_here(self._buffer)
         return result > 0
 
     async def emit_async(self, event: Event) -> bool:
@@ -155,7 +156,7 @@ class Outbox(Assembly):
         if result == 2:
             self._sidecar.wake()
             if buf.measure_here == 1:
-                buf.measure_newest()
+                measure_here(buf)
         return result > 0
 
     def run(
