@@ -42,6 +42,7 @@ from typing import Any
 from ._buffer import Buffer, Policy, Reason
 from ._deadletter import DeadLetter
 from ._metrics import Metrics
+from ._serde import weight
 from ._sidecar import CLOSE_GRACE, Sidecar
 from ._slices import checkpoint
 from ._worker import WorkerSettings
@@ -116,7 +117,7 @@ class Member:
                 for event in chunk:
                     # Serialized already: the member's worker takes it as it is (no parsing),
                     # and every member holds the same object.
-                    if buf.put_locked(event, len(event.body) or 1):
+                    if buf.put_locked(event, weight(event) or 1):
                         accepted = True
                     else:
                         buf.drop_offered_locked(Reason.DROPPED_FULL)

@@ -16,7 +16,7 @@ from collections import deque
 from itertools import accumulate, islice, repeat, starmap
 from typing import Any
 
-from ._serde import SerializedEvent
+from ._serde import SerializedEvent, weight
 
 __all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "is_exact"]
 
@@ -189,7 +189,7 @@ class Holdings:
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
         """Put the serialized form of the queued object at ``index`` in its place, at its
         exact size (the sidecar measured it).  Returns that size."""
-        size = len(ser.body)
+        size = weight(ser)
         old = self.sizes[index]
         if old:
             self.exact_bytes -= old

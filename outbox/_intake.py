@@ -17,7 +17,7 @@ from ._deadletter import DeadLetter
 from ._held import Held
 from ._log import RateLimitedLog
 from ._run import RunRecord
-from ._serde import SerializedEvent, serialize
+from ._serde import SerializedEvent, serialize, weight
 from ._slices import SLICE, Slicer
 
 __all__ = ["Intake", "measure_here"]
@@ -272,7 +272,7 @@ class Intake:
                     self._invalid(exc, event, lost, dead)
                     lost_bytes += estimate
                     continue
-            size = len(ser[0])  # its body
+            size = weight(ser)
             if is_object:
                 sizes += size
                 objects += 1

@@ -45,6 +45,15 @@ class SerializedEvent(NamedTuple):
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
 
+
+def weight(ser: SerializedEvent) -> int:
+    """The bytes a serialized event holds, as ``max_bytes`` counts them: its body, and its key
+    (a string of its own: ``run:ns/name`` holds the job's name again, as large as the body
+    when the name is).  The run id is not counted: its events share it."""
+    key = ser.key
+    return len(ser.body) + len(key) if key else len(ser.body)
+
+
 # Run ids the run helpers gave as numbers, written as text lately: a run's START and COMPLETE
 # (and its other events) share one string, written once (a handler thread's run's events come
 # one after the other; a few threads' interleave).  Forgotten whole when full.

@@ -49,7 +49,7 @@ from typing import Any
 from ._buffer import Buffer, Reason
 from ._errors import ConfigError
 from ._log import RateLimitedLog
-from ._serde import SerializedEvent, serialize
+from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
 from ._spilladopt import Adopter
 from ._spilldisk import Segments, inspect_dir
@@ -318,7 +318,7 @@ class Spill:
                 if event is not ser:
                     if not buf.sizes[index]:
                         count += 1
-                        total += len(ser.body)
+                        total += weight(ser)
                     buf.replace_locked(index, ser)
                 self._refs.append((seq, ser))
             elif now.__class__ is SerializedEvent and event.__class__ is not SerializedEvent:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from ._buffer import Buffer
 from ._log import logger
-from ._serde import SerializedEvent
+from ._serde import SerializedEvent, weight
 from ._spilldisk import owner_segments, read_checkpoint
 from ._spillfmt import EVENT
 from ._spillread import StretchReader
@@ -106,14 +106,14 @@ class Recovered:
     def fill(self, max_events: int, max_bytes: int) -> None:
         """Read ahead until ``max_events`` (or ``max_bytes``, at least one) are ready."""
         ready = self.ready
-        nbytes = sum(len(event.body) for _, event in ready)
+        nbytes = sum(weight(event) for _, event in ready)
         while not self._done and len(ready) < max_events and (not ready or nbytes < max_bytes):
             item = next(self._source, None)
             if item is None:
                 self._done = True
                 break
             ready.append(item)
-            nbytes += len(item[1].body)
+            nbytes += weight(item[1])
             self.estimate = max(0, self.estimate - 1)
 
     def __bool__(self) -> bool:
@@ -202,7 +202,7 @@ class Adopter:
         fed = -1
         while recovered:
             seq, event = recovered[0]
-            size = len(event.body) or 1
+            size = weight(event) or 1
             if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(event, size):
                 break
             recovered.popleft()

@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Callable
 from typing import BinaryIO
 
-from ._serde import SerializedEvent
+from ._serde import SerializedEvent, weight
 from ._spillfmt import _FRAME, EVENT, MAGIC, MAX_PAYLOAD, Record, _decode
 
 __all__ = ["StretchReader"]
@@ -59,7 +59,7 @@ class StretchReader:
             while record.seq > self.expected and len(out) < max_events:
                 out.append(None)
                 self.expected += 1
-            size = len(record.event.body)
+            size = weight(record.event)
             if record.seq > self.expected or (out and nbytes + size > max_bytes):
                 self._pending = record
                 break

@@ -17,7 +17,7 @@ from typing import Any
 
 from ._buffer import Buffer, Reason
 from ._log import RateLimitedLog
-from ._serde import SerializedEvent, serialize
+from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
 from ._spilldisk import Segments
 from ._spillfmt import encode_event
@@ -128,7 +128,7 @@ class Stretch:
             for ser in events:
                 item: Any = ser if ser is not None and ser.body else _UNREADABLE
                 bad += item is _UNREADABLE
-                size = len(item.body) if item is not _UNREADABLE else 1
+                size = weight(item) if item is not _UNREADABLE else 1
                 queue.append(item)
                 sizes.append(size)
                 total += size

@@ -19,6 +19,7 @@ import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
+from outbox._serde import serialize, weight
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -206,7 +207,8 @@ def test_an_object_is_counted_at_a_conservative_estimate_until_the_sidecar_measu
     big["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": "x" * 50_000}
     outbox.emit(big)
     assert wait_until(lambda: outbox.stats().queued_bytes > 50_000, 10), outbox.stats()
-    size = len(orjson.dumps(big))
+    size = weight(serialize(big))  # its JSON and its key
+    assert size == len(orjson.dumps(big)) + len(serialize(big).key)
     assert outbox.stats().queued_bytes == size
     # Later objects are counted at that estimate at once (not at the first guess).
     for _ in range(3):
@@ -279,6 +281,25 @@ def test_a_sidecar_that_runs_measures_the_first_object_itself():
             outbox.emit(run_event(n=i))
     assert calls.serializing() == {}, calls.modules
     assert outbox._buffer.measure_here == 0
+    outbox.close(0.1)
+
+
+def test_a_long_job_name_counts_twice_as_it_is_held_twice():
+    """The message key (``run:ns/name``) is a string of its own beside the body: an event
+    whose job name is 100 KB holds it twice, and counts for both against max_bytes."""
+    outbox, transport = _stuck(max_events=100, max_bytes=1024 * 1024)
+    outbox.emit(run_event())
+    assert transport.send_started.wait(10)
+    named = run_event()
+    named["job"]["name"] = "j" * 100_000
+    outbox.emit(named)
+    assert wait_until(lambda: outbox.stats().queued_bytes > 200_000, 10), outbox.stats()
+    for _ in range(20):
+        outbox.emit(named)
+    stats = outbox.stats()
+    assert stats.queued_bytes <= 1024 * 1024
+    assert stats.queued_events <= 1024 * 1024 // 200_000
+    assert stats.dropped["dropped_full"] >= 16
     outbox.close(0.1)
 
 
