@@ -168,7 +168,9 @@ class Spill:
             and window.active
             and (
                 (len(window.events) >= window.wake_at and not self.stretch.stuck)
-                or (window.disk and not buf.queue and buf.in_flight < window.share_events)
+                # (not while in flight fills the window's bytes: the refill could read
+                # nothing, and the worker would spin on its loop until the backend answers)
+                or (window.disk and not buf.queue and window.can_refill(buf))
             )
         ):
             return 0.0

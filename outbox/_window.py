@@ -90,6 +90,14 @@ class Window:
             buf.held_bytes_locked() + (nbytes or buf.estimate) <= self.share_bytes
         )
 
+    def can_refill(self, buf: Buffer) -> bool:
+        """Whether the queue's window has room to read the stretch back into, by count and by
+        bytes (what ``Spill._refill`` needs to read anything): while what is in flight fills
+        its bytes, nothing can come back before the backend answers."""
+        return len(buf.queue) + buf.in_flight < self.share_events and (
+            buf.held_bytes_locked() < self.share_bytes
+        )
+
     def has_room(self, buf: Buffer, nbytes: int) -> bool:
         if not self.active:
             return self.fits_queue(buf, nbytes) or (self.usable and self._fits(buf, nbytes or buf.estimate))

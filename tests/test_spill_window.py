@@ -9,14 +9,16 @@ import os
 import threading
 import time
 
+import orjson
 import pytest
 
 from outbox import Outbox
+from outbox._serde import serialize, weight
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
-from support.helpers import run_event, wait_until
+from support.helpers import ScriptedTransport, run_event, wait_until
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(8)]
 
@@ -270,3 +272,77 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
         assert sink.wait_for(count, 30), len(sink.events)
         assert second.close(10).complete
         assert_each_once_in_run_order(sink.events, count)
+
+
+def sidecar_cpu(box: Outbox) -> float:
+    """Seconds of CPU the outbox's sidecar thread has used."""
+    thread = box._sidecar.thread
+    assert thread is not None
+    assert thread.ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within_its_timeout(tmp_path):
+    """The queue empty, what is in flight filling the window's bytes (not its count), the stretch
+    on disk, the backend holding the batch: nothing can be read back until it answers.  The
+    sidecar waits (it used to spin on its loop, its spill due at once and its refill finding no
+    room, starving the handlers' threads of the GIL: emit under block took 0.86 s for a
+    block_timeout of 0.01 in the chaos test), and emit keeps its bound."""
+    size = 1024  # exact sizes (pre-serialized events): the window's 32 KiB is 32 of them
+
+    def text(n: int) -> bytes:
+        body = orjson.dumps(run_event(run_id=RUNS[n % 4], n=n))
+        return body[:-1] + b',"pad":"' + b"x" * (size - len(body) - 9) + b'"}'
+
+    assert len(text(0)) == size
+    held = weight(serialize(text(0)))  # and its key: what each counts for once serialized
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(
+        transport,
+        spill_dir=str(tmp_path / "spill"),
+        max_events=100,
+        max_bytes=64 * 1024,
+        policy="block",
+        block_timeout=0.01,
+        linger=0.0,
+        max_batch_events=40,  # (a batch taken early leaves room to take the rest behind it)
+        shutdown_timeout=5,
+    )
+    try:
+        buf = box._buffer
+        for n in range(32):
+            assert box.emit(text(n))
+        # All of it taken from the queue, held by the backend: the window's bytes are in flight.
+        assert wait_until(lambda: not buf.queue and buf.in_flight_bytes == 32 * held), (
+            len(buf.queue),
+            buf.in_flight_bytes,
+        )
+        for n in range(32, 52):
+            assert box.emit(text(n))
+        assert wait_until(lambda: box.stats().spill["stretch_events"] == 20), box.stats().spill
+        # The window has room by count, not by bytes.
+        assert buf.in_flight < 50
+        assert not buf.queue
+        began, cpu = time.monotonic(), sidecar_cpu(box)
+        worst = 0.0
+        n = 52
+        while time.monotonic() - began < 1.0:
+            t0 = time.monotonic()
+            box.emit(text(n))  # accepted (the overflow has room) or refused after block_timeout
+            worst = max(worst, time.monotonic() - t0)
+            n += 1
+            time.sleep(0.001)
+        used = sidecar_cpu(box) - cpu
+        wall = time.monotonic() - began
+        assert worst < 0.01 + 0.5, f"emit took {worst:.3f} s (block_timeout 0.01)"
+        # Waiting, the sidecar ticks a few times (its spill's interval, emit's wake-ups); spinning,
+        # it took a core's share (all of a free core; half of one beside busy processes).
+        assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, waiting"
+        transport.gate.set()
+        accepted = box.stats().accepted
+        assert transport.wait_delivered(accepted, 30), (len(transport.delivered), accepted)
+        report = box.close(10)
+        assert report.complete, report
+    finally:
+        transport.gate.set()
+        box.close(1)
