@@ -170,7 +170,13 @@ class Spill:
                 (len(window.events) >= window.wake_at and not self.stretch.stuck)
                 # (not while in flight fills the window's bytes: the refill could read
                 # nothing, and the worker would spin on its loop until the backend answers)
-                or (window.disk and not buf.queue and window.can_refill(buf))
+                # (nor while a read back that failed waits to be tried again)
+                or (
+                    window.disk
+                    and not buf.queue
+                    and window.can_refill(buf)
+                    and now >= self.stretch.read_again_at
+                )
             )
         ):
             return 0.0

@@ -31,6 +31,9 @@ __all__ = ["Stretch"]
 _UNREADABLE = b"\x00"
 #: Nothing released.
 _NONE = range(0)
+#: After a read of the stretch failed (or found nothing where events should be), seconds before
+#: the next try: the worker would otherwise try again at once, round after round, on its loop.
+READ_AGAIN_AFTER = 1.0
 
 
 class Stretch:
@@ -45,6 +48,8 @@ class Stretch:
         self.unreadable = 0
         #: The last release found the disk full or failing: none again before the next tick.
         self.stuck = False
+        #: A read back failed: none again before this time (``time.monotonic``).
+        self.read_again_at = 0.0
 
     def close(self) -> None:
         self.reader.close()
@@ -110,14 +115,15 @@ class Stretch:
                 window.settle(buf)
                 buf._recompute_locked()
                 return
-        if room <= 0 or room_bytes <= 0:
+        if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
             return
         try:
             events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
         except OSError as exc:
             self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.disk.directory, exc)
-            return
+            events = []
         if not events:
+            self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             return
         bad = 0
         with buf.lock:

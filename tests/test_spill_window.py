@@ -346,3 +346,50 @@ def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within
     finally:
         transport.gate.set()
         box.close(1)
+
+
+def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_path):
+    """The stretch on disk, the queue empty and room to read it back, but the read fails (EIO:
+    a disk that cannot be made to fail here, so the reader is made to): the sidecar tries again
+    after READ_AGAIN_AFTER, rather than at once on every round of its loop (a spin that starved
+    the handlers' threads of the GIL), warns, and reads the stretch back once the disk does."""
+    import errno
+
+    from outbox import _spillstretch
+
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
+    try:
+        buf = box._buffer
+        stretch = box._spill.stretch  # type: ignore[union-attr]
+        n = 0
+        while box.stats().spill["stretch_events"] < 40 and n < 2_000:
+            box.emit(run_event(run_id=RUNS[n % 4], n=n))
+            n += 1
+            if n % 50 == 0:
+                wait_until(lambda: box.stats().spill["overflow_events"] == 0, 2)
+        assert box.stats().spill["stretch_events"] >= 40, box.stats().spill
+        reads = 0
+        real_read = stretch.reader.read
+
+        def failing_read(*args: object, **kwargs: object) -> object:
+            nonlocal reads
+            reads += 1
+            raise OSError(errno.EIO, "Input/output error")
+
+        stretch.reader.read = failing_read
+        transport.gate.set()  # the queue and what is in flight are delivered: room to read back
+        assert wait_until(lambda: not buf.queue and not buf.in_flight and reads >= 1), (reads, len(buf.queue))
+        began, cpu = time.monotonic(), sidecar_cpu(box)
+        time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
+        used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began
+        assert reads <= 1 + wall / _spillstretch.READ_AGAIN_AFTER + 1, reads
+        assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, to read again"
+        stretch.reader.read = real_read
+        accepted = box.stats().accepted
+        assert transport.wait_delivered(accepted, 30), (len(transport.delivered), accepted)
+        report = box.close(10)
+        assert report.complete, report
+    finally:
+        transport.gate.set()
+        box.close(1)
