@@ -406,6 +406,9 @@ class Chaos:
         if self.dead_letter is None:
             return
         due = sum(report.undelivered.get(reason, 0) for reason in DEAD_LETTERED)
+        # A composite's members settle for good on their own (each its own worker), and write
+        # to the same file: their losses are in the report's members, not in undelivered.
+        due += sum(counts.get(reason, 0) for counts in report.members.values() for reason in DEAD_LETTERED)
 
         def counted() -> int:
             return sum(self.outbox.stats().dead_letter.values())
