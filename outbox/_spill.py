@@ -52,7 +52,7 @@ from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
 from ._spilladopt import Adopter
-from ._spilldisk import Segments, inspect_dir
+from ._spilldisk import RETRY_AFTER, Segments, inspect_dir
 from ._spillfmt import encode_event, encode_void
 from ._spillstretch import Stretch
 from ._window import Window
@@ -92,6 +92,7 @@ class Spill:
         self._spilled_upto = 0  # the next sequence number to write
         self._refs: deque[tuple[int, Any]] = deque()  # written, maybe still queued
         self._checkpoint = -1
+        self._checkpoint_retry_at = -_INF
         self._lowest = 0
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
@@ -351,6 +352,8 @@ class Spill:
         if lowest == self._checkpoint:
             return
         self.disk.forget_below(lowest)
+        if time.monotonic() < self._checkpoint_retry_at:
+            return
         try:
             tmp = self._path(".ckpt.tmp")
             with open(tmp, "w") as f:
@@ -358,9 +361,11 @@ class Spill:
             os.replace(tmp, self._path(".ckpt"))
             self._checkpoint = lowest
         except OSError as exc:
-            self.log.warning(
-                "spill-ckpt", "spill: cannot write the checkpoint in %s: %s", self.directory, exc
-            )
+            # A failing disk, as the segments meet it: counted by errno, the same one warning,
+            # tried again RETRY_AFTER later (not every interval).  The segments go on meanwhile:
+            # an open one may still take appends where no new file can be made (EACCES).
+            self._checkpoint_retry_at = time.monotonic() + RETRY_AFTER
+            self.disk.failed(exc)
 
     def close(self, buf: Buffer) -> bool:
         """The worker is done: write the last events and the checkpoint, let go of the files

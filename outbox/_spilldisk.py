@@ -161,10 +161,16 @@ class Segments:
 
     def _failed(self, exc: OSError, n: int) -> None:
         self.count("spill_failed", n)
-        name = errno.errorcode.get(exc.errno or 0, "EOTHER")
-        self.failures[name] = self.failures.get(name, 0) + 1
         self._retry_at = time.monotonic() + RETRY_AFTER
         self._close_segment()  # a torn tail stays at its end; the next write begins a new one
+        self.failed(exc)
+
+    def failed(self, exc: OSError) -> None:
+        """A write to the directory failed (a segment's, or the checkpoint's): counted by
+        errno, and warned about with the path and the fix (the writer tries again after
+        ``RETRY_AFTER``)."""
+        name = errno.errorcode.get(exc.errno or 0, "EOTHER")
+        self.failures[name] = self.failures.get(name, 0) + 1
         self.log.warning(
             "spill-failed",
             "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "

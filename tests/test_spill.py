@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,8 +26,8 @@ from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, wait_until
+from support.spill_children import read_line, start_child
 
-CHILD = str(Path(__file__).parent / "support" / "spill_child.py")
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
 INTERVAL = 0.1
 # What the test allows beyond one interval for the sidecar to be scheduled on a loaded machine
@@ -42,37 +41,6 @@ def refused_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-def start_child(cfg: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, CHILD, json.dumps(cfg)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def read_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 60.0) -> str:
-    # 60 s: a child that starts beside busy processes took more than 15 s to print its first line.
-    """The child's next stdout line starting with ``prefix`` (its stderr on failure)."""
-    box: list[str] = []
-
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(prefix):
-                box.append(line[len(prefix) :].strip())
-                return
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    t.join(timeout)
-    if not box:
-        proc.kill()
-        raise AssertionError(f"no {prefix!r} line from the child: {proc.communicate()[1][-3000:]}")
-    return box[0]
 
 
 def delivered_ns(sink: Sink) -> list[int]:

@@ -5,24 +5,34 @@ delivered or counted); a read-only filesystem (EROFS), which the kernel lets no 
 a running outbox (EBUSY while files are open for writing), so met at construction.
 
 Mounting needs root (CAP_SYS_ADMIN), as in this project's CI containers; elsewhere the file
-size limit test of test_spill.py (EFBIG) covers the same path.  EACCES is not produced here:
-root bypasses a 0555 directory's permissions, so a chmod cannot make the disk refuse root."""
+size limit test of test_spill.py (EFBIG) covers the same path.
+
+A directory that refuses new files (EACCES), produced by the kernel's permission check: root
+would pass a 0555 directory, so the child gives up CAP_DAC_OVERRIDE (and CAP_DAC_READ_SEARCH,
+CAP_FOWNER) before it starts its outbox (as another user it has nothing to give up, and the
+directory is its own); the directory is made 0555 once its first segment is written, and the
+next segment (and the checkpoint, once events settle) is refused.  That test needs no mount
+and never skips: a process that the 0555 directory does not stop fails it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from outbox import ConfigError, Outbox
+from outbox._spilldisk import RETRY_AFTER
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, wait_until
+from support.spill_children import read_line, start_child, tell
 
 
 @pytest.fixture
@@ -98,3 +108,61 @@ def test_a_read_only_filesystem_at_construction_is_a_config_error_naming_it(tmpf
     assert str(spill) in message
     assert "Read-only file system" in message
     assert "writable" in message
+
+
+def test_a_directory_that_refuses_new_files_is_counted_as_eacces_warned_once_and_the_outbox_goes_on(
+    tmp_path,
+):
+    """EACCES, from the kernel's own permission check.  The child gives up overriding file
+    permissions (as root: CAP_DAC_OVERRIDE and kin; another user has nothing to give up), writes
+    its first segment, then the directory is made 0555 under it: its open segment still takes
+    appends, and the first new file (the next segment, 32 KiB on: max_spill_bytes of 256 KiB)
+    is refused."""
+    spill = tmp_path / "spill"
+    spill.mkdir(mode=0o755)
+    with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="refuse") as proxy:
+        child = start_child(
+            {
+                "url": proxy.url,
+                "dir": str(spill),
+                "mode": "batch",
+                "count": 10,
+                "until_failed": True,
+                "flush": True,
+                "drop_dac": True,
+                "max_spill_bytes": 256 * 1024,
+            }
+        )
+        try:
+            first = json.loads(read_line(child, "spilled "))
+            assert (first["written"], first["segments"]) == (10, 1), first
+            spill.chmod(0o555)
+            refused_at = time.monotonic()
+            tell(child)
+            failed = json.loads(read_line(child, "failed "))
+            assert failed.get("failed_eacces", 0) > 0, failed
+            proxy.mode = "pass"  # the events held in memory all along go now
+            tell(child)
+            stats = json.loads(read_line(child, "stats "))
+            took = time.monotonic() - refused_at
+            _, err = child.communicate(timeout=15)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            spill.chmod(0o755)
+        assert child.returncode == 0, err  # emit never raised (the child asserts it returned True)
+        spill_stats = stats["spill"]
+        assert {k for k in spill_stats if k.startswith("failed_")} == {"failed_eacces"}, spill_stats
+        assert spill_stats["not_spilled_failed"] > 0, spill_stats
+        # The new segment and, once events settle, the checkpoint: each tried again RETRY_AFTER
+        # (5 s) later, not at every interval.
+        assert spill_stats["failed_eacces"] <= 2 * (1 + took / RETRY_AFTER), (spill_stats, took)
+        # (Beside the backend's own: "could not deliver ... retrying".)
+        warnings = [line for line in err.splitlines() if line.startswith("WARNING spill")]
+        assert len(warnings) == 1, err
+        for part in ("spill: writing to", str(spill), "Permission denied", "make the directory writable"):
+            assert part in warnings[0], warnings
+        assert stats["dropped"] == {}, stats
+        assert stats["delivered"] == stats["emitted"] > 10, stats
+        delivered = sorted({e["n"] for e in sink.events})
+        assert delivered == list(range(stats["emitted"]))
