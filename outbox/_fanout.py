@@ -204,8 +204,18 @@ class FanOut:
             if member.sidecar.worker is not None:
                 member.sidecar.wait(deadline)
 
+    def _sidecars(self) -> list[Sidecar]:
+        """Every member's sidecar, and a nested composite's members' too: a member's own
+        worker ends before its members have drained what it handed them."""
+        sidecars = []
+        for member in self.members.values():
+            sidecars.append(member.sidecar)
+            if member.members is not None:
+                sidecars.extend(member.members._sidecars())
+        return sidecars
+
     async def wait_async(self, deadline: float) -> None:
-        running = [m.sidecar for m in self.members.values() if m.sidecar.worker is not None]
+        running = [sidecar for sidecar in self._sidecars() if sidecar.worker is not None]
         futures = [asyncio.wrap_future(sidecar.finished) for sidecar in running]
         if futures:
             budget = max(0.0, deadline - time.monotonic()) + CLOSE_GRACE
@@ -213,7 +223,7 @@ class FanOut:
 
     def when_done(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` (on whichever thread ends last) once every member has ended."""
-        futures = [m.sidecar.finished for m in self.members.values()]
+        futures = [sidecar.finished for sidecar in self._sidecars()]
         left = [len(futures)]
         guard = threading.Lock()
 
@@ -236,7 +246,14 @@ class FanOut:
         return self.stats()
 
     def stats(self) -> dict[str, dict[str, int]]:
-        return {name: member.stats() for name, member in self.members.items()}
+        """Each member's accounts by its name; a nested composite's members follow it, named
+        ``inner.member`` (the nested member's own accounts are its hand-off to them)."""
+        stats = {}
+        for name, member in self.members.items():
+            stats[name] = member.stats()
+            if member.members is not None:
+                stats.update((f"{name}.{inner}", counts) for inner, counts in member.members.stats().items())
+        return stats
 
     def flush_targets(self) -> list[tuple[Buffer, int]]:
         """Ask every member to send now what it holds; the (buffer, last sequence) pairs to

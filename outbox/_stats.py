@@ -49,8 +49,9 @@ class Stats:
     #: ``queued_events``, ``in_flight`` and one count per loss reason (``dropped_full``,
     #: ``rejected_by_backend``, ...), with ``emitted == delivered + losses + queued_events +
     #: in_flight``; the outbox's own ``delivered`` then counts the events handed to every
-    #: member.  A failover chain (``continue_on_success=False``) shows ``delivered``,
-    #: ``retried`` and one count per rejection reason.
+    #: member.  A member that is itself such a composite is followed by its own members,
+    #: named ``inner.member``.  A failover chain (``continue_on_success=False``) shows
+    #: ``delivered``, ``retried`` and one count per rejection reason.
     members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: The dead-letter file's own accounting (empty without one): ``written`` records, and
     #: records it could not take, by why: ``dead_letter_full`` (the file and ``FILE.1`` at

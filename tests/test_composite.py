@@ -242,6 +242,36 @@ def test_a_composite_nested_in_a_composite_delivers_to_every_member(monkeypatch,
         assert sorted(e["n"] for e in sink.events) == [0, 1, 2]
 
 
+def test_a_nested_composites_members_drain_before_the_close_reports(monkeypatch, tmp_path):
+    """The inner composite's own worker ends as soon as it has handed its events to its members;
+    the close must wait for those members too.  With member B answering after 0.5 s, the close
+    used to settle the outbox when the inner worker ended, counting B's events dropped_shutdown
+    (CI saw it by chance: a loaded machine made B slow)."""
+    monkeypatch.chdir(tmp_path)
+    with Sink() as a, Sink(behaviour=SinkBehaviour(delay=0.5)) as b, Sink() as c:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": a.url,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TYPE": "composite",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__B__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__B__URL": b.url,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__C__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__INNER__TRANSPORTS__C__URL": c.url,
+        }
+        outbox = Outbox.from_env(env, **FAST)
+        for i in range(3):
+            outbox.emit(run_event(n=i))
+        report = outbox.close(10)
+        assert sorted(e["n"] for e in b.events) == [0, 1, 2], report
+    # The report was made once B had answered: it shows the nested members' own accounts.
+    assert report.members["inner.b"]["delivered"] == 3, report
+    assert report.members["inner.c"]["delivered"] == 3, report
+    assert report.duration >= 0.5, report
+    assert not report.timed_out, report
+    assert report.complete, report
+
+
 class DefersOnce:
     def __init__(self) -> None:
         self.calls = 0
