@@ -359,9 +359,10 @@ def test_sigkill_during_an_outage_loses_nothing_accepted_an_interval_before(tmp_
 
 
 @pytest.mark.slow
-def test_sigkill_at_many_random_points(tmp_path):
-    for seed in range(10, 20):
-        kill_and_recover(tmp_path, seed)
+@pytest.mark.parametrize("seed", range(10, 20))
+def test_sigkill_at_many_random_points(tmp_path, seed):
+    # One test per seed (about 2 s each): none runs past 20 s, and workers share them.
+    kill_and_recover(tmp_path, seed)
 
 
 def test_a_torn_tail_left_by_a_kill_is_skipped_with_one_warning(tmp_path, caplog):
