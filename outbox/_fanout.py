@@ -98,6 +98,7 @@ class Member:
             name=f"{outbox_name}.{name}",
             shutdown_timeout=shape.shutdown_timeout,
             close_at_exit=False,  # the outbox's own close (and its exit hook) closes it
+            log_prefix=f"composite member {name!r} of {outbox_name!r}: ",
             dead_letter=shape.dead_letter,
             members=self.members,
         )

@@ -15,9 +15,11 @@ logger.addHandler(logging.NullHandler())
 class RateLimitedLog:
     """At most one record per key and interval; the next one says how many were held back."""
 
-    def __init__(self, interval: float, log: logging.Logger = logger) -> None:
+    def __init__(self, interval: float, log: logging.Logger = logger, prefix: str = "") -> None:
         self.interval = interval
         self._log = log
+        #: Said before every message (a composite member's name, to tell its warnings apart).
+        self.prefix = prefix
         self._last: dict[str, float] = {}
         self._held: dict[str, int] = {}
 
@@ -33,7 +35,7 @@ class RateLimitedLog:
         if held:
             msg += " (%d similar messages held back in the last %g s)"
             args = (*args, held, self.interval)
-        self._log.log(level, msg, *args)
+        self._log.log(level, self.prefix + msg, *args)
         return True
 
     def warning(self, key: str, msg: str, *args: object) -> bool:

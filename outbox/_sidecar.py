@@ -70,8 +70,10 @@ class Sidecar:
         dead_letter: DeadLetter | None = None,
         members: FanOut | None = None,
         spill: Spill | None = None,
+        log_prefix: str = "",
     ) -> None:
         self.buffer = buffer
+        self.log_prefix = log_prefix
         #: A fan-out composite's members, each with its own runtime (``_fanout``); this
         #: sidecar's worker is then their intake, and its close is theirs.
         self.members = members
@@ -165,7 +167,15 @@ class Sidecar:
             self.members.start()
 
     def _new_worker(self) -> Worker:
-        return Worker(self.buffer, self.transport, self.settings, self.metrics, self.dead_letter, self.spill)
+        return Worker(
+            self.buffer,
+            self.transport,
+            self.settings,
+            self.metrics,
+            self.dead_letter,
+            self.spill,
+            self.log_prefix,
+        )
 
     def _register(self) -> None:
         started(self, self.close_at_exit)

@@ -77,6 +77,7 @@ class Worker:
         metrics: Any,
         dead_letter: DeadLetter | None = None,
         spill: Spill | None = None,
+        log_prefix: str = "",
     ) -> None:
         self.buffer = buffer
         self.spill = spill
@@ -84,7 +85,7 @@ class Worker:
         self.settings = settings
         self.metrics = metrics
         self.dead_letter = dead_letter
-        self.log = RateLimitedLog(settings.log_interval)
+        self.log = RateLimitedLog(settings.log_interval, prefix=log_prefix)
         self.wakeup = asyncio.Event()
         hint = getattr(transport, "lane_events", None)
         self.dispatch = Dispatch(

@@ -1,6 +1,7 @@
 """A composite's members are independent: one down or black-holed never delays or drops the
 others' events (real sinks, a port nothing listens on, the fault proxy)."""
 
+import logging
 import statistics
 import threading
 import time
@@ -197,3 +198,23 @@ def test_a_closed_composite_leaves_no_member_thread_behind():
     assert wait_until(
         lambda: not {t.name for t in threading.enumerate() if t.name.startswith("threads-")} - before, 5
     ), [t.name for t in threading.enumerate()]
+
+
+def test_a_members_warnings_name_it(caplog):
+    """Each member logs on its own (its own worker): its warnings say which member and which
+    outbox, so an operator can tell the one that is down from the others."""
+    caplog.set_level(logging.WARNING, logger="outbox")
+    with Sink() as up:
+        composite = CompositeTransport(
+            {"up": HttpTransport(up.url), "down": HttpTransport(f"http://127.0.0.1:{free_port()}")}
+        )
+        outbox = Outbox(composite, name="pipeline", backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
+        for n in range(5):
+            outbox.emit(run_event(n=n))
+        assert wait_until(lambda: outbox.stats().members["down"]["retried"] >= 5)
+        report = outbox.close(0.5)
+    assert report.members["up"]["delivered"] == 5
+    said = [r.getMessage() for r in caplog.records]
+    down = [text for text in said if "failed" in text or "undelivered" in text]
+    assert down, said
+    assert all(text.startswith("composite member 'down' of 'pipeline': ") for text in down), down
