@@ -51,3 +51,53 @@ def test_not_slow_leaves_out_the_slow_tests_and_never_starts_the_end_to_end_suit
     assert selected() == {"test_fast", "test_slow"}
     assert selected("-m", "not slow") == {"test_fast"}
     assert selected("-m", "e2e", "e2e") == {"test_peer"}
+
+
+def test_the_chaos_pulse_excuses_a_stopped_process_and_not_a_waiting_caller():
+    """The chaos test's timing checks count only the time the process ran: a process stopped by
+    the machine (SIGSTOP here, for 0.4 s) is not the library's wait; a caller blocked on a lock
+    while the process runs is."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from support.chaos import Pulse
+
+    pulse = Pulse(slow_emit=10.0)
+    try:
+        began = time.monotonic()
+        # The child waits until we are stopped, then resumes us 0.4 s later (or at once, after
+        # 30 s: never a test that hangs).
+        resumer = subprocess.Popen([sys.executable, "-c", RESUMER, str(os.getpid())])
+        os.kill(os.getpid(), signal.SIGSTOP)
+        resumer.wait(10)
+        ended = time.monotonic()
+        assert ended - began >= 0.4
+        assert pulse.unexplained(began, ended) < 0.25, pulse.gaps
+        # A wait on a lock while the process runs: all of it counted.
+        lock = threading.Lock()
+        lock.acquire()
+        threading.Timer(0.4, lock.release).start()
+        began = time.monotonic()
+        lock.acquire()
+        ended = time.monotonic()
+        assert pulse.unexplained(began, ended) >= 0.35, pulse.gaps
+    finally:
+        pulse.stop()
+
+
+RESUMER = """
+import os, signal, sys, time
+pid = int(sys.argv[1])
+give_up = time.monotonic() + 30
+while time.monotonic() < give_up:
+    with open(f"/proc/{pid}/stat") as f:
+        if f.read().rsplit(")", 1)[1].split()[0] == "T":
+            time.sleep(0.4)
+            break
+    time.sleep(0.005)
+os.kill(pid, signal.SIGCONT)
+"""
