@@ -98,6 +98,21 @@ def test_forward_refuses_a_kafka_config_that_is_not_a_json_object(config, said):
     assert len(done.stderr.splitlines()) == 1
 
 
+def test_forward_refuses_kafka_config_keys_it_would_ignore():
+    """An operator's typo, or a librdkafka key aiokafka has no equivalent for, would otherwise be
+    dropped without a word (the transport only warns: openlineage-python's configs carry them)."""
+    config = '{"sasl.mechansim": "PLAIN", "statistics.interval.ms": 1000, "client.id": "fwd"}'
+    done = outbox("forward", "--topic", "t", "--url", "http://127.0.0.1:9", "--kafka-config", config)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(
+        "outbox forward: --kafka-config: sasl.mechansim (did you mean sasl.mechanism?), "
+        "statistics.interval.ms would have no effect (aiokafka has no equivalent); the keys it reads: "
+    ), done.stderr
+    assert "client.id" in done.stderr  # among the keys it reads
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
 def test_demo_refuses_a_file_it_cannot_write_before_emitting(tmp_path):
     done = outbox("demo", "--runs", "1", "--file", str(tmp_path / "missing" / "d.jsonl"))
     assert done.returncode == 2, done.stdout + done.stderr

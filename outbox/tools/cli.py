@@ -226,7 +226,15 @@ def _kafka_config(raw: str | None) -> dict[str, object] | str:
     except json.JSONDecodeError as exc:
         config = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
     if isinstance(config, dict):
-        return config
+        from ..transports.kafka import SUPPORTED_KEYS, with_suggestion, without_effect
+
+        ignored = without_effect(config)
+        if not ignored:
+            return config
+        return (
+            f"--kafka-config: {', '.join(with_suggestion(key) for key in ignored)} would have no effect "
+            f"(aiokafka has no equivalent); the keys it reads: {', '.join(sorted(SUPPORTED_KEYS))}"
+        )
     why = config if isinstance(config, str) else "is not a JSON object"
     return (
         f"--kafka-config {why}; give an object such as "

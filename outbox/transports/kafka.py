@@ -142,7 +142,7 @@ class KafkaTransport:
         if ignored:
             logger.warning(
                 "Kafka settings with no effect in lineage-outbox (aiokafka has no equivalent): %s",
-                ", ".join(_with_suggestion(key) for key in ignored),
+                ", ".join(with_suggestion(key) for key in ignored),
             )
         self._servers = self._settings["bootstrap_servers"]
         self._max_request_size = self._settings.get("max_request_size", 1024 * 1024)
@@ -403,7 +403,7 @@ def without_effect(config: Mapping[str, Any]) -> list[str]:
     return sorted(key for key in config if key not in SUPPORTED_KEYS and key not in ALIASES)
 
 
-def _with_suggestion(key: str) -> str:
+def with_suggestion(key: str) -> str:
     import difflib
 
     close = difflib.get_close_matches(key, [*SUPPORTED_KEYS, *ALIASES], n=1, cutoff=0.8)
