@@ -25,7 +25,7 @@ from outbox._spillfmt import EVENT, VOID, encode_event, encode_void, parse
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
-from support.helpers import run_event, wait_until
+from support.helpers import run_event, segment_bytes, wait_until
 from support.spill_children import read_line, start_child
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
@@ -260,7 +260,7 @@ def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
             assert box.emit(run_event(n=n))
             if n % 100 == 0:
                 time.sleep(0.01)
-                most = max(most, sum(p.stat().st_size for p in spill.glob("*.seg")))
+                most = max(most, segment_bytes(spill))
         assert box.flush(10)
         assert most <= 64 * 1024
         # Delivered: forgotten within an interval or so.
@@ -291,7 +291,7 @@ def test_the_spill_full_is_counted_and_the_events_still_go(tmp_path):
     stats = box.stats().spill
     assert stats["not_spilled_full"] > 0
     assert stats["spilled_bytes"] <= 20_000
-    assert sum(p.stat().st_size for p in spill.glob("*.seg")) <= 20_000
+    assert segment_bytes(spill) <= 20_000
     report = box.close()
     # Not all of them are on disk: counted as lost to shutdown, not as handed on.
     assert report.undelivered == {"dropped_shutdown": 200}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -117,6 +118,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.002)
     return predicate()
+
+
+def segment_bytes(folder: Any) -> int:
+    """What a spill directory's segment files weigh now: a segment the sidecar deletes between
+    the listing and its ``stat`` weighs nothing (it is gone)."""
+    total = 0
+    for path in folder.glob("*.seg"):
+        with contextlib.suppress(FileNotFoundError):
+            total += path.stat().st_size
+    return total
 
 
 class TimedEmitter:
