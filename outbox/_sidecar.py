@@ -213,16 +213,31 @@ class Sidecar:
         buf = self.buffer
         with buf.lock:
             before = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0)
+        pending = set(tasks)
+
+        def ended(task: asyncio.Task[Any]) -> None:
+            pending.discard(task)
+            if not pending:
+                loop.stop()
+
         for task in tasks:
+            task.add_done_callback(ended)
             task.cancel()
         end = time.monotonic() + CLOSE_GRACE
-        while tasks and time.monotonic() < end:
-            # The stop may go through the loop again, from the task that raised it.
+        timer = loop.call_later(CLOSE_GRACE, loop.stop)
+        while pending and time.monotonic() < end:
+            # The stop may go through the loop again, from a task that raises it as it is
+            # cancelled (on 3.11, wait_for's inner task holds the transport's SystemExit).
             with contextlib.suppress(BaseException):
-                loop.run_until_complete(asyncio.wait(tasks, timeout=end - time.monotonic()))
-            tasks = {task for task in tasks if not task.done()}
-        if tasks:
-            logger.warning("the outbox's sidecar could not end %d task(s) by its close grace", len(tasks))
+                loop.run_forever()
+        timer.cancel()
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                # Read, so that asyncio does not log it again ("Task exception was never
+                # retrieved", at ERROR, whenever the task is collected): the stop was logged.
+                task.exception()
+        if pending:
+            logger.warning("the outbox's sidecar could not end %d task(s) by its close grace", len(pending))
         with buf.lock:
             moved = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0) - before
             if moved > 0 and self.state is State.RUNNING:  # not a close: the stop's loss

@@ -263,7 +263,10 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
             assert first.emit(event)
         assert first.close().undelivered == {"spilled_at_close": count}
     on_disk = sum(p.stat().st_size for p in spill.glob("*.seg"))
-    assert on_disk > 4 * 1024 * 1024
+    # (Once, in CI beside busy processes and the e2e suite on 3.12, 3,200,420 bytes were found
+    # here where 4.9 MB are written: what the directory and the accounts held, if it comes back.)
+    listing = sorted((p.name, p.stat().st_size) for p in spill.iterdir())
+    assert on_disk > 4 * 1024 * 1024, (on_disk, listing, first.stats().spill)
     with Sink() as sink:
         tracemalloc.start()
         try:
