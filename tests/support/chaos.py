@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import faulthandler
 import os
 import random
 import shutil
@@ -535,6 +536,9 @@ class Chaos:
             pid = os.fork()
         if pid == 0:
             code = 3
+            # A child stuck for 8 s writes every thread's stack to stderr (captured with the
+            # failure) and exits 1, before the parent gives up on it at 10 s.
+            faulthandler.dump_traceback_later(8.0, exit=True)
             try:
                 stats = self.outbox.stats()
                 fresh = stats.emitted == 0 and stats.queued_events == 0 and stats.in_flight == 0
@@ -549,7 +553,10 @@ class Chaos:
         while time.monotonic() < deadline:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"forked child: status {status}")
+                check(
+                    os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+                    f"forked child: status {status} (exit 1: stuck for 8 s; its stack is in stderr)",
+                )
                 return
             time.sleep(0.01)
         os.kill(pid, signal.SIGKILL)
