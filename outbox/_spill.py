@@ -296,7 +296,14 @@ class Spill:
     def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
         """Write the overflow to the stretch (``_spillstretch``), and move the write position
         past it.  Returns how many events were released."""
-        released = self.stretch.release(buf, slicer)
+        released = self.stretch.release(buf, slicer, self._spilled_upto)
+        if released is None:
+            # Queued events not written yet (emit filled the queue after the write): first
+            # them.  The overflow is active, so emit cannot queue more meanwhile.
+            self._write_new(buf, slicer)
+            released = self.stretch.release(buf, slicer, self._spilled_upto)
+            if released is None:
+                return 0
         if released:
             self._spilled_upto = released.stop
         return len(released)

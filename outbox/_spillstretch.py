@@ -7,7 +7,8 @@ queue as its window has room, in order, before the overflow, and ends the overfl
 are empty.  An outage longer than the buffer then costs disk, not events, up to
 ``max_spill_bytes``.  Both are called by :class:`~outbox._spill.Spill` (from its tick on the
 sidecar; ``release`` also from :meth:`~outbox._spill.Spill.attach`, at construction), which owns
-the write position: ``release`` hands back the sequence numbers it wrote.
+the write position: ``release`` hands back the sequence numbers it wrote, and writes nothing
+while queued events below the overflow are not written yet.
 """
 
 from __future__ import annotations
@@ -54,17 +55,25 @@ class Stretch:
     def close(self) -> None:
         self.reader.close()
 
-    def release(self, buf: Buffer, slicer: Slicer | None) -> range:
-        """Write the overflow to disk and release what was written from memory.  Returns the
-        sequence numbers released (empty: none)."""
+    def release(self, buf: Buffer, slicer: Slicer | None, written: int) -> range | None:
+        """Write the overflow to disk and release what was written from memory; ``written``
+        is the spill's write position (every event below it is written).  Returns the
+        sequence numbers released (empty: none), or None, writing nothing, if queued events
+        below the overflow are not written yet: they go first (``Spill._write_new``)."""
         window = self.window
         if window is None:
             return _NONE
         with buf.lock:
             if not window.events or buf.finalized:
                 return _NONE
-            events = list(window.events)
             start = buf.head_seq + len(buf.queue) + window.disk
+            if start > written:
+                # emit filled the queue's window (and overflowed) after the last write: the
+                # write position, moved past the overflow, would pass those queued events, and
+                # no write nor cover would ever write them (close then counted them
+                # spilled_at_close, on disk, when they were not).
+                return None
+            events = list(window.events)
             fresh = window.disk == 0
         at = time.time()
         records: list[tuple[int, bytes]] = []

@@ -264,7 +264,9 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
         assert first.close().undelivered == {"spilled_at_close": count}
     on_disk = sum(p.stat().st_size for p in spill.glob("*.seg"))
     # (Once, in CI beside busy processes and the e2e suite on 3.12, 3,200,420 bytes were found
-    # here where 4.9 MB are written: what the directory and the accounts held, if it comes back.)
+    # here where 4.9 MB are written: exactly the size of seqs 0-373 and 1,250-2,499, as if the
+    # overflow's release had passed the queue's 374-1,249 (see the test of events queued while
+    # the sidecar writes).  What the directory and the accounts held is named if it comes back.)
     listing = sorted((p.name, p.stat().st_size) for p in spill.iterdir())
     assert on_disk > 4 * 1024 * 1024, (on_disk, listing, first.stats().spill)
     with Sink() as sink:
@@ -285,6 +287,52 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
         assert sink.wait_for(count, 30), len(sink.events)
         assert second.close(10).complete
         assert_each_once_in_run_order(sink.events, count)
+
+
+class _EmitAtHandOff:
+    """A slicer whose first hand-off lets an emitter in: while the sidecar writes what it
+    collected, the application fills the queue's window and overflows (what a loaded machine
+    does when the sidecar waits for the GIL between its write and its release)."""
+
+    def __init__(self, buf, events: list) -> None:
+        self.buf, self.events = buf, events
+
+    def begin(self) -> None:
+        events, self.events = self.events, []
+        for event in events:
+            with self.buf.lock:
+                assert self.buf.put_locked(event, 0)
+
+    def checkpoint(self) -> None:
+        pass
+
+
+def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_passes_them(tmp_path):
+    """A tick writes the queue as it was (3 events); meanwhile emit fills the window (10) and
+    overflows (5 more).  The release of the overflow used to write those 5 at 10-14 and move the
+    write position past 3-9, which were never written: close reported all 15 on disk (counted
+    spilled_at_close) with 7 missing from the segment.  (CI once found 876 of 2,500 missing in
+    the adoption test above: seqs 374-1,249, the queue's window after a write of 374.)"""
+    from outbox._buffer import Buffer, Policy
+    from outbox._spill import Spill
+    from outbox._spilladopt import Recovered
+    from outbox._spilldisk import owner_segments
+
+    buf = Buffer(max_events=20, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    with buf.lock:
+        for n in range(3):
+            assert buf.put_locked(run_event(n=n), 0)
+    slicer = _EmitAtHandOff(buf, [run_event(n=n) for n in range(3, 15)])
+    spill.tick(buf, slicer, 0.0, force=True)
+    with buf.lock:
+        assert (len(buf.queue), buf.beyond) == (10, 5)
+    assert spill.close(buf)  # "every event held is on disk"
+    source = Recovered(owner_segments(spill.directory, spill.owner), 0)
+    source.fill(100, 10**7)
+    on_disk = [(seq, orjson.loads(e.body)["n"]) for seq, e in source.ready]
+    assert on_disk == [(n, n) for n in range(15)]
 
 
 def sidecar_cpu(box: Outbox) -> float:
