@@ -151,13 +151,16 @@ def test_an_outage_beyond_the_buffer_is_held_on_disk_and_delivered_in_order(tmp_
 
 def test_the_overflow_full_applies_the_policy_under_its_own_reason(tmp_path):
     """A disk that holds little (max_spill_bytes): once it is full and the overflow too,
-    emit refuses, counted dropped_spill_full; everything else still arrives, in order."""
+    emit refuses, counted dropped_spill_full; everything else still arrives, in order.
+    (drop_newest: under drop_oldest, the default, the oldest queued events, read back from the
+    stretch, make room for the newest instead, and an accepted event may be given up.)"""
     with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="refuse") as proxy:
         box = Outbox(
             HttpTransport(proxy.url, timeout=5),
             spill_dir=str(tmp_path / "spill"),
             max_events=100,
             max_spill_bytes=64 * 1024,
+            policy="drop_newest",
             shutdown_timeout=30,
             backoff_cap=0.5,
         )
