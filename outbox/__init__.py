@@ -8,7 +8,8 @@ the lineage backend.
     report = outbox.close(timeout=5)  # delivers what it can by the deadline
 """
 
-from ._bridge import OutboxTransport
+from typing import TYPE_CHECKING, Any
+
 from ._buffer import Policy, Reason
 from ._errors import ConfigError, OutboxError
 from ._event import Event
@@ -16,6 +17,9 @@ from ._outbox import Outbox
 from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from ._stats import CloseReport, Stats
 from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
+
+if TYPE_CHECKING:
+    from ._bridge import OutboxTransport
 
 __all__ = [
     "About",
@@ -42,8 +46,32 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# Show the public names in reprs and docs, as httpx does.
+# Imported on first use: it subclasses openlineage-python's Transport, and importing
+# openlineage.client costs about 300 ms, most of what ``import outbox`` would take.
+_LAZY = {"OutboxTransport"}
+
+
+def _public(obj: Any) -> Any:
+    """Show a public name in reprs and docs, as httpx does."""
+    if isinstance(obj, type) or callable(obj):
+        obj.__module__ = "outbox"
+    return obj
+
+
 for _name in __all__:
-    if isinstance(globals()[_name], type) or callable(globals()[_name]):
-        globals()[_name].__module__ = "outbox"
+    if _name not in _LAZY:
+        _public(globals()[_name])
 del _name
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OutboxTransport":
+        from ._bridge import OutboxTransport
+
+        globals()[name] = _public(OutboxTransport)  # later lookups find it without this hook
+        return OutboxTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
