@@ -31,10 +31,10 @@ from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self
 
 import orjson
-from openlineage.client.naming.dataset import S3, Trino
 from opentelemetry import trace
 
 from ._log import logger
+from ._naming import s3_naming, trino_naming
 from ._plain import dumps, event_key, to_plain
 
 __all__ = [
@@ -128,7 +128,7 @@ _TABLE_SYMLINKS_MAX = 1024
 
 
 def s3_dataset(bucket: str, key: str, *, table: DatasetRef | None = None) -> DatasetRef:
-    """An S3 object, named by openlineage-python's naming helper: ``s3://<bucket>``, ``<key>``.
+    """An S3 object, named as openlineage-python's naming helper names it: ``s3://<bucket>``, ``<key>``.
 
     Args:
         bucket, key: the object.
@@ -145,11 +145,10 @@ def s3_dataset(bucket: str, key: str, *, table: DatasetRef | None = None) -> Dat
         if table is None:
             return _new_ref(DatasetRef, (namespace, key, None))
         return _new_ref(DatasetRef, (namespace, key, _table_symlink(table)))
-    naming = S3(bucket_name=bucket, object_key=key)  # checks both, as openlineage-python does
-    namespace = naming.get_namespace()
+    namespace, name = s3_naming(bucket, key)  # checks both, as openlineage-python does
     if bucket.__class__ is str and len(_S3_NAMESPACES) < _S3_NAMESPACES_MAX:
         _S3_NAMESPACES[bucket] = namespace
-    return DatasetRef(namespace, naming.get_name(), None if table is None else _table_symlink(table))
+    return DatasetRef(namespace, name, None if table is None else _table_symlink(table))
 
 
 def _table_symlink(table: DatasetRef) -> _Facets:
@@ -174,14 +173,13 @@ def _table_symlink(table: DatasetRef) -> _Facets:
 
 
 def trino_dataset(host: str, port: int | str, catalog: str, schema: str, table: str) -> DatasetRef:
-    """A Trino table (such as a VAST DataBase table read through Trino), named by
-    openlineage-python's helper: ``trino://<host>:<port>``, ``<catalog>.<schema>.<table>``.
+    """A Trino table (such as a VAST DataBase table read through Trino), named as
+    openlineage-python's helper names it: ``trino://<host>:<port>``, ``<catalog>.<schema>.<table>``.
 
     Raises:
         ValueError: an empty part.
     """
-    naming = Trino(host=host, port=str(port), catalog=catalog, schema=schema, table=table)
-    return DatasetRef(naming.get_namespace(), naming.get_name())
+    return DatasetRef(*trino_naming(host, str(port), catalog, schema, table))
 
 
 def current_run_id() -> str:
