@@ -8,7 +8,7 @@ the lineage backend.
     report = outbox.close(timeout=5)  # delivers what it can by the deadline
 """
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from ._buffer import Policy, Reason
 from ._errors import ConfigError, OutboxError
@@ -18,7 +18,7 @@ from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino
 from ._stats import CloseReport, Stats
 from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._bridge import OutboxTransport
 
 __all__ = [
@@ -51,7 +51,7 @@ __version__ = "0.1.0"
 _LAZY = {"OutboxTransport"}
 
 
-def _public(obj: Any) -> Any:
+def _public(obj: _typing.Any) -> _typing.Any:
     """Show a public name in reprs and docs, as httpx does."""
     if isinstance(obj, type) or callable(obj):
         obj.__module__ = "outbox"
@@ -64,7 +64,7 @@ for _name in __all__:
 del _name
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name == "OutboxTransport":
         from ._bridge import OutboxTransport
 
