@@ -4,7 +4,7 @@ an event is admitted (an O(1) class check on the hot path) and sized for the buf
 
 from __future__ import annotations
 
-import warnings
+import sys
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from ._run import RunRecord
@@ -32,29 +32,30 @@ Event: TypeAlias = Union[  # the openlineage names are strings: imported for typ
 EVENT_CLASSES: set[type] = {dict, RunRecord}
 # Classes sized by their length (str, bytes and their subclasses, once seen).
 TEXT_CLASSES: set[type] = {str, bytes, bytearray}
-_event_bases: tuple[type, ...] | None = None
 
 
 def _openlineage_event_bases() -> tuple[type, ...]:
-    global _event_bases
-    if _event_bases is None:
-        from openlineage.client import event_v2
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from openlineage.client import run as legacy
-
-        _event_bases = (event_v2.BaseEvent, legacy.RunEvent, legacy.DatasetEvent, legacy.JobEvent)
-    return _event_bases
+    """openlineage-python's event classes, from its modules already imported: an object can
+    be an instance of one only once its module is, so nothing is imported here (importing
+    ``openlineage.client`` takes about 300 ms: never inside ``emit``)."""
+    bases: list[type] = []
+    v2 = sys.modules.get("openlineage.client.event_v2")
+    if v2 is not None:
+        bases.append(v2.BaseEvent)
+    legacy = sys.modules.get("openlineage.client.run")
+    if legacy is not None:
+        bases += (legacy.RunEvent, legacy.DatasetEvent, legacy.JobEvent)
+    return tuple(bases)
 
 
 def admit(event: Any) -> None:
-    """The slow path of emit's type check: accept and remember the class, or raise."""
+    """The slow path of emit's type check (once per class): accept and remember the class,
+    or raise."""
     cls = event.__class__
     if isinstance(event, (str, bytes, bytearray)):
         TEXT_CLASSES.add(cls)  # sized by its length, as str and bytes are
         return
-    if isinstance(event, (dict, _openlineage_event_bases())):
+    if isinstance(event, (dict, *_openlineage_event_bases())):
         EVENT_CLASSES.add(cls)
         return
     raise TypeError(

@@ -27,6 +27,15 @@ outbox.trino_dataset("trino.example", 8080, "vast", "lineage", "orders")
 seen["s3_dataset, trino_dataset"] = loaded()
 box = outbox.Outbox.from_env(close_at_exit=False)  # an http transport, from OPENLINEAGE_URL
 seen["Outbox.from_env() (http)"] = loaded()
+import collections
+assert box.emit(collections.OrderedDict(eventType="START"))  # a dict subclass, first seen
+try:
+    box.emit(object())
+except TypeError:
+    pass
+else:
+    raise AssertionError("emit(object()) did not raise TypeError")
+seen["emit: a dict subclass, then an object that is no event"] = loaded()
 box.close(1)
 import outbox.tools.check, outbox.tools.cli, outbox.tools.sink  # the outbox command, check, sink
 seen["the outbox command (cli, check, sink)"] = loaded()
@@ -47,6 +56,35 @@ def test_import_outbox_leaves_openlineage_client_unimported(tmp_path: Path) -> N
     seen = json.loads(probe.stdout)
     loaded = {step: f"{len(modules)} modules, {modules[:3]}..." for step, modules in seen.items() if modules}
     assert not loaded, f"openlineage.client imported after: {loaded}"
+
+
+def test_openlineage_events_are_still_admitted_once_openlineage_is_imported(tmp_path: Path) -> None:
+    """The type check reads openlineage-python's classes from the modules already imported (an
+    event object cannot exist before its module): its events, new and legacy, are admitted."""
+    probe = """
+import warnings
+from outbox import Outbox
+from outbox.transports import MemoryTransport
+from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from openlineage.client import run as legacy
+box = Outbox(MemoryTransport(), close_at_exit=False)
+job = Job(namespace="n", name="j")
+assert box.emit(RunEvent(eventType=RunState.START, eventTime="2026-01-01T00:00:00Z",
+                         run=Run(runId="0192a1b2-0000-7000-8000-000000000000"), job=job, producer="p"))
+assert box.emit(legacy.RunEvent(eventType=legacy.RunState.START, eventTime="2026-01-01T00:00:00Z",
+                                run=legacy.Run(runId="0192a1b2-0000-7000-8000-000000000001"),
+                                job=legacy.Job(namespace="n", name="j"), producer="p"))
+report = box.close(5)
+assert report.delivered == 2, report
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
 
 
 def test_outbox_transport_is_still_listed() -> None:
