@@ -191,6 +191,8 @@ class Sidecar:
             why = f"{type(exc).__name__}: {exc}"
             logger.error("the outbox's sidecar stopped: %r", exc, exc_info=exc)
             self._end_tasks(loop)
+        else:
+            _abandon_stuck_tasks(loop)
         finally:
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
@@ -452,3 +454,23 @@ def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None
             pass
 
     return wake
+
+
+def _abandon_stuck_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """After a close: tasks still running on the sidecar's loop (a send that swallowed its
+    cancellation, a client's own task its close left behind) go with the loop, their events
+    counted at shutdown.  asyncio would log each, at ERROR, whenever the collector finds it
+    ("Task was destroyed but it is pending!", in whatever code then runs): said once here."""
+    stuck = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    if not stuck:
+        return
+    for task in stuck:
+        task.cancel()
+        task._log_destroy_pending = False  # type: ignore[attr-defined]  # (as run_until_complete does)
+    names = sorted({getattr(task.get_coro(), "__qualname__", repr(task.get_coro())) for task in stuck})
+    logger.warning(
+        "%d task(s) on the outbox's sidecar did not end when cancelled at close (%s): abandoned "
+        "with its event loop",
+        len(stuck),
+        ", ".join(names),
+    )
