@@ -531,6 +531,8 @@ class Chaos:
     def _fork(self) -> None:
         self.forks += 1
         job = f"{self.job}-child"
+        if not faulthandler.is_enabled():  # (for a child stuck before its own watchdog)
+            faulthandler.enable(all_threads=True)
         with warnings.catch_warnings():  # Python 3.12+ warns of forking a threaded process
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
@@ -559,9 +561,22 @@ class Chaos:
                 )
                 return
             time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise InvariantError("a forked child did not finish in 10 s")
+        # Not even its own watchdog (armed as it starts) ended it: stuck before that, in
+        # os.fork's after-fork hooks (ours or the interpreter's).  SIGABRT has the fault handler
+        # it inherited (pytest's, or enabled by this harness) write every thread's stack to
+        # stderr, captured with the failure; then SIGKILL, if that did not end it either.
+        os.kill(pid, signal.SIGABRT)
+        aborted, reaped = time.monotonic() + 3, False
+        while not reaped and time.monotonic() < aborted:
+            reaped = os.waitpid(pid, os.WNOHANG)[0] != 0
+            time.sleep(0.01)
+        if not reaped:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise InvariantError(
+            "a forked child did not finish in 10 s, nor arm its watchdog: stuck in os.fork's "
+            "after-fork hooks? (SIGABRT sent: its threads' stacks are in the captured stderr)"
+        )
 
     def _sigterm(self, shutdown: float, at: float) -> None:
         self.sigterms += 1
