@@ -369,8 +369,11 @@ def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within
         max_bytes=64 * 1024,
         policy="block",
         block_timeout=0.01,
-        linger=0.0,
-        max_batch_events=40,  # (a batch taken early leaves room to take the rest behind it)
+        # The 32 go out as one batch, taken as the 32nd fills it: never a first event alone,
+        # as with no linger a loaded machine's sidecar did, leaving 31 queued behind a lane the
+        # backend holds (the window's bytes then never in flight).
+        linger=2.0,
+        max_batch_events=32,
         shutdown_timeout=5,
     )
     try:
