@@ -65,3 +65,36 @@ def test_only_one_section_from_the_command_line(tmp_path, capsys, monkeypatch):
     out = tmp_path / "figures.json"
     assert main(["--only", "cpu", "--json", str(out)]) == 0
     assert '"delivered": 400' in out.read_text()
+
+
+def test_tail_sets_a_minimal_python_emit_beside_the_outbox_and_judges_only_the_outbox(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    figures = tmp_path / "tail.json"
+    command = [sys.executable, "-m", "outbox.tools.benchmarks", "tail", "--invocations", "60"]
+    command += ["--threads", "1", "--kinds", "objects", "--scenarios", "http-down", "--no-shipping"]
+    out = subprocess.run([*command, "--json", str(figures)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "python floor" in out.stdout
+    assert "floor, objects: a minimal Python emit (class check, lock, append) p99 " in out.stdout
+    rows = json.loads(figures.read_text())["rows"]
+    assert set(rows) == {"1/objects/off", "1/objects/floor", "1/objects/idle", "1/objects/http-down"}
+    assert rows["1/objects/floor"]["delivered"] is None  # no outbox in that row
+    down = rows["1/objects/http-down"]  # 70 invocations (10 of warm-up), two events each: all counted
+    assert down["delivered"] == 0
+    assert sum(down["lost"].values()) == 140
+    # The worst row named by the p99 target is an outbox row, never the floor.
+    verdict = next(line for line in out.stdout.splitlines() if "target p99 <=" in line)
+    assert "/floor" not in verdict
+
+
+def test_the_minimal_emitter_keeps_its_bound_and_refuses_what_is_no_event():
+    from outbox.tools.benchmarks._tail_child import MinimalEmitter
+
+    emitter = MinimalEmitter({dict}, room=2)
+    assert all(emitter.emit({"n": n}) for n in range(3))
+    assert list(emitter.queue) == [{"n": 1}, {"n": 2}]  # the oldest went
+    with pytest.raises(TypeError, match="not an event: str"):
+        emitter.emit("x")

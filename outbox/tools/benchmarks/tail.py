@@ -8,7 +8,10 @@ own I/O (``--work-us``).  Per invocation, the lineage calls are timed: p50, p99,
 first, cold invocation apart).  Each kind of event (openlineage-python objects, dicts, the run
 helpers) runs against HTTP healthy, slow (every answer after 0.5 s), down (connection refused),
 black-holed (accepts, never answers), Kafka healthy and Kafka down; beside the same handler with
-lineage off (the machine's own floor) and with the sidecar idle (it sleeps while we measure).
+lineage off (the machine's own floor), with the sidecar idle (it sleeps while we measure), and
+with a minimal Python emitter in the outbox's place (``floor``: a method that checks the event's
+class, takes a lock and appends to a deque, nothing else): what any pure-Python ``emit`` with a
+bound costs at the tail on this machine, so that a target can be judged against it.
 
 ``--library PATH`` runs the rows against another checkout's ``outbox`` (an earlier release),
 so that two versions are compared in one run.  The figures depend on the machine and on what
@@ -55,10 +58,9 @@ def backends(scenarios: Sequence[str]) -> Iterator[dict[str, dict[str, str]]]:
     with contextlib.ExitStack() as stack:
         env: dict[str, dict[str, str]] = {}
         need = set(scenarios)
-        if need & {"http-healthy", "idle"}:
-            env["http-healthy"] = {
-                "OPENLINEAGE_URL": stack.enter_context(throughput.Server(*throughput.SINK))
-            }
+        # Always: the idle and floor rows' outboxes point there too, whatever the scenarios
+        # (without an address, from_env would print to stdout, where the row's figures go).
+        env["http-healthy"] = {"OPENLINEAGE_URL": stack.enter_context(throughput.Server(*throughput.SINK))}
         if "http-slow" in need:
             slow = stack.enter_context(throughput.Server(*throughput.SINK, "--delay", "0.5"))
             env["http-slow"] = {"OPENLINEAGE_URL": slow}
@@ -111,21 +113,24 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     """Every row, ``args.repeat`` times; the median of each percentile."""
     rows: dict[str, dict[str, Any]] = {}
-    labels = ["off", "idle", *args.scenarios]
+    labels = ["off", "floor", "idle", *args.scenarios]
     with backends(args.scenarios) as envs:
         for threads in args.threads:
             for kind in args.kinds:
                 for label in labels:
+                    if label == "floor" and kind == "helpers":
+                        continue  # (the helpers build their events: no minimal emitter to set beside)
                     runs = []
                     for _ in range(args.repeat):
-                        env = dict(envs.get(label, {}))
+                        env = dict(envs.get("idle" if label == "floor" else label, {}))
                         spill = None
-                        if getattr(args, "spill", False) and label != "off":
+                        if getattr(args, "spill", False) and label not in ("off", "floor"):
                             spill = tempfile.mkdtemp(prefix="outbox-tail-spill-")
                             env["OUTBOX_SPILL_DIR"] = spill
                         spec = {
                             "kind": "off" if label == "off" else kind,
                             "label": label,
+                            "floor": label == "floor",
                             "threads": threads,
                             "invocations": args.invocations,
                             "work": args.work,
@@ -166,7 +171,7 @@ def print_header(args: argparse.Namespace) -> None:
 
 def print_row(threads: int, kind: str, label: str, row: dict[str, Any]) -> None:
     events = "-" if label == "off" else kind
-    name = {"off": "lineage off", "idle": "sidecar idle"}.get(label, label)
+    name = {"off": "lineage off", "idle": "sidecar idle", "floor": "python floor"}.get(label, label)
     lost = row.get("lost")
     fate = "" if row.get("delivered") is None else f"  {row['delivered']:,} / {sum((lost or {}).values()):,}"
     print(
@@ -180,7 +185,7 @@ def verdicts(
 ) -> bool:
     """Print each target and whether it is met; True if all are."""
     ok = True
-    single = {k: v for k, v in rows.items() if k.startswith("1/") and not k.endswith("/off")}
+    single = {k: v for k, v in rows.items() if k.startswith("1/") and not k.endswith(("/off", "/floor"))}
     worst99 = max(single.values(), key=lambda r: r["p99"]) if single else None
     worst999 = max(single.values(), key=lambda r: r["p99.9"]) if single else None
     if worst99 is not None and worst999 is not None:
@@ -199,6 +204,17 @@ def verdicts(
             f" (worst {worst999['p99.9']:.1f} µs, {name999})"
         )
     for kind in args.kinds:
+        floor = rows.get(f"1/{kind}/floor")
+        outbox_rows = [v["p99"] for k, v in single.items() if k.startswith(f"1/{kind}/")]
+        if floor and outbox_rows:
+            # Not a target: what the machine allows any pure-Python emit, beside what ours costs.
+            print(
+                f"  floor, {kind}: a minimal Python emit (class check, lock, append) "
+                f"p99 {floor['p99']:.2f} µs, p99.9 {floor['p99.9']:.1f} µs; "
+                f"the outbox's rows p99 {min(outbox_rows):.2f} to "
+                f"{max(outbox_rows):.2f} µs ({min(outbox_rows) / floor['p99']:.1f}x to "
+                f"{max(outbox_rows) / floor['p99']:.1f}x the floor)"
+            )
         idle, busy = rows.get(f"1/{kind}/idle"), rows.get(f"1/{kind}/http-healthy")
         if idle and busy:
             ratio = busy["p99"] / idle["p99"]
