@@ -225,8 +225,12 @@ class Buffer(Holdings):
         """:meth:`put` for text (its exact size known): checked against the accounts as they
         are, then the fast path's numbers lowered without recomputing them."""
         estimate = self.estimate
-        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes + nbytes
-        if self.closed or n + self.in_flight >= self.room_events or held > self.room_bytes:
+        queued = self.exact_bytes + (n - self.exact_count) * estimate + nbytes
+        if (
+            self.closed
+            or n + self.in_flight >= self.room_events
+            or queued + self.in_flight_bytes > self.room_bytes
+        ):
             return self._put_slow_locked(event, nbytes)
         self.queue.append(event)
         self.sizes.append(nbytes)
@@ -237,7 +241,7 @@ class Buffer(Holdings):
         drop = nbytes // estimate
         self.object_room -= drop
         self.wake_at_objects -= drop
-        if n + 1 >= self.wake_at_events or held >= self.wake_at_bytes:
+        if n + 1 >= self.wake_at_events or queued >= self.wake_at_bytes:
             self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
             return 2
         return 1
@@ -315,7 +319,9 @@ class Buffer(Holdings):
             # emitter measures one (emit sees result 2, and ``_intake.measure_here``).
             self.measure_here = 1
             result = 2
-        if result == 1 and (len(queue) >= self.wake_at_events or held + price >= self.wake_at_bytes):
+        if result == 1 and (
+            len(queue) >= self.wake_at_events or held - self.in_flight_bytes + price >= self.wake_at_bytes
+        ):
             self.wake_at_events = self.wake_at_bytes = _INF
             result = 2
         self._recompute_locked()

@@ -174,16 +174,17 @@ class Holdings:
         the worker asked to be woken."""
         n = len(self.queue)
         estimate = self.estimate
-        held = self.exact_bytes + (n - self.exact_count) * estimate + self.in_flight_bytes
+        queued = self.exact_bytes + (n - self.exact_count) * estimate
         if self.closed or not self.measured:
             self.object_room = 0
         else:
-            room = n + (self.room_bytes - held) // estimate
+            room = n + (self.room_bytes - queued - self.in_flight_bytes) // estimate
             self.object_room = min(self.room_events - self.in_flight, room)
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
-            # objects until the bytes reach wake_at_bytes: ceil(missing / estimate), at least 1
-            wake = min(wake, n + max(1, -(-(self.wake_at_bytes - held) // estimate)))
+            # Objects until the *queued* bytes reach wake_at_bytes (what the worker takes a
+            # batch by; bytes in flight are not the queue's): ceil(missing / estimate), at least 1.
+            wake = min(wake, n + max(1, -(-(self.wake_at_bytes - queued) // estimate)))
         self.wake_at_objects = wake
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
