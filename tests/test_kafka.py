@@ -311,3 +311,26 @@ def test_a_down_broker_is_logged_at_a_bounded_rate(caplog, topic):
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
     # 30+ failed attempts, each with several aiokafka errors: a handful of lines in all.
     assert len(noisy) <= 12, [f"{r.name}: {r.getMessage()}" for r in noisy]
+
+
+def test_the_embedded_broker_takes_its_log_folder_with_it_and_a_failed_start_quotes_the_log():
+    import gc
+    import os
+    import sys
+
+    from outbox.tools.broker import start_server
+
+    broker = EmbeddedBroker().start()
+    folder = os.path.dirname(broker.log_path)
+    broker.stop()
+    assert os.path.isdir(folder)  # kept while the broker may start again
+    del broker
+    gc.collect()
+    assert not os.path.exists(folder)  # (each test run once left hundreds behind)
+
+    log = folder + ".log"
+    try:
+        with pytest.raises(RuntimeError, match=r"(?s)exited at start; see .*\n  the reason it gave"):
+            start_server([sys.executable, "-c", "print('the reason it gave')"], 1, log, 10, "a server")
+    finally:
+        os.unlink(log)

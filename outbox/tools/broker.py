@@ -16,11 +16,13 @@ Example::
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from types import TracebackType
 from typing import Self
 
@@ -55,14 +57,26 @@ def start_server(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{name} exited at start; see {log_path}")
+            raise RuntimeError(f"{name} exited at start; see {log_path}{_last_lines(log_path)}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return process
         except OSError:
             time.sleep(0.02)
     stop_process(process, grace=5.0)
-    raise RuntimeError(f"{name} did not listen on {port} within {timeout} s; see {log_path}")
+    raise RuntimeError(
+        f"{name} did not listen on {port} within {timeout} s; see {log_path}{_last_lines(log_path)}"
+    )
+
+
+def _last_lines(log_path: str, count: int = 20) -> str:
+    """The log's last lines, for an error: the log itself may be gone when it is read."""
+    try:
+        with open(log_path, "rb") as log:
+            lines = log.read()[-8192:].decode(errors="replace").splitlines()[-count:]
+    except OSError:
+        return ""
+    return "".join(f"\n  {line}" for line in lines)
 
 
 def stop_process(process: subprocess.Popen[bytes] | None, grace: float) -> None:
@@ -85,7 +99,11 @@ class EmbeddedBroker:
         # Clients are told to connect here (a fault proxy in front of the broker, say).
         self.advertised_port = advertised_port or self.port
         self._process: subprocess.Popen[bytes] | None = None
-        self.log_path = os.path.join(tempfile.mkdtemp(prefix="outbox-tansu-"), "tansu.log")
+        log_dir = tempfile.mkdtemp(prefix="outbox-tansu-")
+        self.log_path = os.path.join(log_dir, "tansu.log")
+        # The log's folder goes with the broker (when collected, or at exit): a test run starts
+        # hundreds of brokers, and each once left its folder in the temporary directory.
+        self._remove_log = weakref.finalize(self, shutil.rmtree, log_dir, ignore_errors=True)
 
     @property
     def bootstrap_servers(self) -> str:
