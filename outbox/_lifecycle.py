@@ -6,7 +6,9 @@ child.  (Signals are ``Outbox.close_on_signal``, in ``_signals``.)
   ``close()`` still gets its events flushed.
 - Fork: a child gets a fresh, empty runtime and a fresh transport for every outbox; what it
   inherited from the parent (loops, clients, sidecars) is kept referenced and never touched,
-  since it shares the parent's sockets and epoll instance.
+  since it shares the parent's sockets and epoll instance.  Once a sidecar runs, a fork waits
+  (within a bound) for the log records in progress on the handlers our loggers reach: a child
+  must not inherit a stream that a sidecar thread was writing to.
 - A ``multiprocessing`` child (any start method) ends with ``os._exit``: ``atexit`` never runs
   there.  ``multiprocessing`` runs its own finalizers first (``util._exit_function`` in
   ``Process._bootstrap``), so the first sidecar started in such a child registers one
@@ -19,6 +21,8 @@ child.  (Signals are ``Outbox.close_on_signal``, in ``_signals``.)
 from __future__ import annotations
 
 import atexit
+import contextlib
+import logging
 import os
 import sys
 import threading
@@ -210,6 +214,66 @@ def _forget_open_sidecars() -> list[Sidecar]:
     _STARTED.clear()
     _WARNED.clear()
     return inherited
+
+
+# -- fork: log records in progress ------------------------------------------------------------
+
+#: Seconds a fork waits, at most, for the log records in progress (then it forks regardless).
+FORK_LOG_WAIT = 1.0
+_held_for_fork: list[Any] = []
+
+
+def _handlers_reached() -> list[logging.Handler]:
+    """The handlers a record of our loggers (``outbox`` and below) can reach."""
+    manager = logging.Logger.manager
+    loggers = [logging.getLogger("outbox")]
+    loggers += [
+        item
+        for name, item in list(manager.loggerDict.items())
+        if name.startswith("outbox.") and isinstance(item, logging.Logger)
+    ]
+    found: dict[int, logging.Handler] = {}
+    for start in loggers:
+        current: logging.Logger | None = start
+        while current is not None:
+            for handler in current.handlers:
+                found[id(handler)] = handler
+            current = current.parent if current.propagate else None
+    if not found and logging.lastResort is not None:
+        found[id(logging.lastResort)] = logging.lastResort
+    return list(found.values())
+
+
+def _before_fork() -> None:
+    """A sidecar thread writing a log record as another thread forks would leave the child a
+    stream whose buffer lock (``io.BufferedWriter``'s) no thread there will release: logging
+    re-creates its handlers' locks in the child, not their streams'.  The child's first record
+    to that handler, ours or the program's, would then wait forever.  A thread writing a
+    record holds its handler's lock: take them all (within ``FORK_LOG_WAIT``) so that none is
+    mid-write at the fork."""
+    if not _STARTED:
+        return  # no sidecar thread in this process: none of our threads is logging
+    try:
+        deadline = time.monotonic() + FORK_LOG_WAIT
+        for handler in _handlers_reached():
+            lock = handler.lock
+            if lock is not None and lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                _held_for_fork.append(lock)
+    except Exception:  # (a hook must not fail the fork; a handler without a usual lock)
+        pass
+
+
+def _release_after_fork() -> None:
+    """After the fork, in the parent and in the child.  (In the child logging has usually
+    re-created these locks already: releasing a fresh one raises, and is not needed.)"""
+    while _held_for_fork:
+        with contextlib.suppress(RuntimeError):
+            _held_for_fork.pop().release()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_release_after_fork, after_in_child=_release_after_fork
+)
 
 
 def _after_fork_in_child() -> None:

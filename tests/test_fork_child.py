@@ -173,3 +173,70 @@ def test_a_process_or_bare_fork_child_that_ends_normally_warns_of_an_outbox_left
     assert len(warnings) == 2, result.stderr
     assert all("10 event(s) not delivered, and close_at_exit=False" in line for line in warnings), warnings
     assert len({line.split()[0] for line in warnings}) == 2  # two processes
+
+
+MID_RECORD = r"""
+import logging, os, signal, sys, threading, time
+from outbox import Outbox
+from outbox.transports import HttpTransport
+
+# A sidecar runs in this process (its backend refuses: nothing is delivered, nothing needed).
+outbox = Outbox(HttpTransport("http://127.0.0.1:9"), close_at_exit=False)
+
+
+class Stream:
+    # Writes under a lock of its own, as io.BufferedWriter does; one record takes a while.
+    def __init__(self):
+        self.lock, self.writing, self.lines = threading.Lock(), threading.Event(), []
+
+    def write(self, text):
+        with self.lock:
+            if text.startswith("slow"):
+                self.writing.set()
+                time.sleep(0.5)
+            self.lines.append(text)
+
+    def flush(self):
+        with self.lock:
+            pass
+
+
+stream = Stream()
+log = logging.getLogger("outbox.worker")
+log.addHandler(logging.StreamHandler(stream))
+writer = threading.Thread(target=log.warning, args=("slow record, written as the fork comes",))
+writer.start()
+stream.writing.wait()
+pid = os.fork()
+if pid == 0:
+    log.warning("the child's record")  # waits forever if the stream's lock was held at the fork
+    os._exit(0 if any("the child's record" in line for line in stream.lines) else 3)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child exit", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    print("child stuck")
+writer.join()
+outbox.close(0.5)
+"""
+
+
+def test_a_fork_while_a_log_record_is_being_written_leaves_the_child_able_to_log(tmp_path):
+    # A sidecar thread logs (a backend down, at a bounded rate) while the program forks: the
+    # child inherited a stream whose own lock the writing thread held, and its first record
+    # to that handler waited forever (the chaos test's forked child, stuck 1 run in ~20).
+    script = tmp_path / "mid_record.py"
+    script.write_text(MID_RECORD)
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "child exit 0", (result.stdout, result.stderr[-2000:])
