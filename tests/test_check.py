@@ -387,26 +387,37 @@ def test_openmetadata_is_judged_by_the_outputs_its_events_must_have(tmp_path):
         assert sink.events == []
 
 
-def test_an_events_file_that_cannot_be_read_fails_naming_it(tmp_path):
-    with Sink() as sink:
-        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", str(tmp_path / "missing.jsonl"))
-        assert status == 1
-        assert "missing.jsonl" in line(lines, "events")
+def _events_file(tmp_path: Path, case: str) -> str:
+    if case == "missing":
+        return str(tmp_path / "missing.jsonl")
+    if case == "not json":
         (tmp_path / "bad.jsonl").write_text("{not json\n")
-        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", str(tmp_path / "bad.jsonl"))
-        assert status == 1
-        assert "line 1" in line(lines, "events")
+        return str(tmp_path / "bad.jsonl")
+    if case == "dead letters":
         # A dead-letter file is a sample too: its lines' events (one never serialized is skipped).
         dead = [{"time": "t", "reason": "poison", "answer": "500", "event": event()}]
         dead.append({"time": "t", "reason": "invalid_event", "event_repr": "<object>"})
-        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", write_events(tmp_path / "d", *dead))
-        assert status == 0, lines
-        assert "1 event, each with what the OpenLineage spec requires" in line(lines, "events")
-        # Against a backend with no needs of its own, the spec's required fields are judged.
-        sample = write_events(tmp_path / "s.jsonl", event(), {"eventType": "START"})
-        status, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", sample)
-        assert status == 1
-        assert "event 2 of 2" in line(lines, "events")
+        return write_events(tmp_path / "d", *dead)
+    # Against a backend with no needs of its own, the spec's required fields are judged.
+    return write_events(tmp_path / "s.jsonl", event(), {"eventType": "START"})
+
+
+# One `outbox check` per case (each a process of its own: four in one test took 41 s in CI
+# beside the end-to-end suite's JVMs).
+@pytest.mark.parametrize(
+    ("case", "status", "said"),
+    [
+        ("missing", 1, "missing.jsonl"),
+        ("not json", 1, "line 1"),
+        ("dead letters", 0, "1 event, each with what the OpenLineage spec requires"),
+        ("spec fields", 1, "event 2 of 2"),
+    ],
+)
+def test_an_events_file_is_judged_and_one_that_cannot_be_read_fails_naming_it(tmp_path, case, status, said):
+    with Sink() as sink:
+        got, lines = check({"OPENLINEAGE_URL": sink.url}, "--events", _events_file(tmp_path, case))
+    assert got == status, lines
+    assert said in line(lines, "events")
 
 
 def test_a_probe_that_waits_says_what_it_waits_for():
