@@ -371,6 +371,10 @@ class Worker:
                 detail,
             )
         settled_n = len(settled.delivered) + len(settled.rejected) + len(settled.poison)
+        # Recorded before the buffer settles: a flush() that returns has the batch's metric.
+        self.metrics.batch_sent(
+            now - lane.sent_at, len(settled.delivered), verdict.retries, sum(lost.values())
+        )
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
@@ -382,9 +386,6 @@ class Worker:
                 buf.settle_locked(settled_n, settled.size, self.backlog.lowest_seq())
         if dead and self.dead_letter is not None:
             self.dead_letter.write(dead)
-        self.metrics.batch_sent(
-            now - lane.sent_at, len(settled.delivered), verdict.retries, sum(lost.values())
-        )
 
     def _report(self, answer: Answer) -> None:
         verdict = answer.verdict

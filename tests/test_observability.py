@@ -10,6 +10,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from outbox import Outbox, Outcome
 from outbox._log import RateLimitedLog
+from outbox._metrics import Metrics
 from outbox.transports import DELIVERED
 
 from support.helpers import FailingTransport, ScriptedTransport, run_event, wait_until
@@ -54,6 +55,28 @@ def test_metrics_report_counters_gauges_and_batch_latency(reader):
     assert points[("outbox.events.dropped", (name, ("reason", "rejected_by_backend")))] == 1
     assert points[("outbox.queue.events", (name,))] == 0
     assert points[("outbox.batch.duration", (name, ("outcome", "delivered")))] >= 1
+    outbox.close(1)
+
+
+def test_a_flush_that_returns_finds_its_batches_in_the_metrics(reader, monkeypatch):
+    # The sidecar held up between settling the buffer and recording the batch (as a loaded
+    # machine can hold it up): flush() must not return before the batch's metric is recorded.
+    recorded = Metrics.batch_sent
+
+    def late(self, *args):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        recorded(self, *args)
+
+    monkeypatch.setattr(Metrics, "batch_sent", late)
+    outbox = Outbox(ScriptedTransport(lambda e: DELIVERED), name="metrics-flush", close_at_exit=False)
+    for i in range(3):
+        outbox.emit(run_event(n=i))
+    assert outbox.flush(5)
+    batches = collect(reader).get(
+        ("outbox.batch.duration", (("outbox.name", "metrics-flush"), ("outcome", "delivered")))
+    )
+    assert batches is not None
+    assert batches >= 1
     outbox.close(1)
 
 
