@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ._backlog import Settled
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
 from ._dispatch import Answer, Dispatch, Lane
@@ -370,16 +371,27 @@ class Worker:
                 self.settings.poison_attempts,
                 detail,
             )
+        try:
+            # Recorded before the buffer settles: a flush() that returns has the batch's metric.
+            self.metrics.batch_sent(
+                now - lane.sent_at, len(settled.delivered), verdict.retries, sum(lost.values())
+            )
+        finally:  # and settled whatever the metric does (its error is the supervisor's to log)
+            self._settle_buffer(settled, verdict.retries, lost, dead)
+
+    def _settle_buffer(
+        self,
+        settled: Settled,
+        retries: int,
+        lost: dict[str, int],
+        dead: list[tuple[str, str, bytes | None, Any]],
+    ) -> None:
         settled_n = len(settled.delivered) + len(settled.rejected) + len(settled.poison)
-        # Recorded before the buffer settles: a flush() that returns has the batch's metric.
-        self.metrics.batch_sent(
-            now - lane.sent_at, len(settled.delivered), verdict.retries, sum(lost.values())
-        )
         buf = self.buffer
         with buf.lock:
             if buf.finalized:
                 return
-            buf.record_answer_locked(len(settled.delivered), verdict.retries)
+            buf.record_answer_locked(len(settled.delivered), retries)
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
             if settled_n:
