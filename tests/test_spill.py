@@ -185,9 +185,10 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     monkeypatch.setattr(outbox._spill, "SCAN_INTERVAL", 0.1)
     spill = str(tmp_path / "spill")
     down = refused_url()
-    # Deadlines of 1 s: beside busy processes a worker missed 0.2 s plus the close grace, and a
-    # close that reports without its worker counts the spilled events as dropped_shutdown.
-    first = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, shutdown_timeout=1)
+    # Deadlines of 3 s: a close that reports without its worker counts the spilled events as
+    # dropped_shutdown, and beside busy processes a worker missed 0.2 s plus the close grace,
+    # then (in four workers on 3.12 beside two busy processes) 1 s plus the grace.
+    first = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, shutdown_timeout=3)
     for n in range(100):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 100}
@@ -195,7 +196,7 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     # in memory and the rest through its overflow to its own segments (the memory window), and
     # closes with the backend still down.  The dead owner's files are gone; nothing is left
     # waiting in memory.
-    second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=1)
+    second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=3)
     spilled = second.stats().spill
     assert spilled["recovering"] == 0
     assert spilled["recovered"] == 100
