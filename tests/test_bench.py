@@ -101,21 +101,23 @@ def quick_comparison(
 
 
 @pytest.mark.slow
-def test_a_healthy_backend_gets_every_event_of_every_contender_by_close(tmp_path):
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_a_healthy_backend_gets_every_event_of_every_contender_by_close(tmp_path, contender):
     # No contender blocks on a healthy backend, and close ends once all is delivered: long
     # timeouts cost nothing, and on a loaded machine the outbox's child took over 6 s to start,
-    # and its close(1) delivered none of 200.
-    rows = quick_comparison("healthy", tmp_path, timeout=60, close_timeout=10)
-    outbox = rows["outbox-http-auto"]
-    assert outbox["status"] == "ok", outbox["note"]
-    assert outbox["delivered"] == outbox["emitted"] == 200  # counted at the sink, by close
-    assert outbox["lost"] == {}
-    for contender, row in rows.items():  # each event arrived, or is in the table as lost
-        assert row["status"] in ("ok", "blocked"), (contender, row["note"])
-        if row["status"] == "ok":
-            assert row["delivered"] + sum(row["lost"].values()) == row["emitted"] == 200, contender
-    assert set(outbox["emit_us"]) == {"p50", "p90", "p99", "p99.9", "max"}
-    assert 0 < outbox["emit_us"]["p50"] <= outbox["emit_us"]["p99"] <= outbox["emit_us"]["max"]
+    # and its close(1) delivered none of 200.  One contender per case: the three in one bench
+    # took 23 s beside two busy processes (8 s idle), over the suite's 20 s for a test.
+    rows = quick_comparison("healthy", tmp_path, timeout=60, close_timeout=10, contenders=(contender,))
+    row = rows[contender]  # each event arrived, or is in the table as lost
+    assert row["status"] in ("ok", "blocked"), (contender, row["note"])
+    if row["status"] == "ok":
+        assert row["delivered"] + sum(row["lost"].values()) == row["emitted"] == 200, contender
+    if contender == "outbox-http-auto":
+        assert row["status"] == "ok", row["note"]
+        assert row["delivered"] == row["emitted"] == 200  # counted at the sink, by close
+        assert row["lost"] == {}
+        assert set(row["emit_us"]) == {"p50", "p90", "p99", "p99.9", "max"}
+        assert 0 < row["emit_us"]["p50"] <= row["emit_us"]["p99"] <= row["emit_us"]["max"]
 
 
 @pytest.mark.slow

@@ -56,7 +56,7 @@ def held_in_memory(box: Outbox) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_lasts(tmp_path):
-    """12 s at 4,000 events/s (48,000 events, 12 buffers of 4,000) against a backend that
+    """9 s at 4,000 events/s (36,000 events, 9 buffers of 4,000) against a backend that
     refuses; nothing dropped, memory within the buffer's bounds (and RSS flat); then the backend
     comes back and every event arrives once, each run in order.
 
@@ -67,8 +67,9 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
     three quarters of the buffer, and the rate is asserted at half of 4,000 a second."""
     # A buffer of 4,000: the overflow (half) gives the sidecar half a second to write what
     # emit accepts, which it needs at start-up on a loaded machine (it yields to handlers).
-    # (12 s, not longer: the suite keeps every test but the chaos test under 20 s beside load.)
-    rate, seconds, max_events, max_bytes = 4000, 12.0, 4000, 8 * 1024 * 1024
+    # (9 s, not longer: the suite keeps every test but the chaos test under 20 s beside load;
+    # at 12 s it took 19 s beside two busy processes, the backlog's delivery after the outage.)
+    rate, seconds, max_events, max_bytes = 4000, 9.0, 4000, 8 * 1024 * 1024
     with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="refuse") as proxy:
         box = Outbox(
             HttpTransport(proxy.url, timeout=5),
@@ -107,9 +108,9 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
         assert stats.delivered == 0
         assert most[0] <= max_events, most
         assert most[1] <= max_bytes, most
-        # 48,000 dicts of about 1 KiB held in memory would take far more than this.
+        # 36,000 dicts of about 1 KiB held in memory would take far more than this.
         assert rss_at[1] - rss_at[0] < 24 * 1024 * 1024, rss_at
-        assert stats.spill["stretch_events"] > 32_000, stats.spill
+        assert stats.spill["stretch_events"] > 24_000, stats.spill
         assert stats.spill["spilled_bytes"] > 0
         proxy.mode = "pass"
         assert sink.wait_for(total, 60), len(sink.events)
