@@ -334,3 +334,33 @@ def test_the_embedded_broker_takes_its_log_folder_with_it_and_a_failed_start_quo
             start_server([sys.executable, "-c", "print('the reason it gave')"], 1, log, 10, "a server")
     finally:
         os.unlink(log)
+
+
+def test_lanes_that_send_at_once_at_start_up_share_one_producer(kafka_bootstrap, topic):
+    # Every lane that found no producer made one of its own; all but the last were left
+    # connected, never stopped ("Unclosed AIOKafkaProducer" when collected).  A slow bootstrap
+    # (1 s before each chunk) keeps the first lane's start going while a second lane arrives.
+    import gc
+    import warnings
+
+    from aiokafka import AIOKafkaProducer
+
+    from outbox.tools.faultproxy import FaultProxy
+
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    with warnings.catch_warnings(record=True) as caught, FaultProxy(host, int(port), latency=1.0) as slow:
+        warnings.simplefilter("always", ResourceWarning)
+        transport = KafkaTransport(topic, {"bootstrap.servers": f"127.0.0.1:{slow.port}"})
+        box = Outbox(transport, linger=0, close_at_exit=False)
+        box.emit(run_event(run_id=str(uuid.uuid4()), n=0))
+        assert wait_until(lambda: box.stats().in_flight == 1, 10), box.stats()  # the first lane
+        for n in range(1, 64):  # a run each: the others' lanes
+            box.emit(run_event(run_id=str(uuid.uuid4()), n=n))
+        assert wait_until(lambda: box.stats().in_flight == 64, 10), box.stats()
+        report = box.close(30)
+        box = transport = None  # (collected: an unclosed producer warns then)
+        gc.collect()
+    assert report.delivered == 64, report
+    unclosed = [str(w.message) for w in caught if "Unclosed AIOKafkaProducer" in str(w.message)]
+    assert unclosed == []
+    assert [o for o in gc.get_objects() if isinstance(o, AIOKafkaProducer) and not o._closed] == []
