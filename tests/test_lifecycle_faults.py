@@ -600,7 +600,12 @@ def test_fork_over_kafka_the_child_delivers_through_a_fresh_producer(kafka_boots
     for i in range(10, 15):
         outbox.emit(run_event(n=i, job="parent"))
     assert outbox.close(20).delivered == 15
-    events = [record["event"] for record in read_topic(kafka_bootstrap, topic, 25, timeout=30)]
+    records = read_topic(kafka_bootstrap, topic, 25, timeout=30)
+    if len(records) != 25:  # (seen once in hundreds of runs beside load: which side lost it?)
+        again = read_topic(kafka_bootstrap, topic, 25, timeout=10)
+        where = [(r["partition"], r["offset"], r["event"]["job"]["name"], r["event"]["n"]) for r in again]
+        pytest.fail(f"{len(records)} of 25 records read; a second reader found {len(again)}: {sorted(where)}")
+    events = [record["event"] for record in records]
     assert sorted(e["n"] for e in events if e["job"]["name"] == "child") == list(range(10))
     assert sorted(e["n"] for e in events if e["job"]["name"] == "parent") == list(range(15))
 
