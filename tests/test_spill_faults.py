@@ -97,11 +97,14 @@ def test_a_full_filesystem_is_counted_as_enospc_warned_once_and_the_outbox_goes_
         stats = box.stats()
         assert stats.emitted == stats.delivered + sum(stats.dropped.values()), stats
         assert set(stats.dropped) <= {"dropped_full", "dropped_spill_full"}, stats.dropped
+        # Each event the outbox counts delivered reached the sink, and nothing else did.  (At the
+        # wire, at least once: beside load a request of 100 was taken by the sink and its answer
+        # lost on the way back (ReadError), so the outbox sent it again and counted it once.)
         delivered = [e["n"] for e in sink.events]
-        assert len(delivered) == len(set(delivered)) == stats.delivered, stats
+        assert len(set(delivered)) == stats.delivered, stats
         if policy == "drop_newest":
             assert stats.delivered == accepted, (stats, accepted)
-            assert sorted(delivered)[:10] == list(range(10))
+            assert sorted(set(delivered))[:10] == list(range(10))
         else:
             assert 0 < stats.delivered <= accepted, (stats, accepted)
 
