@@ -1,7 +1,7 @@
 """``import outbox`` stays cheap: openlineage-python's ``openlineage.client`` package (about
 300 ms of imports) is not loaded by importing the library, naming datasets or building an
 outbox; only by what needs it (``outbox.OutboxTransport``, an openlineage-python transport or
-token provider, ``LineageJob``, ``outbox demo``)."""
+token provider, ``LineageJob``, ``outbox demo`` once its ``--file`` is accepted)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ seen["emit: a dict subclass, then an object that is no event"] = loaded()
 box.close(1)
 import outbox.tools.check, outbox.tools.cli, outbox.tools.sink  # the outbox command, check, sink
 seen["the outbox command (cli, check, sink)"] = loaded()
+assert outbox.tools.cli.main(["demo", "--runs", "1", "--file", "/no-such-folder/d.jsonl"]) == 2
+seen["outbox demo, refusing its --file"] = loaded()
 print(json.dumps(seen))
 """
 

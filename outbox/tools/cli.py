@@ -45,15 +45,15 @@ def _demo_file(raw: str | None) -> tuple[Path, int] | str:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    where = _demo_file(args.file)  # refused before openlineage-python's client is loaded
+    if isinstance(where, str):
+        print(f"outbox demo: --file: {where}", file=sys.stderr)
+        return 2
     from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
 
     from .. import Outbox
     from ..transports import FileTransport
 
-    where = _demo_file(args.file)
-    if isinstance(where, str):
-        print(f"outbox demo: --file: {where}", file=sys.stderr)
-        return 2
     path, before = where
     job = Job(namespace="vast-dataengine://my-tenant", name="lineage-demo.lineagefn")
     outbox = Outbox(FileTransport(path, append=True), name="demo")
