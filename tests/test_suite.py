@@ -78,14 +78,22 @@ def test_the_chaos_pulse_excuses_a_stopped_process_and_not_a_waiting_caller():
         resumer.wait(10)
         assert ended - began >= 0.4
         assert pulse.unexplained(began, ended) < 0.25, pulse.gaps
-        # A wait on a lock while the process runs: all of it counted.
-        lock = threading.Lock()
-        lock.acquire()
-        threading.Timer(0.4, lock.release).start()
-        began = time.monotonic()
-        lock.acquire()
-        ended = time.monotonic()
-        assert pulse.unexplained(began, ended) >= 0.35, pulse.gaps
+        # A wait on a lock while the process runs: all of it counted.  (A process starved of
+        # the CPU for part of the wait looks stopped to the pulse, which excuses that part: seen
+        # once beside load, 0.18 s counted of 0.4.  Up to five waits: one counted whole passes;
+        # a pulse that excused every wait fails.)
+        counted = []
+        for _ in range(5):
+            lock = threading.Lock()
+            lock.acquire()
+            threading.Timer(0.4, lock.release).start()
+            began = time.monotonic()
+            lock.acquire()
+            ended = time.monotonic()
+            counted.append(pulse.unexplained(began, ended))
+            if counted[-1] >= 0.35:
+                break
+        assert counted[-1] >= 0.35, (counted, pulse.gaps)
     finally:
         pulse.stop()
 
