@@ -1,11 +1,12 @@
 """The Kafka transport against a real Kafka-protocol broker on loopback (Tansu, embedded)."""
 
+import asyncio
 import time
 import uuid
 
 import pytest
 
-from outbox import ConfigError, Outbox
+from outbox import ConfigError, Outbox, Outcome, SerializedEvent
 from outbox.tools.broker import EmbeddedBroker
 from outbox.transports import KafkaTransport
 from outbox.transports.kafka import producer_settings
@@ -364,3 +365,26 @@ def test_lanes_that_send_at_once_at_start_up_share_one_producer(kafka_bootstrap,
     unclosed = [str(w.message) for w in caught if "Unclosed AIOKafkaProducer" in str(w.message)]
     assert unclosed == []
     assert [o for o in gc.get_objects() if isinstance(o, AIOKafkaProducer) and not o._closed] == []
+
+
+def test_a_transport_used_from_a_second_loop_starts_its_producer_there(kafka_bootstrap, topic):
+    # The start lock binds to the loop it is first contended in.  A transport given to a second
+    # outbox (another sidecar, another loop) after the first closed must not meet the old
+    # lock ("bound to a different event loop") when its sends wait on a start.
+    from outbox.tools.faultproxy import FaultProxy
+
+    async def sends_at_once(transport: KafkaTransport, n: int) -> list[list[Outcome]]:
+        deadline = time.monotonic() + 30
+        batches = [[SerializedEvent(b'{"n": %d}' % i, None, None)] for i in range(n)]
+        try:
+            return [list(o) for o in await asyncio.gather(*(transport.send(b, deadline) for b in batches))]
+        finally:
+            await transport.aclose()
+
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    with FaultProxy(host, int(port), latency=0.2) as slow:
+        transport = KafkaTransport(topic, {"bootstrap.servers": f"127.0.0.1:{slow.port}"})
+        first = asyncio.run(sends_at_once(transport, 4))
+        second = asyncio.run(sends_at_once(transport, 4))
+    kinds = [[o.kind.value for o in outcomes] for outcomes in first + second]
+    assert kinds == [["delivered"]] * 8, (first, second)

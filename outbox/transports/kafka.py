@@ -151,8 +151,11 @@ class KafkaTransport:
         self._starting: Any = None  # a producer being started (stopped by aclose if cut off)
         # One start at a time: the worker's lanes send at once, and each that found no
         # producer made one of its own; all but the last were never stopped (a connection and
-        # a sender task each, "Unclosed AIOKafkaProducer" at exit).  Made in the sidecar's loop.
+        # a sender task each, "Unclosed AIOKafkaProducer" at exit).  An asyncio.Lock binds
+        # to the loop it is first contended in, so it is kept beside that loop and made anew
+        # when a transport is used from another loop (a second outbox given the same one).
         self._start_lock: asyncio.Lock | None = None
+        self._start_loop: asyncio.AbstractEventLoop | None = None
         self._log = RateLimitedLog(30.0)
         # aiokafka logs an ERROR per reconnection attempt while a broker is down.
         limit_library_logs(*_AIOKAFKA_LOGGERS)
@@ -323,7 +326,7 @@ class KafkaTransport:
         """The same configuration, with no producer (for a forked child: the parent's
         producer, its connections and its loop are not the child's to use)."""
         twin = copy.copy(self)
-        twin._producer = twin._starting = twin._start_lock = None
+        twin._producer = twin._starting = twin._start_lock = twin._start_loop = None
         twin._partitions_cache = {}
         twin._log = RateLimitedLog(30.0)
         return twin
@@ -333,11 +336,13 @@ class KafkaTransport:
     async def _started(self, deadline: float) -> Any:
         if self._producer is not None:
             return self._producer
-        if self._start_lock is None:
-            self._start_lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        if self._start_lock is None or self._start_loop is not loop:
+            self._start_lock, self._start_loop = asyncio.Lock(), loop
+        lock = self._start_lock
         try:
             # (Lock.acquire gives the lock on to the next waiter if cancelled once woken.)
-            await asyncio.wait_for(self._start_lock.acquire(), max(0.0, deadline - time.monotonic()))
+            await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             return Outcome.retry("timeout", f"the producer for {self._servers} was still starting")
         try:
@@ -345,7 +350,7 @@ class KafkaTransport:
             # (it failed) a start of this lane's own.
             return self._producer if self._producer is not None else await self._start(deadline)
         finally:
-            self._start_lock.release()
+            lock.release()
 
     async def _start(self, deadline: float) -> Any:
         from aiokafka import AIOKafkaProducer
