@@ -486,7 +486,8 @@ def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_e
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+        reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
+        reader.start()
         assert "consumed 0" in lines.get(timeout=20)  # forwarding
     finally:
         broker.stop()
@@ -496,6 +497,9 @@ def test_brokers_lost_mid_run_are_said_in_the_progress_lines_and_sigterm_still_e
         with contextlib.suppress(queue.Empty):
             said = lines.get(timeout=1)
     process.send_signal(signal.SIGTERM)
+    # The reader ends at the process's exit; communicate() closes stdout, under it otherwise
+    # ("I/O operation on closed file" in the reader's thread).
+    reader.join(30)
     _, err = process.communicate(timeout=30)
     assert f"; the Kafka brokers {bootstrap}: " in said, said
     assert process.returncode == 0, err
