@@ -98,6 +98,34 @@ def test_the_chaos_pulse_excuses_a_stopped_process_and_not_a_waiting_caller():
         pulse.stop()
 
 
+def test_running_time_leaves_out_a_stop_of_the_process_and_counts_a_wait():
+    """The helper the close-deadline checks of the composite tests use (``support.chaos``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support.chaos import running_time
+
+    def stopped() -> str:
+        resumer = subprocess.Popen([sys.executable, "-c", RESUMER, str(os.getpid())])
+        os.kill(os.getpid(), signal.SIGSTOP)
+        resumer.wait(10)
+        return "resumed"
+
+    began = time.monotonic()
+    result, took = running_time(stopped)
+    wall = time.monotonic() - began
+    assert result == "resumed"
+    assert wall - took >= 0.3, (wall, took)  # the stop (0.4 s) left out
+    # A sleep while the process runs is counted (up to five, as above: one counted whole).
+    counted = [running_time(lambda: time.sleep(0.4))[1]]
+    while counted[-1] < 0.35 and len(counted) < 5:
+        counted.append(running_time(lambda: time.sleep(0.4))[1])
+    assert counted[-1] >= 0.35, counted
+
+
 RESUMER = """
 import os, signal, sys, time
 pid = int(sys.argv[1])
