@@ -17,9 +17,10 @@ import pytest
 from outbox import Outbox
 from outbox._config import OUTBOX_VARIABLES
 from outbox.tools.check import datahub_refusal, openmetadata_verdict
-from outbox.tools.faultproxy import FaultProxy, free_port
+from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 
+from support.helpers import refused_port
 from support.kafka_helpers import create_topic
 
 
@@ -62,7 +63,7 @@ def test_a_running_sink_passes_every_check_and_nothing_is_written(tmp_path):
 
 
 def test_a_refused_url_fails_naming_it():
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{refused_port()}"
     status, lines = check({"OPENLINEAGE_URL": url, "OPENLINEAGE_API_KEY": "s3cr3t-key"})
     assert status == 1
     failed = line(lines, "connect")
@@ -197,7 +198,7 @@ def test_kafka_reads_the_topics_metadata(kafka_bootstrap, topic):
 
 
 def test_a_broker_that_is_down_fails_naming_the_brokers():
-    bootstrap = f"127.0.0.1:{free_port()}"
+    bootstrap = f"127.0.0.1:{refused_port()}"
     status, lines = check(kafka_env(bootstrap, "lineage"), "--timeout", "3")
     assert status == 1
     assert line(lines, "brokers").startswith("FAIL")
@@ -491,7 +492,7 @@ def test_a_transport_check_cannot_reach_says_so_rather_than_passing_quietly():
     env = {
         "OPENLINEAGE__TRANSPORT__TYPE": "datadog",
         "OPENLINEAGE__TRANSPORT__APIKEY": "dd-key-0001",
-        "OPENLINEAGE__TRANSPORT__SITE": f"http://127.0.0.1:{free_port()}",
+        "OPENLINEAGE__TRANSPORT__SITE": f"http://127.0.0.1:{refused_port()}",
     }
     status, lines = check(env)
     assert status == 0, lines  # the configuration is valid; its backend was not judged

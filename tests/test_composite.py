@@ -8,7 +8,6 @@ from collections import Counter
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import (
     DELIVERED,
@@ -19,7 +18,7 @@ from outbox.transports import (
     SerializedEvent,
 )
 
-from support.helpers import run_event, wait_until
+from support.helpers import refused_port, run_event, wait_until
 
 FAST = {"backoff_base": 0.02, "backoff_cap": 0.2, "linger": 0.01, "close_at_exit": False}
 
@@ -113,7 +112,7 @@ def test_without_continue_on_success_the_members_are_a_failover_chain():
     with Sink() as backup:
         transport = CompositeTransport(
             {
-                "primary": HttpTransport(f"http://127.0.0.1:{free_port()}"),
+                "primary": HttpTransport(f"http://127.0.0.1:{refused_port()}"),
                 "backup": HttpTransport(backup.url),
             },
             continue_on_success=False,

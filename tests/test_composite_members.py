@@ -7,12 +7,12 @@ import threading
 import time
 
 from outbox import Outbox
-from outbox.tools.faultproxy import FaultProxy, free_port
+from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import CompositeTransport, HttpTransport
 
 from support.chaos import running_time
-from support.helpers import run_event, wait_until
+from support.helpers import refused_port, run_event, wait_until
 
 QUIET = {"backoff_base": 0.05, "backoff_cap": 0.5, "close_at_exit": False}
 
@@ -82,7 +82,7 @@ def test_a_member_refusing_connections_never_holds_the_healthy_ones_events():
         composite = CompositeTransport(
             {
                 "up": HttpTransport(up.url, mode="batch"),
-                "down": HttpTransport(f"http://127.0.0.1:{free_port()}"),
+                "down": HttpTransport(f"http://127.0.0.1:{refused_port()}"),
             }
         )
         outbox = Outbox(composite, max_events=2000, **QUIET)
@@ -165,7 +165,7 @@ def test_close_gives_every_member_the_whole_deadline_at_once():
 
 def test_flush_waits_for_every_member():
     with Sink() as up:
-        down_port = free_port()
+        down_port = refused_port()
         composite = CompositeTransport(
             {"up": HttpTransport(up.url), "down": HttpTransport(f"http://127.0.0.1:{down_port}")}
         )
@@ -205,7 +205,7 @@ def test_a_members_warnings_name_it(caplog):
     caplog.set_level(logging.WARNING, logger="outbox")
     with Sink() as up:
         composite = CompositeTransport(
-            {"up": HttpTransport(up.url), "down": HttpTransport(f"http://127.0.0.1:{free_port()}")}
+            {"up": HttpTransport(up.url), "down": HttpTransport(f"http://127.0.0.1:{refused_port()}")}
         )
         outbox = Outbox(composite, name="pipeline", backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
         for n in range(5):

@@ -16,11 +16,10 @@ import pytest
 
 from outbox import ConfigError, Outbox
 from outbox._deadletter import DeadLetter, Entry, Torn, scan
-from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
-from support.helpers import run_event, wait_until
+from support.helpers import refused_port, run_event, wait_until
 
 ROOT = Path(__file__).parent.parent
 
@@ -512,7 +511,7 @@ def test_a_second_replay_sends_only_what_the_first_did_not_deliver(tmp_path):
 def test_replay_keeps_its_deadline_whatever_the_buffer_size_and_the_next_run_sends_the_rest(tmp_path):
     path = tmp_path / "dead.jsonl"
     DeadLetter(path).write(records(0, 50))
-    down = f"http://127.0.0.1:{free_port()}"
+    down = f"http://127.0.0.1:{refused_port()}"
     small = {"OUTBOX_MAX_EVENTS": "10", "OUTBOX_MAX_BATCH_EVENTS": "5"}
     started = time.monotonic()
     cut = replay(path, down, "--timeout", "3", env=small)

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink
+
+from support.helpers import refused_port
 
 CHILD = """
 import logging, multiprocessing, sys
@@ -112,7 +113,7 @@ def test_pool_workers_that_end_with_the_pool_deliver_what_their_tasks_emitted(tm
 
 
 def test_a_multiprocessing_child_with_the_backend_down_counts_its_events_when_it_ends(tmp_path):
-    down = f"http://127.0.0.1:{free_port()}/api/v1/lineage"
+    down = f"http://127.0.0.1:{refused_port()}/api/v1/lineage"
     result = run_child(tmp_path, down, "fork", deadline=2)  # a refused backend: it waits all of it
     assert result.returncode == 0, result.stderr
     assert "exitcode 0" in result.stdout, result.stderr

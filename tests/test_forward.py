@@ -15,12 +15,11 @@ import orjson
 import pytest
 
 from outbox.tools.broker import EmbeddedBroker
-from outbox.tools.faultproxy import free_port
 from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
-from support.helpers import run_event, wait_until
+from support.helpers import refused_port, run_event, wait_until
 from support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 
 
@@ -392,7 +391,7 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 
 
 def test_forward_without_a_reachable_broker_says_so_in_one_line():
-    brokers = f"127.0.0.1:{free_port()}"
+    brokers = f"127.0.0.1:{refused_port()}"
     result = run_cli("--bootstrap-servers", brokers, "--topic", "t", "--url", "http://127.0.0.1:9")
     assert result.returncode == 1
     assert result.stdout == ""
@@ -436,7 +435,7 @@ def test_forward_waits_for_the_brokers_when_asked_with_progress_lines_then_forwa
 
 
 def test_forward_waiting_for_brokers_stops_at_sigterm():
-    brokers = f"127.0.0.1:{free_port()}"
+    brokers = f"127.0.0.1:{refused_port()}"
     process = subprocess.Popen(
         [
             sys.executable,

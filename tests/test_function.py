@@ -14,11 +14,10 @@ import pytest
 
 import outbox
 from function.__main__ import expected, simulate
-from outbox.tools.faultproxy import free_port
 from outbox.tools.sink import Sink
 
 import support.spec as spec
-from support.helpers import wait_until
+from support.helpers import refused_port, wait_until
 from support.kafka_helpers import read_topic
 
 ROOT = Path(__file__).parent.parent
@@ -196,7 +195,7 @@ def test_a_down_backend_does_not_slow_the_handler(clean_env):
     module, off = simulate(objects, fresh_module())
     module.outbox.close(1)
     clean_env.delenv("OPENLINEAGE_DISABLED")
-    clean_env.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{free_port()}")  # connection refused
+    clean_env.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{refused_port()}")  # connection refused
     module, down = simulate(objects, fresh_module())
     assert wait_until(lambda: module.outbox.stats().retried > 0, 10)  # it really tried the dead backend
     stats = module.outbox.stats()

@@ -417,10 +417,11 @@ def test_a_token_a_header_cannot_carry_is_never_logged_and_the_events_are_counte
 def test_a_token_endpoint_that_fails_is_retried_without_its_credentials_in_the_log(caplog):
     """A token endpoint that refuses connections, named with a password in its URL: the
     provider's error (which quotes the URL) reaches the outbox's log and stats redacted."""
-    from outbox.tools.faultproxy import free_port
     from outbox.tools.sink import Sink
 
-    endpoint = f"http://svc:pw-s3cret@127.0.0.1:{free_port()}/token"
+    from support.helpers import refused_port
+
+    endpoint = f"http://svc:pw-s3cret@127.0.0.1:{refused_port()}/token"
     with Sink() as sink:
         env = {
             "OPENLINEAGE__TRANSPORT__TYPE": "http",

@@ -18,11 +18,11 @@ import pytest
 
 from outbox import Outbox, Outcome, OutcomeKind
 from outbox._worker import backoff_delay
-from outbox.tools.faultproxy import FaultProxy, free_port
+from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport
 
-from support.helpers import ScriptedTransport, run_event, run_script, wait_until
+from support.helpers import ScriptedTransport, refused_port, run_event, run_script, wait_until
 
 GRACE = 0.5  # what close() may take beyond its deadline
 
@@ -92,7 +92,7 @@ def test_close_against_a_failing_backend_paces_and_uses_its_deadline(status, ret
 
 
 def test_close_against_connection_resets_paces_and_uses_its_deadline():
-    with FaultProxy("127.0.0.1", free_port(), mode="refuse") as proxy:
+    with FaultProxy("127.0.0.1", refused_port(), mode="refuse") as proxy:
         outbox = make(HttpTransport(proxy.url, mode="batch"), linger=0)
         for i in range(20):
             outbox.emit(run_event(n=i))
@@ -130,7 +130,7 @@ def test_close_delivers_to_a_backend_that_comes_back_before_the_deadline(mode):
 
 
 def test_demo_against_a_refused_backend_uses_its_deadline_counts_everything_and_does_not_storm():
-    port = free_port()
+    port = refused_port()
     with FaultProxy("127.0.0.1", port, mode="refuse") as proxy:
         env = {**os.environ, "OPENLINEAGE_URL": proxy.url, "OUTBOX_SHUTDOWN_TIMEOUT": "5"}
         result = subprocess.run(
@@ -405,7 +405,7 @@ def _signalled_child(
 
 
 def test_a_second_sigterm_during_the_close_does_not_deadlock():
-    with FaultProxy("127.0.0.1", free_port(), mode="blackhole") as proxy:
+    with FaultProxy("127.0.0.1", refused_port(), mode="blackhole") as proxy:
         result, took = _signalled_child("idle", proxy.url, [0.0, 0.3, 0.6, 1.0])
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert took <= 2 + 1, took  # shutdown_timeout + 1 s
@@ -413,7 +413,7 @@ def test_a_second_sigterm_during_the_close_does_not_deadlock():
 
 
 def test_sigterm_during_an_explicit_close_on_the_main_thread_ends_in_time():
-    with FaultProxy("127.0.0.1", free_port(), mode="blackhole") as proxy:
+    with FaultProxy("127.0.0.1", refused_port(), mode="blackhole") as proxy:
         result, took = _signalled_child("close", proxy.url, [0.0, 0.5])
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert took <= 2 + 1, took
@@ -648,7 +648,7 @@ def test_outboxes_dropped_without_close_deliver_and_stop_their_threads(tmp_path)
 
 
 def test_outboxes_alive_at_exit_close_together_within_one_shutdown_timeout():
-    with FaultProxy("127.0.0.1", free_port(), mode="blackhole") as proxy:
+    with FaultProxy("127.0.0.1", refused_port(), mode="blackhole") as proxy:
         # The exit is timed in the child, from the end of the script to the last exit hook (this
         # one runs after the outbox's, registered before them), without the interpreter's
         # start-up, which takes seconds on a loaded machine.

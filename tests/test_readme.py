@@ -145,9 +145,9 @@ def test_the_demo_runs(tmp_path):
 
 
 def test_the_demo_against_an_unreachable_backend_says_the_loss_is_expected(tmp_path):
-    from outbox.tools.faultproxy import free_port
+    from support.helpers import refused_port
 
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{refused_port()}"
     result = run_demo(tmp_path, OPENLINEAGE_URL=url, OUTBOX_SHUTDOWN_TIMEOUT="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "UNEXPECTED" not in result.stdout

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox.tools.faultproxy import free_port
+
+from support.helpers import refused_port
 
 KEY = "dd-KEY-5a1e0b"
 TESTS = str(Path(__file__).parent)
@@ -33,7 +34,7 @@ def test_outbox_check_refuses_a_datadog_api_key_a_header_cannot_carry_naming_the
     env = clean_env(
         OPENLINEAGE__TRANSPORT__TYPE="datadog",
         OPENLINEAGE__TRANSPORT__APIKEY=key,
-        OPENLINEAGE__TRANSPORT__SITE=f"http://127.0.0.1:{free_port()}",
+        OPENLINEAGE__TRANSPORT__SITE=f"http://127.0.0.1:{refused_port()}",
     )
     done = subprocess.run(
         [sys.executable, "-m", "outbox.tools.cli", "check", "--timeout", "3"],
@@ -111,7 +112,7 @@ def test_a_token_only_sending_finds_unsendable_is_never_quoted_in_a_log_line_or_
     )
     inner = {
         "type": "http",
-        "url": f"http://127.0.0.1:{free_port()}",
+        "url": f"http://127.0.0.1:{refused_port()}",
         "auth": {"type": "support.ol_transports.VaultTokenProvider"},
     }
     env = clean_env(

@@ -138,3 +138,21 @@ while time.monotonic() < give_up:
     time.sleep(0.005)
 os.kill(pid, signal.SIGCONT)
 """
+
+
+def test_a_refused_port_refuses_connections_and_is_given_to_no_server():
+    """``support.helpers.refused_port``: the "down" endpoint of many tests.  A server started
+    after it (asyncio's, httpx's test servers: ``SO_REUSEADDR``) cannot be given its port."""
+    import socket
+
+    import pytest
+
+    from support.helpers import refused_port
+
+    port = refused_port()
+    with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+        client.connect(("127.0.0.1", port))
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with pytest.raises(OSError, match="in use"):
+            server.bind(("127.0.0.1", port))
