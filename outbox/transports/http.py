@@ -403,8 +403,13 @@ class HttpTransport:
             return await self._send_single(batch, deadline)
         if status == 413 or (status in (400, 422) and not has_failed_events(answer)):
             if len(batch) == 1:
-                # The one event is too large, or it is the bad one.
-                return [self._status_outcome(answer, self.batch_url)]
+                # The one event is too large, or it is the bad one; or, sent alone at the top
+                # (a linger that ended with one event), the batch's shape is wrong for this
+                # endpoint: the single endpoint tells, as for a larger batch refused whole.
+                outcome = self._status_outcome(answer, self.batch_url)
+                if top and status != 413 and outcome.kind is OutcomeKind.REJECTED:
+                    return await self._batch_refused_whole(batch, [outcome], status, deadline)
+                return [outcome]
             # Bisect: each half again; good events are resent O(log n) times at most.
             middle = len(batch) // 2
             first = await self._send_batch(batch[:middle], deadline, top=False)
