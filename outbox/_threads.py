@@ -4,6 +4,7 @@ signal closer's)."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import queue
 import signal
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DaemonExecutor", "block_async_signals"]
+__all__ = ["DaemonExecutor", "block_async_signals", "forsake"]
 
 # Signals a process gets from outside (kill, a terminal, a timer).  Our threads block them, so
 # the kernel delivers them to a thread of the application, normally the main thread, where
@@ -29,6 +30,18 @@ def block_async_signals() -> None:
     handles; call it first thing in every thread the outbox starts."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+
+
+def forsake(future: asyncio.Future[Any]) -> None:
+    """Leave ``future`` unawaited (its round ended before it did): its exception, if one
+    comes, is read then, so asyncio never logs it raw as "Future exception was never
+    retrieved" (a transport's exception can quote a token; the round already answered)."""
+    future.add_done_callback(_read)
+
+
+def _read(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):

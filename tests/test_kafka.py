@@ -1,6 +1,7 @@
 """The Kafka transport against a real Kafka-protocol broker on loopback (Tansu, embedded)."""
 
 import asyncio
+import logging
 import time
 import uuid
 
@@ -388,3 +389,39 @@ def test_a_transport_used_from_a_second_loop_starts_its_producer_there(kafka_boo
         second = asyncio.run(sends_at_once(transport, 4))
     kinds = [[o.kind.value for o in outcomes] for outcomes in first + second]
     assert kinds == [["delivered"]] * 8, (first, second)
+
+
+def test_a_batch_that_fails_after_its_round_ended_is_never_logged_raw(topic, caplog):
+    # The round ends (its deadline) with the batch unacknowledged; the batch then fails
+    # (request.timeout.ms, against a broker that went silent).  Before, asyncio logged that
+    # failure as "Future exception was never retrieved": no one read the batch's future.
+    import gc
+
+    from outbox.tools.faultproxy import FaultProxy, free_port
+
+    async def scenario(proxy: FaultProxy) -> tuple[str, str]:
+        transport = KafkaTransport(
+            topic, {"bootstrap.servers": f"127.0.0.1:{proxy.port}", "request.timeout.ms": 1500}
+        )
+        try:
+            event = SerializedEvent(b'{"n": 0}', None, None)
+            first = await transport.send([event], time.monotonic() + 30)
+            proxy.mode = "blackhole"
+            proxy.cut()
+            second = await transport.send([event], time.monotonic() + 0.5)
+        finally:
+            # The producer's stop waits for its batches: the one left has failed once it returns.
+            await transport.aclose()
+        gc.collect()
+        return first[0].kind.value, second[0].kind.value
+
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    port = free_port()
+    # The broker advertises the proxy: every request, not only the bootstrap, goes through it.
+    with FaultProxy("127.0.0.1", port) as proxy, EmbeddedBroker(port, advertised_port=proxy.port):
+        create_topic(f"127.0.0.1:{proxy.port}", topic, partitions=1)
+        kinds = asyncio.run(scenario(proxy))
+    gc.collect()
+    assert kinds == ("delivered", "retry")
+    unread = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert unread == []

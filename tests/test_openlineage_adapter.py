@@ -2,6 +2,8 @@
 transform) behind the outbox: built by its own factory from the same configuration, run on the
 adapter's threads, with the outbox's retries, order and deadlines."""
 
+import gc
+import logging
 import threading
 import time
 import uuid
@@ -178,3 +180,41 @@ def test_closed_adapter_outboxes_leave_no_thread_behind():
         emit_runs(outbox, 4, 2)
         assert outbox.close(5).delivered == 8
     assert wait_until(lambda: not adapter_threads() - before, 5), adapter_threads() - before
+
+
+def test_an_emit_that_fails_after_its_round_ended_is_answered_and_never_logged_raw(caplog):
+    """Before, a round that ended (its deadline) while emit still ran left asyncio's wrapper of
+    that emit unread: when emit then raised, asyncio logged "Future exception was never
+    retrieved" with the raw exception (seen in CI quoting a token requests refused)."""
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": CUSTOM,
+        "OPENLINEAGE__TRANSPORT__DELAY": "0.6",
+        "OPENLINEAGE__TRANSPORT__FAIL_FIRST": "2",
+    }
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    outbox = Outbox.from_env(env, **{**FAST, "send_timeout": 0.25})
+    try:
+        outbox.emit(run_event(n=0))
+        # Rounds of 0.25 s end while each 0.6 s emit runs; the first two emits raise after.
+        assert wait_until(lambda: len(ol_transports.RECEIVED) >= 1, 20), outbox.stats()
+        gc.collect()
+        assert outbox.stats().retried >= 2  # each raise was answered as a retry
+    finally:
+        report = outbox.close(5)
+    gc.collect()
+    assert report.delivered == 1, report
+    unread = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert unread == []
+
+
+def test_a_transport_whose_close_raises_is_logged_once_by_the_outbox_and_close_returns(caplog):
+    env = {"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM, "OPENLINEAGE__TRANSPORT__CLOSE_ERROR": "disk gone"}
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    outbox = Outbox.from_env(env, **FAST)
+    outbox.emit(run_event(n=0))
+    report = outbox.close(5)
+    gc.collect()
+    assert report.delivered == 1, report
+    said = [r.getMessage() for r in caplog.records if r.name == "outbox"]
+    assert [m for m in said if "close raised RuntimeError: disk gone" in m], said
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

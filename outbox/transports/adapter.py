@@ -29,7 +29,7 @@ import orjson
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from .._log import RateLimitedLog
-from .._threads import DaemonExecutor
+from .._threads import DaemonExecutor, forsake
 from ._base import DELIVERED, Outcome, SerializedEvent
 from ._http_settings import config_secrets, safe_failure
 
@@ -187,6 +187,7 @@ class OpenLineageTransportAdapter:
             # now and then, so as to answer before the worker's deadline, not after.
             left = min(own, self._closing_by - _MARGIN) - time.monotonic()
             if left <= 0:
+                forsake(waiting)  # the next round reads its answer from ``future``
                 return Outcome.retry("timeout", f"{self!r}: emit still running at the deadline")
             await asyncio.wait({waiting}, timeout=min(left, _LOOK_AGAIN))
         failure = waiting.exception()
@@ -243,6 +244,11 @@ class OpenLineageTransportAdapter:
                 loop = asyncio.get_running_loop()
                 call = loop.run_in_executor(executor, close, 1.0)
                 await asyncio.wait({call}, timeout=_CLOSE_WITHIN)
+                failure = call.exception() if call.done() else None
+                if failure is not None:
+                    detail = safe_failure(failure, self._secrets)
+                    self._log.warning("close", "%r.close raised %s", self, detail)
+                forsake(call)  # still running: its end is read, never logged raw
         finally:
             # Its threads end (an emit still running ends its thread when it returns).
             executor.shutdown(wait=False)

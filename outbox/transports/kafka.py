@@ -28,6 +28,7 @@ from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs, logger
 from .._slices import checkpoint
+from .._threads import forsake
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
@@ -288,6 +289,7 @@ class KafkaTransport:
                 )
                 done, _ = await asyncio.wait({future}, timeout=max(0.0, deadline - time.monotonic()))
                 if not done:
+                    forsake(future)
                     outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
                 elif future.exception() is not None:
                     outcome = self._outcome(future.exception(), len(indexes))

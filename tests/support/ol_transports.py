@@ -21,10 +21,15 @@ LOCK = threading.Lock()
 class RecordingConfig(Config):
     fail_first: int = 0  # emit raises this many times first
     delay: float = 0.0  # seconds each emit takes
+    close_error: str = ""  # close raises RuntimeError(close_error) if set
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RecordingConfig:
-        return cls(fail_first=int(params.get("fail_first", 0)), delay=float(params.get("delay", 0.0)))
+        return cls(
+            fail_first=int(params.get("fail_first", 0)),
+            delay=float(params.get("delay", 0.0)),
+            close_error=str(params.get("close_error", "")),
+        )
 
 
 class RecordingTransport(Transport):
@@ -45,6 +50,11 @@ class RecordingTransport(Transport):
                 self.failures_left -= 1
                 raise ConnectionError("backend unavailable")
             RECEIVED.append(Serde.to_dict(event))
+
+    def close(self, timeout: float = -1) -> bool:
+        if self.config.close_error:
+            raise RuntimeError(self.config.close_error)
+        return True
 
 
 class RenameJob(EventTransformer):
