@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DaemonExecutor", "block_async_signals", "forsake"]
+__all__ = ["DaemonExecutor", "block_async_signals", "read_when_done"]
 
 # Signals a process gets from outside (kill, a terminal, a timer).  Our threads block them, so
 # the kernel delivers them to a thread of the application, normally the main thread, where
@@ -32,11 +32,13 @@ def block_async_signals() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
 
 
-def forsake(future: asyncio.Future[Any]) -> None:
-    """Leave ``future`` unawaited (its round ended before it did): its exception, if one
-    comes, is read then, so asyncio never logs it raw as "Future exception was never
-    retrieved" (a transport's exception can quote a token; the round already answered)."""
+def read_when_done(future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """``future``, whose exception, if one comes, is read then, whoever awaits it: a round
+    that ends first (its deadline, or cancelled by the worker's) leaves it unread, and asyncio
+    would log it raw as "Future exception was never retrieved" (a transport's exception can
+    quote a token; the round has already answered for it)."""
     future.add_done_callback(_read)
+    return future
 
 
 def _read(future: asyncio.Future[Any]) -> None:

@@ -4,6 +4,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -391,15 +392,18 @@ def test_a_transport_used_from_a_second_loop_starts_its_producer_there(kafka_boo
     assert kinds == [["delivered"]] * 8, (first, second)
 
 
-def test_a_batch_that_fails_after_its_round_ended_is_never_logged_raw(topic, caplog):
-    # The round ends (its deadline) with the batch unacknowledged; the batch then fails
-    # (request.timeout.ms, against a broker that went silent).  Before, asyncio logged that
-    # failure as "Future exception was never retrieved": no one read the batch's future.
+@pytest.mark.parametrize("ended_by", ["deadline", "cancel"])
+def test_a_batch_that_fails_after_its_round_ended_is_never_logged_raw(topic, caplog, ended_by):
+    # The round ends (its deadline, or the worker cancels it) with the batch unacknowledged;
+    # the batch then fails (request.timeout.ms, against a broker that went silent).  Before,
+    # asyncio logged that failure as "Future exception was never retrieved": no one read the
+    # batch's future.
     import gc
 
     from outbox.tools.faultproxy import FaultProxy, free_port
 
     async def scenario(proxy: FaultProxy) -> tuple[str, str]:
+        second: Any
         transport = KafkaTransport(
             topic, {"bootstrap.servers": f"127.0.0.1:{proxy.port}", "request.timeout.ms": 1500}
         )
@@ -408,7 +412,12 @@ def test_a_batch_that_fails_after_its_round_ended_is_never_logged_raw(topic, cap
             first = await transport.send([event], time.monotonic() + 30)
             proxy.mode = "blackhole"
             proxy.cut()
-            second = await transport.send([event], time.monotonic() + 0.5)
+            if ended_by == "deadline":
+                second = await transport.send([event], time.monotonic() + 0.5)
+            else:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(transport.send([event], time.monotonic() + 30), 0.5)
+                second = [Outcome.retry("timeout", "cancelled")]
         finally:
             # The producer's stop waits for its batches: the one left has failed once it returns.
             await transport.aclose()

@@ -2,6 +2,7 @@
 transform) behind the outbox: built by its own factory from the same configuration, run on the
 adapter's threads, with the outbox's retries, order and deadlines."""
 
+import asyncio
 import gc
 import logging
 import threading
@@ -217,4 +218,27 @@ def test_a_transport_whose_close_raises_is_logged_once_by_the_outbox_and_close_r
     assert report.delivered == 1, report
     said = [r.getMessage() for r in caplog.records if r.name == "outbox"]
     assert [m for m in said if "close raised RuntimeError: disk gone" in m], said
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+def test_an_emit_whose_round_is_cancelled_and_then_fails_is_never_logged_raw(caplog):
+    """The other way a round ends first: the worker cancels it (its send_timeout, on a loop
+    under load, can come before the adapter's own deadline); seen once in CI."""
+    from outbox import SerializedEvent
+
+    transport = ol_transports.RecordingTransport(ol_transports.RecordingConfig(fail_first=1, delay=0.6))
+    adapter = OpenLineageTransportAdapter(lambda: transport, description="recording")
+
+    async def scenario() -> None:
+        event = SerializedEvent(b'{"eventTime": "2026-12-05T00:00:00Z"}', None, None)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(adapter.send([event], time.monotonic() + 30), 0.1)
+        # The emit goes on, on the adapter's thread, and raises a little later.
+        assert await asyncio.to_thread(wait_until, lambda: transport.failures_left == 0, 10)
+        await adapter.aclose()
+
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    asyncio.run(scenario())
+    gc.collect()
+    assert transport.failures_left == 0  # it did raise
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

@@ -29,7 +29,7 @@ import orjson
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from .._log import RateLimitedLog
-from .._threads import DaemonExecutor, forsake
+from .._threads import DaemonExecutor, read_when_done
 from ._base import DELIVERED, Outcome, SerializedEvent
 from ._http_settings import config_secrets, safe_failure
 
@@ -181,13 +181,12 @@ class OpenLineageTransportAdapter:
             future.add_done_callback(self._forget_running)
         else:
             future = call[1]  # still running from a round that was cut: wait for it
-        waiting = asyncio.wrap_future(future, loop=loop)
+        waiting = read_when_done(asyncio.wrap_future(future, loop=loop))
         while not waiting.done():
             # A close may begin meanwhile, with an earlier deadline (begin_close): look again
             # now and then, so as to answer before the worker's deadline, not after.
             left = min(own, self._closing_by - _MARGIN) - time.monotonic()
             if left <= 0:
-                forsake(waiting)  # the next round reads its answer from ``future``
                 return Outcome.retry("timeout", f"{self!r}: emit still running at the deadline")
             await asyncio.wait({waiting}, timeout=min(left, _LOOK_AGAIN))
         failure = waiting.exception()
@@ -242,13 +241,12 @@ class OpenLineageTransportAdapter:
         try:
             if callable(close):
                 loop = asyncio.get_running_loop()
-                call = loop.run_in_executor(executor, close, 1.0)
+                call = read_when_done(loop.run_in_executor(executor, close, 1.0))
                 await asyncio.wait({call}, timeout=_CLOSE_WITHIN)
                 failure = call.exception() if call.done() else None
                 if failure is not None:
                     detail = safe_failure(failure, self._secrets)
                     self._log.warning("close", "%r.close raised %s", self, detail)
-                forsake(call)  # still running: its end is read, never logged raw
         finally:
             # Its threads end (an emit still running ends its thread when it returns).
             executor.shutdown(wait=False)

@@ -28,7 +28,7 @@ from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._log import RateLimitedLog, limit_library_logs, logger
 from .._slices import checkpoint
-from .._threads import forsake
+from .._threads import read_when_done
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
@@ -283,16 +283,17 @@ class KafkaTransport:
                 continue
             outcome: Outcome = DELIVERED
             try:
-                future = await asyncio.wait_for(
-                    producer.send_batch(builder, self.topic, partition=partition),
-                    max(0.0, deadline - time.monotonic()),
+                future = read_when_done(
+                    await asyncio.wait_for(
+                        producer.send_batch(builder, self.topic, partition=partition),
+                        max(0.0, deadline - time.monotonic()),
+                    )
                 )
                 done, _ = await asyncio.wait({future}, timeout=max(0.0, deadline - time.monotonic()))
                 if not done:
-                    forsake(future)
                     outcome = Outcome.retry("timeout", f"no acknowledgement from {self._servers} in time")
-                elif future.exception() is not None:
-                    outcome = self._outcome(future.exception(), len(indexes))
+                elif (failure := future.exception()) is not None:
+                    outcome = self._outcome(failure, len(indexes))
             except TimeoutError:
                 outcome = Outcome.retry("timeout", f"no room in the producer for {self.topic!r} in time")
             except KafkaError as exc:
