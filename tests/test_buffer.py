@@ -225,7 +225,7 @@ def test_flush_and_wake_requests_go_through_the_buffer():
 
 # -- emit's fast path (Buffer.put) decides exactly as the full check would --------------------
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _OPS = st.lists(
@@ -244,6 +244,19 @@ _OPS = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # found in CI: a text lowered the wake-up, then a settle of nothing taken
+    ops=[
+        ("object", 0),
+        ("learn", 1250),
+        ("wake_at", 5),
+        ("object", 0),
+        ("text", 1),
+        ("settle", 0),
+        ("object", 0),
+    ],
+    policy=Policy.DROP_OLDEST,
+    max_events=4,
+)
 @given(ops=_OPS, policy=st.sampled_from(list(Policy)), max_events=st.integers(1, 12))
 def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, policy, max_events):
     from outbox._serde import SerializedEvent
@@ -281,22 +294,30 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
                 assert result == 0
             lowered = result == 1 or (lowered and result == 0)
         else:
-            lowered = False  # (each of these recomputes the numbers)
+            # Each of these recomputes the numbers when it does anything (a take from an empty
+            # queue, a settle with nothing taken, do not: Hypothesis found a settle of nothing
+            # taken as a recompute by the model, and the object after it woke early).
             with buf.lock:
                 if op == "take":
-                    taken += buf.take_locked(arg, 4_000)
+                    took = buf.take_locked(arg, 4_000)
+                    taken += took
+                    lowered = lowered and not took
                 elif op == "settle" and taken:
                     buf.record_answer_locked(len(taken), 0)
                     buf.settle_locked(len(taken), sum(e[2] for e in taken), _INF)
                     taken = []
+                    lowered = False
                 elif op == "learn":
                     buf.learn_locked(arg)
+                    lowered = False
                 elif op == "wake_at":
                     buf.wake_at_locked(arg, 1_000 * arg)
+                    lowered = False
                 elif op == "replace" and buf.queue and buf.sizes[0] == 0:
                     buf.replace_locked(0, SerializedEvent(b"y" * arg, None, None))
+                    lowered = False
                 elif op == "close":
-                    buf.close_locked()
+                    buf.close_locked()  # (objects take the full check from now on)
         with buf.lock:
             _accounts_add_up(buf)
             assert len(buf.queue) + buf.in_flight <= buf.max_events
