@@ -49,6 +49,11 @@ _SETTLE_CANCELLED = 0.05
 # While a request is on the wire, or a retry waits, the worker looks at the queue this often
 # (objects may come, and emit does not wake it for each).
 _LOOK_AGAIN = 0.05
+# How long new requests get to go out before the worker serializes the next batches.  A request
+# needs the loop for a moment to be written (connection, headers, a body larger than the
+# socket's buffer); serializing holds the loop for milliseconds, and with it the rest of the
+# request, which the backend would wait for: one lane would send and serialize in turn.
+_ON_THE_WIRE = 0.001
 # The fewest events the backlog takes ahead of the lanes (a batch size of 1 must not leave a
 # refused event the only thing to send).
 _MIN_WINDOW = 64
@@ -233,9 +238,11 @@ class Worker:
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
                 continue
             if self._start_lanes(now):
-                # Their requests out first; then the next batches are taken (serialized) while
-                # these are on the wire.
-                await asyncio.sleep(0)
+                # Their requests out first (_ON_THE_WIRE), then the next batches are taken
+                # (serialized) while these are on the wire.
+                await asyncio.wait(
+                    set(self._in_flight), timeout=_ON_THE_WIRE, return_when=asyncio.FIRST_COMPLETED
+                )
                 continue
             if self.closing and (
                 now >= self._deadline or not (self._in_flight or self.backlog or self.buffer.queue)

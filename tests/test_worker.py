@@ -384,3 +384,56 @@ def test_closing_the_worker_takes_ahead_of_a_lane_on_the_wire_however_full_the_b
     (report,) = reports
     assert report.complete, report
     assert report.delivered == 30
+
+
+class WrittenOverSeveralTurns:
+    """A transport whose request needs the event loop a few times before it is out, as an
+    httpx POST does (the pool, the headers, a body larger than the socket's buffer).  It notes
+    how many events the outbox had taken from its buffer when the request was out; the first
+    request waits for ``gate``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.gate = threading.Event()
+        self.outbox: Outbox | None = None
+        self.out: list[tuple[int, int]] = []  # (events in the request, events taken when it was out)
+
+    async def send(self, batch, deadline):
+        assert self.outbox is not None
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.out.append((len(batch), self.outbox.stats().in_flight))
+        if len(self.out) == 1:
+            while not self.gate.is_set():  # noqa: ASYNC110 - a threading.Event, set from the test's thread
+                await asyncio.sleep(0.002)
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self):
+        pass
+
+
+def test_a_request_goes_out_before_the_worker_serializes_the_next_batch(monkeypatch):
+    """Serializing a batch holds the loop (and the GIL) for milliseconds: a request started
+    just before would reach the backend only after it, and one lane would send and serialize
+    in turn instead of at once (a tenth fewer events/s to a backend that answers at once).
+    The worker gives new requests the loop until they are out, up to ``_ON_THE_WIRE``; that
+    bound is a time, so here it is made long, and each request answers once out."""
+    from outbox import _worker
+
+    monkeypatch.setattr(_worker, "_ON_THE_WIRE", 30.0)
+    transport = WrittenOverSeveralTurns()
+    # Batches taken whole (a linger longer than the test), so that the backlog holds one
+    # batch ahead and a take comes right after each request starts.
+    outbox = make(transport, linger=5.0, max_batch_events=100, max_concurrency=1)
+    transport.outbox = outbox
+    for i in range(500):
+        assert outbox.emit(run_event(n=i))
+    transport.gate.set()
+    report = outbox.close(30)
+    assert report.complete, report
+    assert report.delivered == 500
+    assert len(transport.out) == 5, transport.out
+    # When each request was out, the events taken were its own: the next batch was still in
+    # the buffer (the first request excepted: it waited while the test was still emitting).
+    assert all(taken == n for n, taken in transport.out[1:]), transport.out
