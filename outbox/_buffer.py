@@ -99,7 +99,6 @@ class Buffer(Holdings):
         "full_reason",
         "lock",
         "measure_asked",
-        "measure_here",
         "no_block_thread",
         "owned",
         "policy",
@@ -152,13 +151,18 @@ class Buffer(Holdings):
         # The first object queued asked the sidecar to measure it (the estimate is a guess
         # until then).
         self.measure_asked = False
-        # 1 once MEASURE_HERE_AFTER objects wait unmeasured for a sidecar that has not run
-        # (starved, or still starting): the emitter measures the newest itself, once; 2 after.
-        self.measure_here = 0
         # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
         # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
         # append is atomic and needs no lock; the next holder of the lock folds them in.
         self.side: deque[tuple[Any, Any]] = deque()
+
+    def set_sidecar_thread(self, ident: int | None) -> None:
+        """The sidecar's thread: ``put`` never waits there (see ``no_block_thread``)."""
+        self.no_block_thread = ident
+
+    def spill_full_locked(self, full: bool) -> None:
+        """A refusal for room counts as ``dropped_spill_full`` while the spill is ``full``."""
+        self.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
 
     @property
     def emitted(self) -> int:
@@ -452,21 +456,36 @@ class Buffer(Holdings):
 
     def snapshot_unlocked(self) -> dict[str, Any]:
         """The counters as they are (read without the lock only by a re-entrant caller)."""
-        side = [size for event, size in list(self.side) if event is not None]
-        refused = [reason for event, reason in list(self.side) if event is None]
-        dropped = dict(self.dropped)
-        for reason in refused:
-            dropped[reason] = dropped.get(reason, 0) + 1
-        pending = len(side) + sum(r not in (Reason.AFTER_CLOSE, Reason.DISABLED) for r in refused)
-        return {
-            "emitted": self.emitted + pending,
-            "accepted": self.accepted,
-            "delivered": self.delivered,
-            "retried": self.retried,
-            "dropped": dropped,
-            "queued_events": len(self.queue) + len(side) + self.beyond,
-            "queued_bytes": self.queued_bytes
-            + sum(side)
-            + (self.window.bytes(self.estimate) if self.window is not None else 0),
-            "in_flight": self.in_flight,
-        }
+        return _counters(self)
+
+    def watch_locked(self, waiter: Callable[[], None], watching: bool = True) -> None:
+        """Run ``waiter`` after each progress (an async waiter), or no longer."""
+        (self.async_waiters.add if watching else self.async_waiters.discard)(waiter)
+
+    def recount_locked(self, was: str, now: str, n: int) -> None:
+        """``n`` events counted as lost under ``was`` count under ``now`` instead."""
+        left = self.dropped.pop(was, 0) - n
+        if left:
+            self.dropped[was] = left
+        self.count_locked(now, n)
+
+
+def _counters(buf: Buffer) -> dict[str, Any]:
+    side = [size for event, size in list(buf.side) if event is not None]
+    refused = [reason for event, reason in list(buf.side) if event is None]
+    dropped = dict(buf.dropped)
+    for reason in refused:
+        dropped[reason] = dropped.get(reason, 0) + 1
+    pending = len(side) + sum(r not in (Reason.AFTER_CLOSE, Reason.DISABLED) for r in refused)
+    return {
+        "emitted": buf.emitted + pending,
+        "accepted": buf.accepted,
+        "delivered": buf.delivered,
+        "retried": buf.retried,
+        "dropped": dropped,
+        "queued_events": len(buf.queue) + len(side) + buf.beyond,
+        "queued_bytes": buf.queued_bytes
+        + sum(side)
+        + (buf.window.bytes(buf.estimate) if buf.window is not None else 0),
+        "in_flight": buf.in_flight,
+    }

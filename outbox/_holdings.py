@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterable
 from itertools import accumulate, islice, repeat, starmap
 from typing import Any
 
@@ -63,6 +64,7 @@ class Holdings:
         "in_flight_low",
         "max_bytes",
         "max_events",
+        "measure_here",
         "measured",
         "object_room",
         "queue",
@@ -121,6 +123,10 @@ class Holdings:
         # wakes the sidecar, which measures it at once.
         self.estimate = FIRST_ESTIMATE
         self.measured = False
+        # 1 once ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has
+        # not run (starved, or still starting): the emitter measures the newest itself, once;
+        # 2 after.
+        self.measure_here = 0
 
     def reestimate_locked(self, observed: int) -> int:
         """Take an observed mean size (of object events, serialized) into the estimate: up at
@@ -134,6 +140,14 @@ class Holdings:
         self.measured = True
         self._recompute_locked()
         return before
+
+    def claim_measure_here_locked(self) -> bool:
+        """Whether the emitter is to measure the newest queued object now (once: see
+        ``_intake.measure_here``)."""
+        if self.measure_here != 1:
+            return False
+        self.measure_here = 2
+        return True
 
     @property
     def estimated(self) -> int:
@@ -186,6 +200,33 @@ class Holdings:
             # batch by; bytes in flight are not the queue's): ceil(missing / estimate), at least 1.
             wake = min(wake, n + max(1, -(-(self.wake_at_bytes - queued) // estimate)))
         self.wake_at_objects = wake
+
+    # -- the spill window's part (``_window``): it changes the accounts only through these
+
+    def attach_window(self, window: Any) -> None:
+        """Admission goes through ``window`` (``Buffer.put_locked`` hands it every event)."""
+        self.window = window
+
+    def set_room_locked(self, room_events: int, room_bytes: int) -> None:
+        """The fast paths' bounds: the window's share of the buffer, or none (0, -1) while
+        its overflow holds events (they must stay behind them)."""
+        self.room_events, self.room_bytes = room_events, room_bytes
+        self._recompute_locked()
+
+    def went_beyond_locked(self) -> None:
+        """One more event accepted beyond the queue (into the window's overflow): it has its
+        sequence number, after the queue's and before the next one's."""
+        self.beyond += 1
+
+    def rejoin_locked(self, events: Iterable[Any], sizes: list[int]) -> None:
+        """Events accepted beyond the queue (the overflow's, or read back from the spill) join
+        the queue's tail, oldest first, at ``sizes`` (0: an object, at the estimate)."""
+        self.queue.extend(events)
+        self.sizes.extend(sizes)
+        self.exact_bytes += sum(sizes)
+        self.exact_count += len(sizes) - sizes.count(0)
+        self.beyond -= len(sizes)
+        self._recompute_locked()
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
         """Put the serialized form of the queued object at ``index`` in its place, at its

@@ -44,9 +44,8 @@ def measure_here(buf: Buffer) -> None:
     meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
     to count."""
     with buf.lock:
-        if buf.measure_here != 1:
+        if not buf.claim_measure_here_locked():
             return
-        buf.measure_here = 2
         sizes = buf.sizes
         index = len(sizes) - 1
         while index >= 0 and sizes[index]:

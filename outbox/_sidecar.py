@@ -122,7 +122,8 @@ class Sidecar:
             self.wake = _waker(loop, worker)
             self._register()
             thread.start()
-            self.loop_thread = self.buffer.no_block_thread = thread.ident
+            self.loop_thread = thread.ident
+            self.buffer.set_sidecar_thread(thread.ident)
             self.state = State.RUNNING
         if self.members is not None:
             self.members.start()
@@ -157,7 +158,8 @@ class Sidecar:
             # On the application's own loop a hand-off sleep would hold that loop up.
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
-            self.loop_thread = self.buffer.no_block_thread = threading.get_ident()
+            self.loop_thread = threading.get_ident()
+            self.buffer.set_sidecar_thread(self.loop_thread)
             self.wake = _waker(loop, worker)
             self._register()
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
@@ -243,10 +245,7 @@ class Sidecar:
         with buf.lock:
             moved = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0) - before
             if moved > 0 and self.state is State.RUNNING:  # not a close: the stop's loss
-                buf.dropped[Reason.DROPPED_SHUTDOWN] -= moved
-                if not buf.dropped[Reason.DROPPED_SHUTDOWN]:
-                    del buf.dropped[Reason.DROPPED_SHUTDOWN]
-                buf.count_locked(Reason.WORKER_STOPPED, moved)
+                buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, moved)
                 self._stop_lost += moved
 
     def _task_done(self, task: asyncio.Task[None]) -> None:

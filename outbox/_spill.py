@@ -46,7 +46,7 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-from ._buffer import Buffer, Reason
+from ._buffer import Buffer
 from ._errors import ConfigError
 from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize, weight
@@ -237,7 +237,7 @@ class Spill:
                 full = disk.disk_bytes >= self.max_bytes
                 with buf.lock:
                     window.usable = not disk.failing and not full
-                    buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+                    buf.spill_full_locked(full)
             if now >= self._next_scan:
                 self._next_scan = now + SCAN_INTERVAL
                 adopter.scan()

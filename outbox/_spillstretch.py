@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._buffer import Buffer, Reason
+from ._buffer import Buffer
 from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
@@ -96,7 +96,7 @@ class Stretch:
             if buf.finalized or buf.head_seq + len(buf.queue) + window.disk != start:
                 return _NONE  # cleared meanwhile (a close that reported without the worker)
             full = self.disk.full and not self.disk.failing
-            buf.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+            buf.spill_full_locked(full)
             window.usable = not self.disk.failing and not full
             if not written:
                 return _NONE
@@ -134,25 +134,15 @@ class Stretch:
         if not events:
             self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             return
-        bad = 0
         with buf.lock:
             if buf.finalized or window.disk != disk:
                 return
-            queue, sizes = buf.queue, buf.sizes
-            total = 0
-            for ser in events:
-                item: Any = ser if ser is not None and ser.body else _UNREADABLE
-                bad += item is _UNREADABLE
-                size = weight(item) if item is not _UNREADABLE else 1
-                queue.append(item)
-                sizes.append(size)
-                total += size
-            buf.exact_bytes += total
-            buf.exact_count += len(events)
+            items: list[Any] = [ser if ser is not None and ser.body else _UNREADABLE for ser in events]
+            bad = items.count(_UNREADABLE)
+            # Exact sizes (an unreadable record counts 1 byte: never 0, an object's mark).
+            buf.rejoin_locked(items, [1 if item is _UNREADABLE else weight(item) for item in items])
             window.disk -= len(events)
-            buf.beyond -= len(events)
             window.settle(buf)
-            buf._recompute_locked()
         if bad:
             self.unreadable += bad
             self.log.warning(

@@ -58,7 +58,7 @@ async def wait_async(buf: Buffer, ready: Callable[[], bool], deadline: float) ->
         with buf.lock:
             if ready():
                 return True
-            buf.async_waiters.add(waiter)
+            buf.watch_locked(waiter)
         try:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -71,7 +71,7 @@ async def wait_async(buf: Buffer, ready: Callable[[], bool], deadline: float) ->
                     return ready()
         finally:
             with buf.lock:
-                buf.async_waiters.discard(waiter)
+                buf.watch_locked(waiter, watching=False)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

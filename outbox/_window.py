@@ -70,16 +70,15 @@ class Window:
         self.exact_bytes = self.exact_count = 0
         #: Events of the stretch: written, released from memory, to be read back.
         self.disk = 0
-        buf.window = self
+        buf.attach_window(self)
         self.restore(buf)
 
     def restore(self, buf: Buffer) -> None:
         """The fast paths' bounds: the window, or none while overflowing."""
         if self.active:
-            buf.room_events, buf.room_bytes = 0, -1
+            buf.set_room_locked(0, -1)
         else:
-            buf.room_events, buf.room_bytes = self.share_events, self.share_bytes
-        buf._recompute_locked()
+            buf.set_room_locked(self.share_events, self.share_bytes)
 
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
@@ -133,7 +132,7 @@ class Window:
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        buf.beyond += 1
+        buf.went_beyond_locked()
         n = len(self.events)
         # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
         # going while the overflow holds that many): not on every emit of an outage.
@@ -156,15 +155,11 @@ class Window:
         moved = 0
         while self.events and moved < n and self.fits_queue(buf, self.sizes[0]):
             event, size = self.events.popleft(), self.sizes.popleft()
-            buf.queue.append(event)
-            buf.sizes.append(size)
             if size:
                 self.exact_bytes -= size
                 self.exact_count -= 1
-                buf.exact_bytes += size
-                buf.exact_count += 1
+            buf.rejoin_locked((event,), [size])
             moved += 1
-        buf.beyond -= moved
         return moved
 
     def settle(self, buf: Buffer) -> None:

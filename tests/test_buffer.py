@@ -198,8 +198,8 @@ def test_a_grown_estimate_reprices_every_queued_object_and_sheds_by_the_policy()
 def test_closing_refuses_under_its_reason_and_a_final_close_is_final():
     buf = _buffer()
     woken = []
-    buf.async_waiters.add(lambda: woken.append(True))
     with buf.lock:
+        buf.watch_locked(lambda: woken.append(True))
         buf.close_locked(Reason.DISABLED)
         assert woken  # blocked emitters and flushes are told
         buf.refuse_locked()
@@ -221,6 +221,69 @@ def test_flush_and_wake_requests_go_through_the_buffer():
         buf.wake_at_locked(2, float("inf"))
         assert buf.put_locked(b"{}", 2) == 1
         assert buf.put_locked(b"{}", 2) == 2  # the second event wakes the worker
+
+
+def test_the_spill_windows_changes_to_the_accounts_go_through_the_buffer():
+    """The window's part: the fast paths' bounds, events accepted beyond the queue (the
+    overflow, the spill), and their way back into the queue, with the accounts and the fast
+    path's numbers kept."""
+    buf = _buffer(max_events=100, max_bytes=100_000)
+    with buf.lock:
+        buf.learn_locked(100)  # objects measured: the fast path is open
+        assert buf.object_room == 100
+        buf.set_room_locked(0, -1)  # overflowing: objects go the slow way, behind the overflow
+        assert buf.object_room <= 0
+        buf.went_beyond_locked()
+        buf.went_beyond_locked()
+        assert (buf.accepted, buf.next_seq, len(buf.queue)) == (2, 2, 0)
+        buf.rejoin_locked([b'{"a":1}', {"eventType": "START"}], [7, 0])  # a text, an object
+        assert (buf.beyond, buf.accepted, list(buf.sizes)) == (0, 2, [7, 0])
+        assert (buf.exact_count, buf.estimated, buf.queued_bytes) == (1, 1, 7 + 100)
+        assert buf.object_room <= 0  # recomputed, still within the room set
+        buf.set_room_locked(50, 50_000)
+        assert buf.object_room == 50  # by count: 50 may be held, 2 are queued, none in flight
+        _accounts_add_up(buf)
+
+
+def test_what_a_refusal_counts_as_who_measures_and_who_waits_are_the_buffers_to_keep():
+    from outbox._buffer import MEASURE_HERE_AFTER
+
+    buf = _buffer(max_events=1000, max_bytes=10_000_000)
+    woken: list[int] = []
+    with buf.lock:
+        buf.spill_full_locked(True)
+        assert buf.full_reason == Reason.DROPPED_SPILL_FULL
+        buf.spill_full_locked(False)
+        assert buf.full_reason == Reason.DROPPED_FULL
+        assert not buf.claim_measure_here_locked()  # nobody asked
+        for _ in range(MEASURE_HERE_AFTER):
+            buf.put_locked({"eventType": "START"}, 0)  # objects the sidecar has not measured
+        assert buf.claim_measure_here_locked()  # the emitter measures one ...
+        assert not buf.claim_measure_here_locked()  # ... once
+        buf.count_locked(Reason.DROPPED_SHUTDOWN, 5)
+        buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, 2)
+        assert buf.dropped == {Reason.DROPPED_SHUTDOWN: 3, Reason.WORKER_STOPPED: 2}
+        buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, 3)
+        assert buf.dropped == {Reason.WORKER_STOPPED: 5}
+
+        def waiter() -> None:
+            woken.append(1)
+
+        buf.watch_locked(waiter)
+        buf.notify_locked()
+        buf.watch_locked(waiter, watching=False)
+        buf.notify_locked()
+    assert woken == [1]
+
+
+def test_block_never_waits_on_the_sidecars_thread():
+    buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
+    assert buf.put(b'{"a":1}', 7)
+    buf.set_sidecar_thread(threading.get_ident())
+    started = time.monotonic()
+    assert buf.put(b'{"a":2}', 7) == 0  # full, and waiting here would wait for itself
+    assert time.monotonic() - started < 20  # refused at once, not after block_timeout
+    assert buf.dropped == {Reason.DROPPED_FULL: 1}
 
 
 # -- emit's fast path (Buffer.put) decides exactly as the full check would --------------------

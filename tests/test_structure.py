@@ -161,3 +161,80 @@ def test_no_library_file_class_or_function_over_the_limits():
         problem for path in paths for problem in oversized(path.relative_to(ROOT.parent), path.read_text())
     ]
     assert found == [], "\n".join(found)
+
+
+_MUTATORS = {
+    "add",
+    "append",
+    "appendleft",
+    "clear",
+    "discard",
+    "extend",
+    "pop",
+    "popleft",
+    "remove",
+    "update",
+}
+
+
+def buffer_writes(path: Path, source: str) -> list[str]:
+    """Where ``source`` writes a buffer's field (``buf.x = ...``, ``buffer.x += ...``,
+    ``self.buffer.x[k] = ...``, ``buf.queue.append(...)``): outside the buffer's own modules,
+    its methods are the only way to change its accounts.  A write through a local alias
+    (``queue = buf.queue; queue.append(...)``) is not seen: a reviewer's to catch."""
+
+    def is_field(node: ast.AST) -> bool:
+        owner = node.value if isinstance(node, ast.Attribute) else None
+        return (isinstance(owner, ast.Name) and owner.id in ("buf", "buffer")) or (
+            isinstance(owner, ast.Attribute) and owner.attr == "buffer"
+        )
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for part in target.elts if isinstance(target, ast.Tuple | ast.List) else [target]:
+                if is_field(part) or (isinstance(part, ast.Subscript) and is_field(part.value)):
+                    found.append(f"{path}:{node.lineno}: writes {ast.unparse(part)}")
+        call = node.func if isinstance(node, ast.Call) else None
+        if isinstance(call, ast.Attribute) and call.attr in _MUTATORS and is_field(call.value):
+            found.append(f"{path}:{node.lineno}: calls {ast.unparse(node.func)}")
+    return found
+
+
+def test_the_buffer_write_finder_finds_each_kind_of_write():
+    source = (
+        "buf.beyond += 1\n"
+        "self.loop_thread = self.buffer.no_block_thread = 3\n"
+        "buf.room_events, buf.room_bytes = 0, -1\n"
+        "buf.dropped['x'] -= 1\n"
+        "buffer.queue.append(e)\n"
+        "buf.count_locked('x', 1)\n"  # a method: allowed
+        "n = buf.in_flight\n"  # a read: allowed
+    )
+    assert buffer_writes(Path("w.py"), source) == [
+        "w.py:1: writes buf.beyond",
+        "w.py:2: writes self.buffer.no_block_thread",
+        "w.py:3: writes buf.room_events",
+        "w.py:3: writes buf.room_bytes",
+        "w.py:4: writes buf.dropped['x']",
+        "w.py:5: calls buffer.queue.append",
+    ]
+
+
+def test_only_the_buffer_writes_its_fields():
+    """#21: the worker, the outbox, the sidecar and the spill change the buffer's accounts
+    through its methods only (``Buffer`` and its base ``Holdings``), which keep them whole."""
+    own = {"_buffer.py", "_holdings.py"}
+    paths = [path for path in sorted(ROOT.rglob("*.py")) if path.name not in own]
+    assert len(paths) > 40  # it read the library
+    found = [
+        problem
+        for path in paths
+        for problem in buffer_writes(path.relative_to(ROOT.parent), path.read_text())
+    ]
+    assert found == [], "\n".join(found)
