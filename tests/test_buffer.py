@@ -7,7 +7,7 @@ import pytest
 
 from outbox import ConfigError, Outbox, Policy
 
-from support.helpers import ScriptedTransport, run_event, wait_until
+from support.helpers import ScriptedTransport, inside, run_event, wait_until
 
 
 def stuck_outbox(policy: str, first=None, **kw) -> tuple[Outbox, ScriptedTransport]:
@@ -71,7 +71,9 @@ def test_blocked_emitter_released_by_close():
     result = []
     thread = threading.Thread(target=lambda: result.append(outbox.emit(run_event(n=1))))
     thread.start()
-    time.sleep(0.05)
+    # Close only once the emitter waits for room: before that, its emit would come after
+    # close and count as after_close, outside the report.
+    assert wait_until(lambda: inside(thread, "_wait_for_room_locked"))
     report = outbox.close(0.1)
     thread.join(5)
     assert result == [False]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -119,6 +120,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.002)
     return predicate()
+
+
+def inside(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is now running ``function`` (a frame of that name is on its stack):
+    a condition to wait on where a test needs a thread to have reached a point, such as an
+    emitter blocked for room, before it acts."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def segment_bytes(folder: Any) -> int:
