@@ -9,6 +9,16 @@ import uuid
 
 import pytest
 from _pytest._code.code import ReprFileLocation, TerminalRepr
+from hypothesis import HealthCheck, settings
+
+# Property tests judge outcomes, never speed: no per-example deadline (hypothesis's default of
+# 200 ms fails an example that a loaded machine merely delays) and no "too slow" health check.
+# In CI (.ci/run sets HYPOTHESIS_PROFILE=ci) the examples are derandomized: the same ones every
+# run, so a run cannot fail on an example the previous one never tried.  Elsewhere they are
+# random, so runs on a developer's machine keep exploring.
+settings.register_profile("outbox", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("outbox"), derandomize=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "outbox"))
 
 
 @pytest.fixture(scope="session")
