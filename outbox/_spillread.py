@@ -33,6 +33,8 @@ class StretchReader:
         self._pending: Record | None = None
         #: Offsets of corrupt stretches met: (segment path, offset).
         self.corrupt: list[tuple[str, int]] = []
+        #: The last read reached the end of what is written (of the last segment).
+        self.ended = False
 
     def start(self, seg_no: int, offset: int, seq: int) -> None:
         self.close()
@@ -52,6 +54,7 @@ class StretchReader:
         while len(out) < max_events:
             record = self._pending or self._next(last_seg_no)
             self._pending = None
+            self.ended = record is None
             if record is None:
                 break
             if record.kind != EVENT or record.seq < self.expected or record.event is None:
@@ -67,6 +70,10 @@ class StretchReader:
             nbytes += size
             self.expected += 1
         return out
+
+    def skip(self, n: int) -> None:
+        """``n`` events expected next are not on disk: go on after them."""
+        self.expected += n
 
     def _open(self, last_seg_no: int) -> BinaryIO | None:
         while self._file is None:

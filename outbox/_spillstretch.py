@@ -126,11 +126,20 @@ class Stretch:
                 return
         if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
             return
+        want = min(room, disk)
         try:
-            events = self.reader.read(min(room, disk), room_bytes, self.disk.last_segment)
+            events = self.reader.read(want, room_bytes, self.disk.last_segment)
         except OSError as exc:
             self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.disk.directory, exc)
             events = []
+        else:
+            if len(events) < want and self.reader.ended:
+                # The end of what is written, and events of the stretch still to come: each was
+                # written whole before it was released, so they are gone (corrupt or cut at the
+                # end, where no later record shows the gap).  Unreadable, as a gap would be.
+                missing = want - len(events)
+                self.reader.skip(missing)
+                events = [*events, *[None] * missing]
         if not events:
             self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             return

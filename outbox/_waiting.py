@@ -39,7 +39,8 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
                 return 0
             result = buf.put_locked(event, nbytes)
             if not result and time.monotonic() >= deadline:
-                buf.drop_offered_locked(Reason.DROPPED_FULL)
+                # As ``Buffer.put`` counts it: ``dropped_spill_full`` while the spill is full.
+                buf.drop_offered_locked(buf.full_reason)
                 return 0
     return result
 

@@ -5,6 +5,8 @@ the fault proxy, refusing and then passing."""
 
 from __future__ import annotations
 
+import asyncio
+import glob
 import os
 import threading
 import time
@@ -14,6 +16,7 @@ import pytest
 
 from outbox import Outbox
 from outbox._serde import serialize, weight
+from outbox._spillfmt import parse
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -467,3 +470,82 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
     finally:
         transport.gate.set()
         box.close(1)
+
+
+def _spill_full_box(tmp_path) -> tuple[Outbox, ScriptedTransport]:
+    """An outbox under ``block`` with a spill of 64 KiB, its backend holding every request:
+    emitted until the disk is full and a blocked emit has been refused for it."""
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(
+        transport,
+        spill_dir=str(tmp_path / "spill"),
+        max_events=100,
+        max_spill_bytes=64 * 1024,
+        policy="block",
+        block_timeout=0.05,
+        shutdown_timeout=5,
+    )
+    n = 0
+    while not box.stats().dropped and n < 5000:
+        box.emit(run_event(run_id=RUNS[n % 3], n=n))
+        n += 1
+        if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
+            wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+    return box, transport
+
+
+def test_emit_async_under_block_counts_a_refusal_for_a_full_spill_as_emit_does(tmp_path):
+    """With the spill at max_spill_bytes and the overflow full, a blocked ``emit`` that times out
+    is counted ``dropped_spill_full`` (_window, Reason.DROPPED_SPILL_FULL), and so is the same
+    refusal through ``emit_async`` (``_waiting.put_async``: it said ``dropped_full``)."""
+    box, transport = _spill_full_box(tmp_path)
+    try:
+        dropped = box.stats().dropped
+        assert set(dropped) == {"dropped_spill_full"}, dropped  # what emit counts
+        before = dict(dropped)
+        assert not box.emit(run_event(run_id=RUNS[0], n=10_000))
+        after_emit = box.stats().dropped
+        assert after_emit == {"dropped_spill_full": before["dropped_spill_full"] + 1}, after_emit
+
+        accepted = asyncio.run(box.emit_async(run_event(run_id=RUNS[0], n=10_001)))
+        assert not accepted
+        after_async = box.stats().dropped
+        assert after_async == {"dropped_spill_full": after_emit["dropped_spill_full"] + 1}, after_async
+    finally:
+        transport.gate.set()
+        box.close(5)
+
+
+def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tmp_path):
+    """The stretch on disk, its newest record corrupt (a bad sector, a byte flipped): once the
+    backend answers, that event is counted ``invalid_event`` and everything else delivered, as
+    for a corrupt record in the middle of the stretch (where the next record's sequence number
+    shows the gap).  At the stretch's end no record follows: the reader used to find nothing
+    more and read again every second for ever, ``flush`` timing out with a healthy backend and
+    close handing the corrupt record on as ``spilled_at_close``."""
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
+    try:
+        for n in range(300):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+            if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
+                wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+        assert wait_until(lambda: box.stats().spill["overflow_events"] == 0, 5), box.stats().spill
+        assert box.stats().spill["stretch_events"] > 100, box.stats().spill
+        (segment,) = glob.glob(str(tmp_path / "spill" / "*.seg"))
+        with open(segment, "rb") as f:
+            data = bytearray(f.read())
+        records = [r for r in parse(bytes(data)) if not isinstance(r, int)]
+        assert records[-1].seq == 299  # the newest event, on the stretch
+        data[len(data) - 5] ^= 0xFF  # a byte of its body: its checksum no longer matches
+        with open(segment, "r+b") as f:
+            f.write(data)
+        transport.gate.set()
+        assert box.flush(5), box.stats()
+        stats = box.stats()
+        assert stats.dropped == {"invalid_event": 1}, stats
+        assert stats.delivered == 299, stats
+    finally:
+        transport.gate.set()
+        report = box.close(5)
+    assert report.undelivered == {"invalid_event": 1}, report
