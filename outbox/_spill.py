@@ -52,7 +52,7 @@ from ._log import RateLimitedLog
 from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
 from ._spilladopt import Adopter
-from ._spilldisk import RETRY_AFTER, Segments, inspect_dir
+from ._spilldisk import RETRY_AFTER, Segments, Unwritten, inspect_dir
 from ._spillfmt import encode_event, encode_void
 from ._spillstretch import Stretch
 from ._window import Window
@@ -89,7 +89,13 @@ class Spill:
         self.owner = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._lock_fd = self._take_own_lock()
         self.disk = Segments(self.directory, self.owner, max_bytes, self.log)
-        self._spilled_upto = 0  # the next sequence number to write
+        # The next sequence number to write: every queued event below it is on disk.  A write
+        # the disk refuses (full, failing) leaves it at the first event not written, so the next
+        # write tries that one again (once settled segments free room, or the disk works again).
+        self._spilled_upto = 0
+        self.unwritten = Unwritten(self.disk)
+        # A void record the disk refused: written ahead of the next write.
+        self._void: int | None = None
         self._refs: deque[tuple[int, Any]] = deque()  # written, maybe still queued
         self._checkpoint = -1
         self._checkpoint_retry_at = -_INF
@@ -258,6 +264,10 @@ class Spill:
         if buf.next_seq < self._spilled_upto and (void is None or buf.next_seq < void):
             void = buf.next_seq
         if void is not None:
+            self.unwritten.void(void)
+        if self._void is not None and (void is None or self._void < void):
+            void = self._void  # (one the disk refused: its events are counted already)
+        if void is not None:
             self._spilled_upto = min(self._spilled_upto, void)
         start = max(self._spilled_upto, head)
         # The newest, from the tail: the cost is what is new, not the length of the queue.
@@ -268,8 +278,14 @@ class Spill:
     def _write_new(self, buf: Buffer, slicer: Slicer | None) -> None:
         with buf.lock:
             void, start, events = self._collect_locked(buf)
+            # (finalized: what the close counted lost stays on disk, see _record_progress)
+            lowest = -1 if buf.finalized else int(min(buf.lowest_unsettled_locked(), self._spilled_upto))
         if void is None and not events:
             return
+        if lowest > 0:
+            # Settled segments go first: their room is this write's (after an outage that
+            # filled the disk, the backend's catching up frees it).
+            self.disk.forget_below(lowest)
         at = time.time()
         records: list[tuple[int, bytes]] = [(-1, encode_void(void, at))] if void is not None else []
         done: list[tuple[int, Any, SerializedEvent]] = []
@@ -287,11 +303,14 @@ class Spill:
                     continue
             done.append((start + offset, event, ser))
             records.append((start + offset, encode_event(start + offset, at, ser)))
-        end = start + len(events)
+        wrote = self.disk.append(records, at, count=False)
+        self._void = void if void is not None and not wrote else None
+        # The first event the disk did not take: the next write begins there.
+        upto = next((seq for seq, _ in records[wrote:] if seq >= 0), start + len(events))
         with buf.lock:
-            self._replace_locked(buf, done)
-        self._spilled_upto = end
-        self.disk.append(records, at)
+            self._replace_locked(buf, done, upto)
+        self.unwritten.count(records[wrote:])
+        self._spilled_upto = upto
 
     def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
         """Write the overflow to the stretch (``_spillstretch``), and move the write position
@@ -317,32 +336,42 @@ class Spill:
         if not fresh:
             return
         at = time.time()
+        records = [(item.seq, encode_event(item.seq, at, item.event)) for item in fresh]
+        wrote = self.disk.append(records, at, count=False)
+        if wrote < len(records):
+            # They leave the queue now: no later write can take them.  Not on disk until settled.
+            self.unwritten.hole(records[wrote][0], records[-1][0] + 1)
+            self.unwritten.count(records[wrote:])
         self._spilled_upto = fresh[-1].seq + 1
-        self.disk.append([(item.seq, encode_event(item.seq, at, item.event)) for item in fresh], at)
 
-    def _replace_locked(self, buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
+    def _replace_locked(self, buf: Buffer, done: list[tuple[int, Any, SerializedEvent]], upto: int) -> None:
         """Objects serialized here take their serialized form's place in the queue (the
-        intake then does not serialize them again); the references kept tell a shed later."""
-        head, queue = buf.head_seq, buf.queue
+        intake then does not serialize them again); the references kept of those written
+        (below ``upto``) tell a shed later."""
+        head, queue, refs = buf.head_seq, buf.queue, self._refs
         total = count = 0
         for seq, event, ser in done:
             index = seq - head
             if not 0 <= index < len(queue):
                 continue  # taken meanwhile (or shed: then the next tick finds it void)
             now = queue[index]
+            written = seq < upto  # (not written: serialized in place all the same, written later)
             if now is event:
                 if event is not ser:
                     if not buf.sizes[index]:
                         count += 1
                         total += weight(ser)
                     buf.replace_locked(index, ser)
-                self._refs.append((seq, ser))
+                if written:
+                    refs.append((seq, ser))
+            elif not written:
+                pass
             elif now.__class__ is SerializedEvent and event.__class__ is not SerializedEvent:
                 # The intake's sampling serialized it in place meanwhile (it runs at our
                 # slices' hand-offs): the same event.  (emit never queues a SerializedEvent.)
-                self._refs.append((seq, now))
+                refs.append((seq, now))
             else:
-                self._refs.append((seq, event))  # not the one written: the next tick voids it
+                refs.append((seq, event))  # not the one written: the next tick voids it
         if count:
             buf.learn_locked(total // count)
 
@@ -353,8 +382,9 @@ class Spill:
                 # The close's report was made without the worker (it overran the deadline):
                 # what it counted as lost is still on disk, and stays there for a successor.
                 return
-            lowest = buf.lowest_unsettled_locked()
-        lowest = int(min(lowest, self._spilled_upto))
+            unsettled = buf.lowest_unsettled_locked()
+        self.unwritten.settled(unsettled)
+        lowest = int(min(unsettled, self._spilled_upto))
         self._lowest = lowest
         if lowest == self._checkpoint:
             return
@@ -374,17 +404,17 @@ class Spill:
             self._checkpoint_retry_at = time.monotonic() + RETRY_AFTER
             self.disk.failed(exc)
 
-    def close(self, buf: Buffer) -> bool:
+    def close(self, buf: Buffer) -> int:
         """The worker is done: write the last events and the checkpoint, let go of the files
-        (a successor adopts what is unsettled).  Returns True if every event still held is
-        on disk (then the outbox counts them ``spilled_at_close``, not lost)."""
+        (a successor adopts what is unsettled).  Returns how many of the events still held
+        are on disk (the outbox counts them ``spilled_at_close``, the rest lost)."""
         if self._closed:
-            return False
+            return 0
         self.tick(buf, None, time.monotonic(), force=True)
         self._closed = True
         with buf.lock:
             held = len(buf.queue) + buf.in_flight + buf.beyond
-            durable = not self.disk.not_spilled and self._spilled_upto >= buf.next_seq
+            on_disk = held - self._not_on_disk_locked(buf) if held else 0
             keep = held or buf.finalized  # finalized: see _record_progress
         # (Events adopted and not yet queued stay in their dead owner's files.)
         self.disk.close(delete=not keep)
@@ -396,7 +426,16 @@ class Spill:
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
         self.stretch.close()
-        return durable and held > 0
+        return max(0, on_disk)
+
+    def _not_on_disk_locked(self, buf: Buffer) -> int:
+        """How many of the events held are not on disk, at most: those queued (or beyond the
+        queue, in the overflow) from the write position on, and those in the holes."""
+        head = buf.head_seq
+        end = head + len(buf.queue) + buf.beyond  # queue, stretch and overflow: in order
+        missing = max(0, end - max(self._spilled_upto, head))
+        missing += self.unwritten.in_holes(int(min(buf.lowest_unsettled_locked(), end)), end)
+        return min(missing, len(buf.queue) + buf.in_flight + buf.beyond)
 
     # -- observability ------------------------------------------------------------------------
 

@@ -15,7 +15,15 @@ from typing import Any
 from ._log import RateLimitedLog
 from ._spillfmt import parse
 
-__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "Segments", "inspect_dir", "owner_segments", "read_checkpoint"]
+__all__ = [
+    "RETRY_AFTER",
+    "SEGMENT_BYTES",
+    "Segments",
+    "Unwritten",
+    "inspect_dir",
+    "owner_segments",
+    "read_checkpoint",
+]
 
 #: A segment is closed (and a new one begun) past this size.
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -209,6 +217,55 @@ class Segments:
         with contextlib.suppress(OSError):
             os.unlink(segment.path)
         self.disk_bytes -= segment.size
+
+
+class Unwritten:
+    """What of the accepted events the disk did not take (full, failing): each counted once in
+    ``Segments.not_spilled`` however often it is tried again, and the *holes*, ranges
+    ``[first, end)`` of events that left the queue for a transport before the disk took them
+    (no later write can take them): not on disk until settled, then forgotten."""
+
+    def __init__(self, disk: Segments) -> None:
+        self.disk = disk
+        self.counted_upto = 0  # events before this were counted (if they were not written)
+        self.holes: deque[list[int]] = deque()  # oldest first
+
+    def count(self, records: list[tuple[int, bytes]]) -> None:
+        """``records`` (``(seq, record)``, seq -1 a void) were not written: count the events
+        not counted yet."""
+        counted = self.counted_upto
+        n = sum(seq >= counted for seq, _ in records)
+        if n:
+            self.disk.count("spill_failed" if self.disk.failing else "spill_full", n)
+        if records:
+            self.counted_upto = max(counted, records[-1][0] + 1)
+
+    def hole(self, first: int, end: int) -> None:
+        holes = self.holes
+        if holes and holes[-1][1] == first:
+            holes[-1][1] = end
+        else:
+            holes.append([first, end])
+
+    def void(self, seq: int) -> None:
+        """The events from ``seq`` on were shed (settled) and their numbers are given again."""
+        self.counted_upto = min(self.counted_upto, seq)
+        holes = self.holes
+        while holes and holes[-1][0] >= seq:
+            holes.pop()
+        if holes and holes[-1][1] > seq:
+            holes[-1][1] = seq
+
+    def settled(self, lowest: int | float) -> None:
+        """Every event below ``lowest`` is settled: forget the holes below it."""
+        holes = self.holes
+        while holes and holes[0][1] <= lowest:
+            holes.popleft()
+
+    def in_holes(self, lowest: int, end: int) -> int:
+        """How many events from ``lowest`` to ``end`` are in holes (settled ones included:
+        the count errs towards loss, never towards a hand-on that did not happen)."""
+        return sum(max(0, min(stop, end) - max(first, lowest)) for first, stop in self.holes)
 
 
 def owner_segments(directory: str, owner: str) -> list[str]:

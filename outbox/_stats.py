@@ -62,8 +62,9 @@ class Stats:
     #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``written`` (events written in
     #: all), ``recovered`` (events of dead
     #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
-    #: ``not_spilled_failed`` (accepted events not written: ``max_spill_bytes`` reached, or the
-    #: disk failed; they are still held in memory), ``oldest_age`` (seconds since the oldest
+    #: ``not_spilled_failed`` (accepted events the disk refused: ``max_spill_bytes`` reached, or
+    #: the disk failed; they are still held in memory, and written later if they are still
+    #: queued when it has room again), ``oldest_age`` (seconds since the oldest
     #: unsettled event was written), ``overflow_events`` and ``stretch_events`` (the memory
     #: window: accepted beyond the queue, in memory and on disk only), ``unreadable`` (events of
     #: the stretch that could not be read back), ``failed_<errno>`` (failed writes by error,

@@ -453,22 +453,33 @@ class Worker:
                 self._logged_drops = dropped
 
     def _abandon(self) -> None:
-        """Count everything still held as lost to shutdown (or, if all of it is in the spill
-        directory for the next process, as ``spilled_at_close``)."""
+        """Count everything still held as lost to shutdown, but what is in the spill directory
+        for the next process: that is ``spilled_at_close``."""
         buf = self.buffer
-        kept = self.spill is not None and self.spill.close(buf)
+        on_disk = self.spill.close(buf) if self.spill is not None else 0
         self.backlog.drain()
         with buf.lock:
             n = 0 if buf.finalized else buf.clear_locked()
+            kept = min(n, on_disk)
             if n:
-                buf.count_locked(Reason.SPILLED_AT_CLOSE if kept else Reason.DROPPED_SHUTDOWN, n)
-                buf.notify_locked()
-        if n and kept:
-            self.log.log(
-                logging.WARNING,
-                "shutdown",
-                "%d lineage event(s) undelivered at close, kept in the spill directory for the next process",
-                n,
-            )
-        elif n:
-            self.log.log(logging.WARNING, "shutdown", "%d lineage event(s) undelivered at close", n)
+                _count_held_locked(buf, n, kept)
+        if n:
+            note = _kept(n, kept)
+            self.log.log(logging.WARNING, "shutdown", "%d lineage event(s) undelivered at close%s", n, note)
+
+
+def _count_held_locked(buf: Buffer, n: int, kept: int) -> None:
+    """``n`` events held at close, ``kept`` of them in the spill directory for the next process."""
+    if kept:
+        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
+    if n > kept:
+        buf.count_locked(Reason.DROPPED_SHUTDOWN, n - kept)
+    buf.notify_locked()
+
+
+def _kept(n: int, kept: int) -> str:
+    if not kept:
+        return ""
+    if kept == n:
+        return ", kept in the spill directory for the next process"
+    return f", {kept} of them kept in the spill directory for the next process ({n - kept} were not on disk)"

@@ -271,7 +271,10 @@ def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
         spill_stats = box.stats().spill
         assert spill_stats["spilled_events"] == 0
         assert spill_stats["segments"] == 0
-        assert spill_stats["written"] + spill_stats["not_spilled_full"] == 2000
+        # Each event written once at most; one the full disk refused and still queued when
+        # delivered ones freed room was written then, and is counted in both.
+        assert spill_stats["written"] <= 2000
+        assert spill_stats["written"] + spill_stats["not_spilled_full"] >= 2000
         assert spill_stats["written"] > 0
         assert box.close(10).complete
     assert len(sink.events) == 2000
@@ -294,8 +297,10 @@ def test_the_spill_full_is_counted_and_the_events_still_go(tmp_path):
     assert stats["spilled_bytes"] <= 20_000
     assert segment_bytes(spill) <= 20_000
     report = box.close()
-    # Not all of them are on disk: counted as lost to shutdown, not as handed on.
-    assert report.undelivered == {"dropped_shutdown": 200}
+    # Each counted by where it is: those on disk handed on, the rest lost to shutdown.
+    written = int(box.stats().spill["written"])
+    assert 0 < written < 200
+    assert report.undelivered == {"spilled_at_close": written, "dropped_shutdown": 200 - written}
 
 
 # -- real processes --------------------------------------------------------------------------------

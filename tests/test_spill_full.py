@@ -1,0 +1,216 @@
+"""The spill at ``max_spill_bytes``: what the disk refuses is counted (``not_spilled_full``),
+written once delivered events free room if it is still held, and at close each held event is
+counted by where it is: on disk, ``spilled_at_close`` (the next outbox with the directory
+delivers exactly those), or not, ``dropped_shutdown``.  A full disk long ago changes nothing
+about a later close."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import orjson
+
+from outbox import Outbox, Outcome, SerializedEvent
+from outbox._spilldisk import Unwritten
+from outbox.transports import DELIVERED
+
+from support.helpers import ScriptedTransport, run_event, wait_until
+
+RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
+# Events of about 430 bytes: 16 KiB of spill holds about 37 of them, 45 more than it takes.
+SMALL = 16 * 1024
+N = 45
+
+
+class TakesBelow:
+    """A backend that answers nothing until ``gate`` is set, then takes events numbered below
+    ``limit`` and holds a request with any other (never answers)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.gate = threading.Event()
+        self.delivered: list[int] = []
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
+        ns = [orjson.loads(e.body)["n"] for e in batch]
+        while not self.gate.is_set():  # noqa: ASYNC110 - a threading.Event, set by the test
+            await asyncio.sleep(0.002)
+        if max(ns) >= self.limit:
+            await asyncio.sleep(3600)
+        self.delivered.extend(ns)
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def spilled(box: Outbox, key: str) -> float:
+    return box.stats().spill[key]
+
+
+def successor_delivers(spill_dir: str, count: int) -> list[int]:
+    """What a new outbox started with ``spill_dir`` delivers of what it adopted (``n``s)."""
+    transport = ScriptedTransport()
+    successor = Outbox(transport, spill_dir=spill_dir, shutdown_timeout=5)
+    try:
+        assert transport.wait_delivered(count, 10), (count, successor.stats().spill)
+    finally:
+        report = successor.close(5)
+    assert report.undelivered == {}, report
+    return sorted(e["n"] for e in transport.delivered)
+
+
+def test_queued_events_the_full_disk_refused_are_written_once_delivered_ones_free_room(tmp_path):
+    """Events still queued when the disk refused them are tried again, and written once
+    delivered events free room; those that left the queue for the worker meanwhile (its window
+    ahead of the lanes) cannot be, and a close counts them lost.  The next outbox delivers
+    exactly what the close counted ``spilled_at_close``."""
+    spill = str(tmp_path / "spill")
+    transport = TakesBelow(20)
+    box = Outbox(
+        transport,
+        spill_dir=spill,
+        max_spill_bytes=SMALL,
+        max_events=1000,
+        max_batch_events=1,
+        max_concurrency=1,
+        linger=0.0,
+        spill_interval=0.02,
+    )
+    total = 200  # more than the worker takes ahead of its lane: the newest stay queued
+    for n in range(total):  # five at a time, each five in a write of its own: segments of 4 KiB
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        if n % 5 == 4:
+            assert wait_until(lambda n=n: spilled(box, "written") + spilled(box, "not_spilled_full") > n)
+    written, refused = spilled(box, "written"), spilled(box, "not_spilled_full")
+    assert refused > 0, box.stats().spill
+    assert written + refused == total, box.stats().spill
+    # Events 0 to 19 delivered, their segments deleted: room for queued ones the disk refused.
+    transport.gate.set()
+    assert wait_until(lambda: len(transport.delivered) == 20)
+    assert wait_until(lambda: spilled(box, "written") > written), box.stats().spill
+    assert spilled(box, "not_spilled_full") == refused  # each counted once, however often tried
+    report = box.close(0.3)
+    on_disk = int(spilled(box, "written")) - 20  # (written in all, the close's last write included)
+    assert report.delivered == 20
+    assert report.undelivered == {"spilled_at_close": on_disk, "dropped_shutdown": total - 20 - on_disk}, (
+        report
+    )
+    handed_on = successor_delivers(spill, on_disk)
+    assert len(set(handed_on)) == on_disk, handed_on
+    assert min(handed_on) == 20, handed_on
+
+
+def test_a_close_hands_on_what_is_on_disk_and_counts_the_rest_lost(tmp_path):
+    """The backend down, the disk full: of the events held, those written are handed on and
+    those the disk refused are lost, each counted as what it is.  The next outbox delivers
+    exactly the ones counted ``spilled_at_close``."""
+    spill = str(tmp_path / "spill")
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=spill, max_spill_bytes=SMALL, max_events=100, linger=0.0)
+    try:
+        for n in range(N):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == N)
+        written = int(spilled(box, "written"))
+        assert 0 < written < N, box.stats().spill
+        report = box.close(0.3)
+    finally:
+        transport.gate.set()
+    assert report.undelivered == {"spilled_at_close": written, "dropped_shutdown": N - written}, report
+    handed_on = successor_delivers(spill, written)
+    assert len(handed_on) == len(set(handed_on)) == written
+
+
+def test_a_spill_that_was_once_full_still_hands_on_what_it_holds_at_close(tmp_path):
+    """The spill filled once, the backend came back and took everything, then went away
+    again: at close every event held is on disk, handed on, not counted lost (``not_spilled``
+    is a count for the life of the outbox, not a state of the disk)."""
+    spill = str(tmp_path / "spill")
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=spill, max_events=100, max_spill_bytes=SMALL, linger=0.0)
+    for n in range(N):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: spilled(box, "not_spilled_full") > 0), box.stats().spill
+    transport.gate.set()
+    assert box.flush(10), box.stats()
+    assert wait_until(lambda: spilled(box, "spilled_bytes") == 0), box.stats().spill
+    written = spilled(box, "written")
+    transport.gate.clear()  # the backend goes away again
+    for n in range(N, N + 5):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: spilled(box, "written") == written + 5), box.stats().spill
+    report = box.close(0.3)
+    transport.gate.set()
+    assert report.undelivered == {"spilled_at_close": 5}, report
+    assert successor_delivers(spill, 5) == list(range(N, N + 5))
+
+
+def test_events_emitted_as_the_backend_catches_up_after_a_full_spill_are_written(tmp_path):
+    """Right after an outage that filled the disk, the backend has taken everything: the next
+    events are written at the next tick (the settled segments are deleted before it writes),
+    not refused by a disk still counted full and then never written."""
+    spill = str(tmp_path / "spill")
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(
+        transport, spill_dir=spill, max_events=100, max_spill_bytes=SMALL, linger=0.0, spill_interval=0.1
+    )
+    try:
+        for n in range(N):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == N)
+        refused = spilled(box, "not_spilled_full")
+        assert refused > 0
+        transport.gate.set()
+        assert box.flush(10), box.stats()
+        written = spilled(box, "written")
+        transport.gate.clear()  # away again at once
+        for n in range(N, N + 5):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") == written + 5), box.stats().spill
+        assert spilled(box, "not_spilled_full") == refused
+        assert spilled(box, "spilled_bytes") > 0
+    finally:
+        transport.gate.set()
+        box.close(5)
+
+
+class _Disk:
+    """What ``Unwritten`` needs of ``Segments``: its counts, and whether the disk fails."""
+
+    def __init__(self) -> None:
+        self.not_spilled: dict[str, int] = {}
+        self.failing = False
+
+    def count(self, reason: str, n: int) -> None:
+        self.not_spilled[reason] = self.not_spilled.get(reason, 0) + n
+
+
+def test_unwritten_counts_each_event_once_and_keeps_its_holes_until_settled():
+    disk = _Disk()
+    unwritten = Unwritten(disk)  # type: ignore[arg-type]
+    records = [(seq, b"") for seq in range(10, 15)]
+    unwritten.count(records)
+    unwritten.count(records[2:])  # tried again, refused again: not counted again
+    assert disk.not_spilled == {"spill_full": 5}
+    disk.failing = True
+    unwritten.count([(-1, b""), *[(seq, b"") for seq in range(14, 17)]])  # a void, 14 counted already
+    assert disk.not_spilled == {"spill_full": 5, "spill_failed": 2}
+    unwritten.hole(20, 25)
+    unwritten.hole(25, 30)  # next to it: one range
+    unwritten.hole(40, 45)
+    assert list(unwritten.holes) == [[20, 30], [40, 45]]
+    assert unwritten.in_holes(22, 42) == 8 + 2
+    unwritten.void(43)  # 43 on shed and given again: not a hole any more, and counted anew
+    assert list(unwritten.holes) == [[20, 30], [40, 43]]
+    assert unwritten.counted_upto == 17
+    unwritten.void(12)
+    assert list(unwritten.holes) == []
+    assert unwritten.counted_upto == 12
+    unwritten.hole(50, 60)
+    unwritten.hole(70, 80)
+    unwritten.settled(60)  # every event below 60 settled
+    assert list(unwritten.holes) == [[70, 80]]
+    assert unwritten.in_holes(0, 100) == 10
