@@ -34,6 +34,7 @@ and 0 / -1 while overflowing (every ``emit`` then takes the slow path, which com
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import Any
 
 from ._buffer import Buffer, Policy
@@ -151,16 +152,25 @@ class Window:
 
     def to_queue(self, buf: Buffer, n: int) -> int:
         """With the stretch empty: move up to ``n`` of the overflow to the queue, in memory
-        (what the disk would not take).  Returns how many."""
-        moved = 0
-        while self.events and moved < n and self.fits_queue(buf, self.sizes[0]):
-            event, size = self.events.popleft(), self.sizes.popleft()
-            if size:
-                self.exact_bytes -= size
-                self.exact_count -= 1
-            buf.rejoin_locked((event,), [size])
-            moved += 1
-        return moved
+        (what the disk would not take), as many as fit the queue's window (``fits_queue``,
+        event by event).  Returns how many."""
+        room = min(n, len(self.events), self.share_events - len(buf.queue) - buf.in_flight)
+        room_bytes = self.share_bytes - buf.held_bytes_locked()
+        estimate = buf.estimate
+        take = 0
+        for size in islice(self.sizes, max(0, room)):
+            room_bytes -= size or estimate
+            if room_bytes < 0:
+                break
+            take += 1
+        if not take:
+            return 0
+        events = [self.events.popleft() for _ in range(take)]
+        sizes = [self.sizes.popleft() for _ in range(take)]
+        self.exact_bytes -= sum(sizes)
+        self.exact_count -= take - sizes.count(0)
+        buf.rejoin_locked(events, sizes)  # (one recount for all of them)
+        return take
 
     def settle(self, buf: Buffer) -> None:
         """End the overflow once the stretch and the overflow are both empty."""
