@@ -265,7 +265,12 @@ class Chaos:
         # The spill with the HTTP transport alone (a composite's members and the adapter have none).
         if self.shape == "http" and self.spill_rng.random() < 0.5:
             self.spilled += 1
-            spill = {"spill_dir": self.spill_dir, "spill_interval": self.spill_rng.choice([0.02, 0.1])}
+            spill = {
+                "spill_dir": self.spill_dir,
+                "spill_interval": self.spill_rng.choice([0.02, 0.1]),
+                # One in three small enough that an outage fills it (max_spill_bytes reached).
+                "max_spill_bytes": self.spill_rng.choice([1024**3, 1024**3, 48 * 1024]),
+            }
         self.outbox = Outbox(transport, **self.settings, **spill)
         self.runs = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(12)]
         self.next_n: dict[str, int] = defaultdict(int)
