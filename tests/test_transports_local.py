@@ -3,12 +3,11 @@
 import io
 import json
 import os
-import time
 
 from outbox import Outbox
 from outbox.transports import ConsoleTransport, FileTransport, MemoryTransport
 
-from support.helpers import run_event
+from support.helpers import run_event, wait_until
 
 
 def test_file_append_writes_json_lines_in_order(tmp_path):
@@ -40,7 +39,8 @@ def test_file_that_cannot_be_written_keeps_events_and_reports(tmp_path):
         close_at_exit=False,
     )
     outbox.emit(run_event(n=1))
-    time.sleep(0.1)
+    # Once the sidecar has tried (not after 0.1 s: beside load it may not have tried by then).
+    assert wait_until(lambda: "cannot write" in (outbox.stats().last_error or ""), 5)
     stats = outbox.stats()
     assert stats.delivered == 0
     assert stats.in_flight == 1
