@@ -49,8 +49,10 @@ def test_policy_when_full(policy, accepted, kept, dropped_full):
 def test_block_waits_for_room_then_accepts():
     outbox, transport = stuck_outbox("block", block_timeout=5.0, max_events=2)
     assert outbox.emit(run_event(n=1))  # fills the buffer
-    threading.Timer(0.2, transport.gate.set).start()
+    # Timed from before the timer starts: a process stalled between the two lines for 0.2 s
+    # resumed with the gate already open, and the emit hardly waited (below 0.1 s).
     started = time.monotonic()
+    threading.Timer(0.2, transport.gate.set).start()
     assert outbox.emit(run_event(n=2))  # waits until the stuck batch is delivered
     waited = time.monotonic() - started
     assert 0.1 < waited < 4.0
