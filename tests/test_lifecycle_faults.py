@@ -27,6 +27,7 @@ from support.chaos import Pulse, running_time
 from support.helpers import ScriptedTransport, refused_port, run_event, run_script, wait_until
 
 GRACE = 0.5  # what close() may take beyond its deadline
+TESTS = os.path.dirname(os.path.abspath(__file__))  # (for children that time with support.chaos)
 
 
 def make(transport, **kw) -> Outbox:
@@ -666,10 +667,14 @@ def test_outboxes_alive_at_exit_close_together_within_one_shutdown_timeout():
     with FaultProxy("127.0.0.1", refused_port(), mode="blackhole") as proxy:
         # The exit is timed in the child, from the end of the script to the last exit hook (this
         # one runs after the outbox's, registered before them), without the interpreter's
-        # start-up, which takes seconds on a loaded machine.
+        # start-up, which takes seconds on a loaded machine; and in the time the child ran (the
+        # chaos test's Pulse), which a child left off the CPU does not lengthen.
         code = f"""
-        import atexit, logging, time
-        atexit.register(lambda: print("exited", time.monotonic() - exiting, flush=True))
+        import atexit, logging, sys, time
+        atexit.register(lambda: print("exited", pulse.unexplained(exiting, time.monotonic()), flush=True))
+        sys.path.insert(0, {TESTS!r})
+        from support.chaos import Pulse  # (imports outbox: its exit hook runs before the one above)
+        pulse = Pulse(slow_emit=float("inf"))
         logging.basicConfig()
         from outbox import Outbox
         from outbox.transports import HttpTransport
@@ -749,16 +754,17 @@ def test_close_holds_its_deadline_when_a_transport_blocks_the_sidecar():
 @pytest.mark.parametrize("servers", ["no-such-broker.invalid:9092", "127.0.0.1:1"])
 def test_kafka_unreachable_at_shutdown_leaves_nothing_behind(servers):
     code = f"""
-    import time
+    import sys, time
+    sys.path.insert(0, {TESTS!r})
+    from support.chaos import running_time
     from outbox import Outbox
     from outbox.transports import KafkaTransport
     transport = KafkaTransport("lineage", {{"bootstrap.servers": {servers!r}}})
     outbox = Outbox(transport, shutdown_timeout=1, linger=0)
     outbox.emit({{"eventType": "START"}})
     time.sleep(0.5)
-    started = time.monotonic()
-    report = outbox.close()
-    print("closed", time.monotonic() - started, time.time(), report.undelivered, flush=True)
+    report, took = running_time(outbox.close)  # the time the child ran
+    print("closed", took, time.time(), report.undelivered, flush=True)
     """
     result, _ = run_script(code)
     exited = time.time()
@@ -768,7 +774,8 @@ def test_kafka_unreachable_at_shutdown_leaves_nothing_behind(servers):
     assert "dropped_shutdown" in result.stdout
     close_took, closed_at = map(float, result.stdout.split()[1:3])
     # Its deadline, not the client's request timeout (30 s): beside busy processes the child's
-    # timers fire late (1.53 s was seen for 1 + GRACE), so a second of slack for the machine.
+    # timers fire late (1.53 s was seen for 1 + GRACE, on the wall clock), so a second of slack
+    # for the machine; now in the time the child ran, which its stalls do not lengthen.
     assert close_took <= 1 + GRACE + 1, close_took
     # Nothing left behind holds the exit: a client still waiting on the broker would hold it for
     # its request timeout (30 s).  Timed from the close, not from the start: under load the
