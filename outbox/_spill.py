@@ -53,7 +53,7 @@ from ._serde import SerializedEvent, serialize, weight
 from ._slices import Slicer
 from ._spilladopt import Adopter
 from ._spilldisk import RETRY_AFTER, Segments, Unwritten, inspect_dir
-from ._spillfmt import encode_event, encode_void
+from ._spillfmt import HEADER, encode_event, encode_void
 from ._spillstretch import Stretch
 from ._window import Window
 
@@ -250,8 +250,9 @@ class Spill:
         except Exception as exc:  # a bug of ours must not stop the worker
             self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
 
-    def _collect_locked(self, buf: Buffer) -> tuple[int | None, int, list[Any]]:
-        """(void from, first seq, events) to write: what was queued since the last write."""
+    def _collect_locked(self, buf: Buffer, most: int) -> tuple[int | None, int, list[Any], int]:
+        """(void from, first seq, events, fresh) to write: what was queued since the last write
+        (``fresh`` events), the first ``most`` of them (what the disk may have room for)."""
         head, queue = buf.head_seq, buf.queue
         refs = self._refs
         while refs and refs[0][0] < head:
@@ -270,22 +271,30 @@ class Spill:
         if void is not None:
             self._spilled_upto = min(self._spilled_upto, void)
         start = max(self._spilled_upto, head)
+        new = max(0, head + len(queue) - start)
+        take = min(new, most)
+        if not take:
+            return void, start, [], new
         # The newest, from the tail: the cost is what is new, not the length of the queue.
-        fresh = list(islice(reversed(queue), max(0, head + len(queue) - start)))
-        fresh.reverse()
-        return void, start, fresh
+        events = list(islice(reversed(queue), new - take, new))
+        events.reverse()
+        return void, start, events, new
 
     def _write_new(self, buf: Buffer, slicer: Slicer | None) -> None:
         with buf.lock:
-            void, start, events = self._collect_locked(buf)
             # (finalized: what the close counted lost stays on disk, see _record_progress)
             lowest = -1 if buf.finalized else int(min(buf.lowest_unsettled_locked(), self._spilled_upto))
-        if void is None and not events:
-            return
         if lowest > 0:
             # Settled segments go first: their room is this write's (after an outage that
             # filled the disk, the backend's catching up frees it).
             self.disk.forget_below(lowest)
+        # No more events than the disk has room for (a record is at least HEADER bytes): with
+        # the disk full, each tick neither copies the queue nor encodes what it cannot write.
+        room = self.disk.room()
+        with buf.lock:
+            void, start, events, new = self._collect_locked(buf, room // HEADER + 1 if room > 0 else 0)
+        if void is None and not new:
+            return
         at = time.time()
         records: list[tuple[int, bytes]] = [(-1, encode_void(void, at))] if void is not None else []
         done: list[tuple[int, Any, SerializedEvent]] = []
@@ -310,6 +319,7 @@ class Spill:
         with buf.lock:
             self._replace_locked(buf, done, upto)
         self.unwritten.count(records[wrote:])
+        self.unwritten.count_range(start + len(events), start + new)  # (not collected)
         self._spilled_upto = upto
 
     def _release(self, buf: Buffer, slicer: Slicer | None) -> int:
@@ -414,7 +424,10 @@ class Spill:
         self._closed = True
         with buf.lock:
             held = len(buf.queue) + buf.in_flight + buf.beyond
-            on_disk = held - self._not_on_disk_locked(buf) if held else 0
+            head = buf.head_seq
+            end = head + len(buf.queue) + buf.beyond  # queue, stretch and overflow: in order
+            lowest = int(min(buf.lowest_unsettled_locked(), end))
+            on_disk = held - min(held, self.unwritten.missing(self._spilled_upto, head, end, lowest))
             keep = held or buf.finalized  # finalized: see _record_progress
         # (Events adopted and not yet queued stay in their dead owner's files.)
         self.disk.close(delete=not keep)
@@ -426,16 +439,7 @@ class Spill:
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
         self.stretch.close()
-        return max(0, on_disk)
-
-    def _not_on_disk_locked(self, buf: Buffer) -> int:
-        """How many of the events held are not on disk, at most: those queued (or beyond the
-        queue, in the overflow) from the write position on, and those in the holes."""
-        head = buf.head_seq
-        end = head + len(buf.queue) + buf.beyond  # queue, stretch and overflow: in order
-        missing = max(0, end - max(self._spilled_upto, head))
-        missing += self.unwritten.in_holes(int(min(buf.lowest_unsettled_locked(), end)), end)
-        return min(missing, len(buf.queue) + buf.in_flight + buf.beyond)
+        return on_disk
 
     # -- observability ------------------------------------------------------------------------
 

@@ -155,6 +155,10 @@ class Segments:
             self._segments.append(self._current)
             self._current = None
 
+    def room(self) -> int:
+        """Bytes the next append may write: none while the disk is failing."""
+        return 0 if self.failing else self.max_bytes - self.disk_bytes
+
     @property
     def failing(self) -> bool:
         """Whether the disk failed less than ``RETRY_AFTER`` ago."""
@@ -240,6 +244,13 @@ class Unwritten:
         if records:
             self.counted_upto = max(counted, records[-1][0] + 1)
 
+    def count_range(self, first: int, end: int) -> None:
+        """The events ``first`` to ``end`` were not written (not even tried)."""
+        n = end - max(first, self.counted_upto)
+        if n > 0:
+            self.disk.count("spill_failed" if self.disk.failing else "spill_full", n)
+            self.counted_upto = end
+
     def hole(self, first: int, end: int) -> None:
         holes = self.holes
         if holes and holes[-1][1] == first:
@@ -261,6 +272,12 @@ class Unwritten:
         holes = self.holes
         while holes and holes[0][1] <= lowest:
             holes.popleft()
+
+    def missing(self, written_upto: int, head: int, end: int, lowest: int) -> int:
+        """How many of the events held (the oldest ``lowest``, the queue from ``head`` to
+        ``end``) are not on disk, at most: those queued from the write position
+        (``written_upto``) on, and those in the holes."""
+        return max(0, end - max(written_upto, head)) + self.in_holes(lowest, end)
 
     def in_holes(self, lowest: int, end: int) -> int:
         """How many events from ``lowest`` to ``end`` are in holes (settled ones included:

@@ -14,6 +14,7 @@ import orjson
 
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox._spilldisk import Unwritten
+from outbox._spillfmt import HEADER
 from outbox.transports import DELIVERED
 
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -198,6 +199,9 @@ def test_unwritten_counts_each_event_once_and_keeps_its_holes_until_settled():
     disk.failing = True
     unwritten.count([(-1, b""), *[(seq, b"") for seq in range(14, 17)]])  # a void, 14 counted already
     assert disk.not_spilled == {"spill_full": 5, "spill_failed": 2}
+    unwritten.count_range(15, 19)  # not even tried (no room): 17 and 18 are new
+    assert disk.not_spilled == {"spill_full": 5, "spill_failed": 4}
+    disk.failing = False
     unwritten.hole(20, 25)
     unwritten.hole(25, 30)  # next to it: one range
     unwritten.hole(40, 45)
@@ -205,7 +209,7 @@ def test_unwritten_counts_each_event_once_and_keeps_its_holes_until_settled():
     assert unwritten.in_holes(22, 42) == 8 + 2
     unwritten.void(43)  # 43 on shed and given again: not a hole any more, and counted anew
     assert list(unwritten.holes) == [[20, 30], [40, 43]]
-    assert unwritten.counted_upto == 17
+    assert unwritten.counted_upto == 19
     unwritten.void(12)
     assert list(unwritten.holes) == []
     assert unwritten.counted_upto == 12
@@ -214,3 +218,50 @@ def test_unwritten_counts_each_event_once_and_keeps_its_holes_until_settled():
     unwritten.settled(60)  # every event below 60 settled
     assert list(unwritten.holes) == [[70, 80]]
     assert unwritten.in_holes(0, 100) == 10
+
+
+def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_path, monkeypatch):
+    """With the disk full and hundreds of events queued that it refused, a tick tries again only
+    as many as the room left could take: it neither copies the queue nor encodes records it
+    cannot write (the sidecar would hold the buffer's lock, and the GIL, for all of them every
+    interval of the outage)."""
+    import outbox._spill as spill_module
+
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(
+        transport,
+        spill_dir=str(tmp_path / "spill"),
+        max_spill_bytes=SMALL,
+        max_events=5000,
+        max_batch_events=1,
+        max_concurrency=1,
+        spill_interval=0.02,
+    )
+    try:
+        for n in range(1000):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == 1000)
+        refused = spilled(box, "not_spilled_full")
+        assert refused > 500, box.stats().spill  # still queued, tried again every tick
+        spill = box._spill
+        encoded, writes = [0], [0]
+        encode, room = spill_module.encode_event, spill.disk.room
+
+        def counting_encode(*args):
+            encoded[0] += 1
+            return encode(*args)
+
+        def counting_room():
+            writes[0] += 1
+            return room()
+
+        monkeypatch.setattr(spill_module, "encode_event", counting_encode)
+        monkeypatch.setattr(spill.disk, "room", counting_room)
+        assert wait_until(lambda: writes[0] >= 20)
+        # Less than a record's room is left (a record here is under 500 bytes): each write
+        # encodes at most as many records as that room could hold if each were the smallest.
+        assert encoded[0] <= writes[0] * (500 // HEADER + 1), (encoded, writes, box.stats().spill)
+        assert spilled(box, "not_spilled_full") == refused
+    finally:
+        transport.gate.set()
+        box.close(5)
