@@ -64,6 +64,8 @@ DEFAULT_INTERVAL = 0.1
 #: Seconds between two looks for dead owners while running.
 SCAN_INTERVAL = 5.0
 _INF = float("inf")
+#: The record of an event that cannot be serialized: read back, it is counted invalid_event.
+_UNWRITABLE = SerializedEvent(b"", None, None)
 
 
 class Spill:
@@ -236,7 +238,10 @@ class Spill:
             self._release(buf, slicer)
             self.stretch.refill(buf)
             self._record_progress(buf)
-            adopter.finish(self._spilled_upto)
+            # (The first hole's events left the queue before the disk took them: not on disk
+            # here, so the dead owner's files are still their only copy until they settle.)
+            holes = self.unwritten.holes
+            adopter.finish(min(self._spilled_upto, holes[0][0]) if holes else self._spilled_upto)
             if window is not None and not window.active:
                 # Overflow to disk again once it works and has room.
                 disk = self.disk
@@ -308,7 +313,12 @@ class Spill:
             else:
                 try:
                     ser = serialize(event)
-                except Exception:  # the intake counts it as invalid_event
+                except Exception:
+                    # The intake counts it as invalid_event when it takes it; written as a
+                    # record with no body all the same (as the stretch writes one), so that a
+                    # successor adopting it counts it invalid_event too (a close counts it
+                    # spilled_at_close, on disk: it must be, or it is lost and counted nowhere).
+                    records.append((start + offset, encode_event(start + offset, at, _UNWRITABLE)))
                     continue
             done.append((start + offset, event, ser))
             records.append((start + offset, encode_event(start + offset, at, ser)))
@@ -317,7 +327,7 @@ class Spill:
         # The first event the disk did not take: the next write begins there.
         upto = next((seq for seq, _ in records[wrote:] if seq >= 0), start + len(events))
         with buf.lock:
-            self._replace_locked(buf, done, upto)
+            _replace_locked(buf, self._refs, done, upto)
         self.unwritten.count(records[wrote:])
         self.unwritten.count_range(start + len(events), start + new)  # (not collected)
         self._spilled_upto = upto
@@ -353,37 +363,6 @@ class Spill:
             self.unwritten.hole(records[wrote][0], records[-1][0] + 1)
             self.unwritten.count(records[wrote:])
         self._spilled_upto = fresh[-1].seq + 1
-
-    def _replace_locked(self, buf: Buffer, done: list[tuple[int, Any, SerializedEvent]], upto: int) -> None:
-        """Objects serialized here take their serialized form's place in the queue (the
-        intake then does not serialize them again); the references kept of those written
-        (below ``upto``) tell a shed later."""
-        head, queue, refs = buf.head_seq, buf.queue, self._refs
-        total = count = 0
-        for seq, event, ser in done:
-            index = seq - head
-            if not 0 <= index < len(queue):
-                continue  # taken meanwhile (or shed: then the next tick finds it void)
-            now = queue[index]
-            written = seq < upto  # (not written: serialized in place all the same, written later)
-            if now is event:
-                if event is not ser:
-                    if not buf.sizes[index]:
-                        count += 1
-                        total += weight(ser)
-                    buf.replace_locked(index, ser)
-                if written:
-                    refs.append((seq, ser))
-            elif not written:
-                pass
-            elif now.__class__ is SerializedEvent and event.__class__ is not SerializedEvent:
-                # The intake's sampling serialized it in place meanwhile (it runs at our
-                # slices' hand-offs): the same event.  (emit never queues a SerializedEvent.)
-                refs.append((seq, now))
-            else:
-                refs.append((seq, event))  # not the one written: the next tick voids it
-        if count:
-            buf.learn_locked(total // count)
 
     def _record_progress(self, buf: Buffer) -> None:
         """Checkpoint the oldest unsettled event; delete the segments below it."""
@@ -464,3 +443,37 @@ class Spill:
             "unreadable": self.stretch.unreadable,
             "oldest_age": max(0.0, time.time() - oldest) if oldest is not None else 0.0,
         }
+
+
+def _replace_locked(
+    buf: Buffer, refs: deque[tuple[int, Any]], done: list[tuple[int, Any, SerializedEvent]], upto: int
+) -> None:
+    """Objects serialized here take their serialized form's place in the queue (the
+    intake then does not serialize them again); the references kept of those written
+    (below ``upto``) tell a shed later."""
+    head, queue = buf.head_seq, buf.queue
+    total = count = 0
+    for seq, event, ser in done:
+        index = seq - head
+        if not 0 <= index < len(queue):
+            continue  # taken meanwhile (or shed: then the next tick finds it void)
+        now = queue[index]
+        written = seq < upto  # (not written: serialized in place all the same, written later)
+        if now is event:
+            if event is not ser:
+                if not buf.sizes[index]:
+                    count += 1
+                    total += weight(ser)
+                buf.replace_locked(index, ser)
+            if written:
+                refs.append((seq, ser))
+        elif not written:
+            pass
+        elif now.__class__ is SerializedEvent and event.__class__ is not SerializedEvent:
+            # The intake's sampling serialized it in place meanwhile (it runs at our
+            # slices' hand-offs): the same event.  (emit never queues a SerializedEvent.)
+            refs.append((seq, now))
+        else:
+            refs.append((seq, event))  # not the one written: the next tick voids it
+    if count:
+        buf.learn_locked(total // count)

@@ -34,6 +34,9 @@ from ._window import Window
 
 __all__ = ["Adopter", "Recovered"]
 
+#: What takes the place of a record with no body (see ``_spillstretch._UNREADABLE``).
+_UNREADABLE = b"\x00"
+
 
 def _records(
     paths: list[str], reader_out: list[StretchReader]
@@ -203,7 +206,11 @@ class Adopter:
         while recovered:
             seq, event = recovered[0]
             size = weight(event) or 1
-            if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(event, size):
+            # A record with no body: an event its owner could not serialize.  Queued as text
+            # that is not JSON, which the intake counts invalid_event (sent as it is, the
+            # empty body would reach the backend).
+            item = event if event.body else _UNREADABLE
+            if buf.closed or not buf.has_room_locked(size) or not buf.put_locked(item, size):
                 break
             recovered.popleft()
             fed = seq
@@ -217,7 +224,8 @@ class Adopter:
 
     def finish(self, spilled_upto: int) -> None:
         """A dead owner whose events are all queued here, and written to our own segments
-        (below ``spilled_upto``): its files go, the lock file last."""
+        or settled (below ``spilled_upto``, the first event held here that is not on disk):
+        its files go, the lock file last."""
         if self.recovering or not self.adopting:
             return
         adoption = self.adopting[0]

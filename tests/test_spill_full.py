@@ -265,3 +265,89 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
     finally:
         transport.gate.set()
         box.close(5)
+
+
+def test_an_event_that_cannot_be_serialized_queued_at_close_is_not_handed_on_as_spilled(tmp_path):
+    """An event JSON cannot hold, still queued at close behind a backend that is down: the spill
+    could not write it, so the next outbox can neither deliver it nor count it.  The close must
+    not count it ``spilled_at_close`` (a silent loss): every event counted ``spilled_at_close``
+    is delivered or counted by the next outbox."""
+    spill = str(tmp_path / "spill")
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=spill, max_events=2000, max_batch_events=10, linger=0.0)
+    total, bad = 500, 450  # the worker takes a few batches ahead: the bad one stays queued
+    for n in range(total):
+        event = run_event(run_id=RUNS[n % 4], n=n)
+        if n == bad:
+            event["facet"] = object()  # not JSON
+        assert box.emit(event)
+    assert wait_until(lambda: spilled(box, "written") >= total - 1), box.stats().spill
+    report = box.close(0.3)
+    transport.gate.set()
+    handed_on = report.undelivered.get("spilled_at_close", 0)
+    assert sum(report.undelivered.values()) == total
+    successor_transport = ScriptedTransport()
+    successor = Outbox(successor_transport, spill_dir=spill, shutdown_timeout=5)
+    try:
+        assert successor_transport.wait_delivered(total - 1, 10), successor.stats().spill
+    finally:
+        second = successor.close(5)
+    # What the first counted as handed on is what the second delivered or counted.
+    assert len(successor_transport.delivered) + sum(second.undelivered.values()) == handed_on, (
+        report,
+        second,
+        len(successor_transport.delivered),
+    )
+
+
+_ADOPT_AND_HOLD = """
+import os, sys, time
+sys.path[:0] = {paths!r}
+from outbox import Outbox
+from support.helpers import ScriptedTransport, wait_until
+spill, dead = {spill!r}, {dead!r}
+box = Outbox(ScriptedTransport(open_gate=False), spill_dir=spill, max_spill_bytes={small},
+             max_batch_events=1, max_concurrency=1, spill_interval=0.02)
+# Adopted, and the worker took what the full disk refused for requests (the backend hangs).
+def taken():
+    spill_stats = box.stats().spill
+    return not spill_stats["recovering"] and spill_stats["not_spilled_full"] > 0
+assert wait_until(taken), box.stats().spill
+time.sleep(0.5)  # ticks that would wrongly let the dead owner's files go (none may)
+print("dead owner's files left:", sorted(n for n in os.listdir(spill) if n.startswith(dead)), flush=True)
+print("written:", int(box.stats().spill["written"]), flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until_on_disk(tmp_path):
+    """An outbox adopts a dead owner's events while its own spill is at max_spill_bytes: the
+    events it could not write to its own segments exist on disk only in the dead owner's files,
+    which must stay until they are written here (or delivered).  Else a SIGKILL of the adopter
+    loses them, counted nowhere: the next outbox delivers only what the adopter wrote."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    spill = str(tmp_path / "spill")
+    first = Outbox(ScriptedTransport(open_gate=False), spill_dir=spill, max_events=1000, linger=0.0)
+    dead = first._spill.owner
+    total = 50  # about 21 KiB: beyond the adopter's 16 KiB, and fewer than the worker takes ahead
+    for n in range(total):
+        assert first.emit(run_event(run_id=RUNS[n % 4], n=n))
+    report = first.close(0.3)
+    assert report.undelivered == {"spilled_at_close": total}, report
+    code = _ADOPT_AND_HOLD.format(
+        paths=[os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(__file__)],
+        spill=spill,
+        dead=dead,
+        small=SMALL,
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == -9, child.stderr[-3000:]
+    handed_on = successor_delivers(spill, total)
+    # All of them were on disk before the adopter came; the adopter died without counting anything.
+    assert sorted(set(handed_on)) == list(range(total)), (child.stdout, len(set(handed_on)))
