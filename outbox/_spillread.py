@@ -8,7 +8,6 @@ import contextlib
 import os
 import zlib
 from collections.abc import Callable
-from typing import BinaryIO
 
 from ._serde import SerializedEvent, weight
 from ._spillfmt import _FRAME, EVENT, MAGIC, MAX_PAYLOAD, Record, _decode
@@ -29,7 +28,10 @@ class StretchReader:
         self.seg_no = 0
         self.offset = 0
         self.expected = 0
-        self._file: BinaryIO | None = None
+        # The segment being read, as a bare file descriptor read with os.pread: no buffered
+        # file object, whose lock a fork could copy held (the sidecar mid-read), and which
+        # the child's after-fork hook, closing this reader, would then wait on for ever.
+        self._fd = -1
         self._pending: Record | None = None
         #: Offsets of corrupt stretches met: (segment path, offset).
         self.corrupt: list[tuple[str, int]] = []
@@ -41,10 +43,10 @@ class StretchReader:
         self.seg_no, self.offset, self.expected, self._pending = seg_no, offset, seq, None
 
     def close(self) -> None:
-        if self._file is not None:
+        if self._fd >= 0:
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                os.close(self._fd)
+            self._fd = -1
 
     def read(self, max_events: int, max_bytes: int, last_seg_no: int) -> list[SerializedEvent | None]:
         """Up to ``max_events`` events (and ``max_bytes``, but at least one) of the stretch, in
@@ -75,18 +77,16 @@ class StretchReader:
         """``n`` events expected next are not on disk: go on after them."""
         self.expected += n
 
-    def _open(self, last_seg_no: int) -> BinaryIO | None:
-        while self._file is None:
+    def _open(self, last_seg_no: int) -> int:
+        """The segment's file descriptor, or -1 past the last segment."""
+        while self._fd < 0:
             try:
-                f = open(self.path_of(self.seg_no), "rb")  # noqa: SIM115 (kept open between reads)
+                self._fd = os.open(self.path_of(self.seg_no), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 if self.seg_no >= last_seg_no:
-                    return None
+                    return -1
                 self.seg_no, self.offset = self.seg_no + 1, 0
-                continue
-            f.seek(self.offset)
-            self._file = f
-        return self._file
+        return self._fd
 
     def _next_segment(self, last_seg_no: int) -> bool:
         if self.seg_no >= last_seg_no:
@@ -99,11 +99,10 @@ class StretchReader:
 
     def _next(self, last_seg_no: int) -> Record | None:
         while True:
-            f = self._open(last_seg_no)
-            if f is None:
+            fd = self._open(last_seg_no)
+            if fd < 0:
                 return None
-            f.seek(self.offset)
-            head = f.read(_FRAME.size)
+            head = os.pread(fd, _FRAME.size, self.offset)
             if len(head) < _FRAME.size:
                 # The end of what is written (or a torn tail, if the writer has moved on).
                 if self._next_segment(last_seg_no):
@@ -112,7 +111,7 @@ class StretchReader:
             magic, length, crc = _FRAME.unpack(head)
             record = None
             if magic == MAGIC and length <= MAX_PAYLOAD:
-                payload = f.read(length)
+                payload = os.pread(fd, length, self.offset + _FRAME.size)
                 if len(payload) < length:
                     if self._next_segment(last_seg_no):
                         continue
@@ -123,24 +122,23 @@ class StretchReader:
                 self.offset += _FRAME.size + length
                 return record
             self.corrupt.append((self.path_of(self.seg_no), self.offset))
-            if not self._resync(f) and not self._next_segment(last_seg_no):
+            if not self._resync(fd) and not self._next_segment(last_seg_no):
                 return None
 
     def tail_left(self) -> bool:
         """Whether the segment being read has bytes beyond what was read (a torn tail)."""
-        if self._file is None:
+        if self._fd < 0:
             return False
         try:
-            return os.fstat(self._file.fileno()).st_size > self.offset
+            return os.fstat(self._fd).st_size > self.offset
         except OSError:
             return False
 
-    def _resync(self, f: BinaryIO) -> bool:
+    def _resync(self, fd: int) -> bool:
         """Move to the next magic after a corrupt record, a chunk at a time."""
         pos = self.offset + 1
         while True:
-            f.seek(pos)
-            chunk = f.read(_CHUNK)
+            chunk = os.pread(fd, _CHUNK, pos)
             if len(chunk) < len(MAGIC):
                 self.offset = pos + len(chunk)
                 return False

@@ -558,3 +558,29 @@ def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tm
         transport.gate.set()
         report = box.close(5)
     assert report.undelivered == {"invalid_event": 1}, report
+
+
+def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_path):
+    """The chaos test (CI, stop 36) forked while the sidecar was reading the stretch back: the
+    reader's buffered file object was mid-read, its lock held by the sidecar, and the child's
+    after-fork hook (``Spill.for_child`` closing the reader) waited on that lock for ever.  The
+    reader now reads a bare file descriptor with ``os.pread``: nothing in it has a lock.  Read
+    partway through a real stretch, it holds no file object at all."""
+    import io
+
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0)
+    try:
+        for n in range(300):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+            if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
+                wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+        assert wait_until(lambda: box.stats().spill["stretch_events"] > 100), box.stats().spill
+        transport.gate.set()
+        reader = box._spill.stretch.reader
+        assert wait_until(lambda: reader._fd >= 0), "the stretch is being read back"
+        assert not [v for v in vars(reader).values() if isinstance(v, io.IOBase)], vars(reader)
+        assert box.flush(10)
+    finally:
+        transport.gate.set()
+        box.close(5)
