@@ -114,8 +114,11 @@ class Pulse:
     TICK = 0.02
     GAP = 0.1  # a beat this late is a stall of the process
 
-    def __init__(self, slow_emit: float) -> None:
+    def __init__(self, slow_emit: float, gap: float = GAP) -> None:
         self.slow_emit = slow_emit
+        #: A beat later than this is a stall (``GAP`` by default; a check whose other threads
+        #: all wait, not holding the GIL, can tell shorter stalls: two ticks).
+        self.gap = gap
         self.emitting: dict[int, float] = {}
         self.gaps: list[tuple[float, float]] = []
         self.last = time.monotonic()  # the latest beat
@@ -154,7 +157,7 @@ class Pulse:
     def _beat(self) -> None:
         while not self._done.wait(self.TICK):
             now = time.monotonic()
-            if now - self.last > self.GAP:
+            if now - self.last > self.gap:
                 self.gaps.append((self.last, now))
                 del self.gaps[:-1000]
             self.last = now
