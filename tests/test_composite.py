@@ -1,6 +1,8 @@
 """The composite transport: several backends behind one outbox (real sinks on loopback)."""
 
+import logging
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -17,6 +19,7 @@ from outbox.transports import (
     OutcomeKind,
     SerializedEvent,
 )
+from outbox.transports import composite as composite_module
 
 from support.helpers import refused_port, run_event, wait_until
 
@@ -307,3 +310,68 @@ async def test_a_composite_called_directly_does_not_count_a_deferral_as_a_retry(
     assert [o.kind for o in await transport.send(batch, time.monotonic() + 5)] == [OutcomeKind.DEFERRED]
     assert [o.kind for o in await transport.send(batch, time.monotonic() + 5)] == [OutcomeKind.DELIVERED]
     assert transport.member_stats() == {"slow": {"delivered": 1}}
+
+
+# -- the composite's own log, at a bounded rate ---------------------------------------------
+
+
+class RaisingMember:
+    """A member whose send raises every time (a bug in it, or in its client library)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def send(self, batch, deadline):
+        self.calls += 1
+        raise ConnectionError("the client library broke")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def member_failures(caplog) -> list[str]:
+    said = [r.getMessage() for r in caplog.records if r.name == "outbox"]
+    return [text for text in said if text.startswith("the composite member broken ")]
+
+
+def failing_chain(member: RaisingMember) -> Outbox:
+    """A failover chain (the outbox calls the composite's send, which calls the member's),
+    retrying as fast as the settings allow."""
+    transport = CompositeTransport({"broken": member}, continue_on_success=False)
+    return Outbox(transport, backoff_base=0.001, backoff_cap=0.002, linger=0, close_at_exit=False)
+
+
+def test_a_member_whose_send_raises_every_round_is_logged_at_a_bounded_rate(caplog):
+    """Backend trouble is logged at a bounded rate: a member that raises in every round gave
+    one ERROR per round before (the composite's own line, beside the worker's limited one)."""
+    caplog.set_level(logging.ERROR, logger="outbox")
+    member = RaisingMember()
+    outbox = failing_chain(member)
+    for n in range(5):
+        outbox.emit(run_event(n=n))
+    assert wait_until(lambda: member.calls >= 50, 10), member.calls
+    outbox.close(0.1)
+    failures = member_failures(caplog)
+    assert member.calls >= 50
+    assert len(failures) == 1, (len(failures), failures[:3])
+    assert (
+        failures[0]
+        == f"the composite member broken ({member!r}) failed: ConnectionError('the client library broke')"
+    )
+
+
+def test_the_next_line_about_a_raising_member_says_how_many_were_held_back(caplog, monkeypatch):
+    monkeypatch.setattr(composite_module, "_LOG_INTERVAL", 0.1)
+    caplog.set_level(logging.ERROR, logger="outbox")
+    member = RaisingMember()
+    outbox = failing_chain(member)
+    outbox.emit(run_event(n=0))
+    held_back = re.compile(r" \((\d+) similar messages held back in the last 0.1 s\)$")
+    assert wait_until(lambda: any(held_back.search(t) for t in member_failures(caplog)), 10)
+    outbox.close(0.1)
+    failures = member_failures(caplog)
+    first, later = failures[0], next(t for t in failures if held_back.search(t))
+    assert not held_back.search(first)
+    assert int(held_back.search(later).group(1)) >= 1
+    assert held_back.sub("", later) == first  # the same text, with the count after it
+    assert len(failures) < member.calls

@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._log import logger
+from .._log import RateLimitedLog
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["CompositeTransport"]
@@ -32,6 +32,9 @@ __all__ = ["CompositeTransport"]
 # worker sends the same object again).  Bounded: past this many, the oldest are forgotten
 # (they would be sent again to a member that already has them: at least once, never lost).
 _MAX_REMEMBERED = 100_000
+# Seconds between two lines about the same member's trouble (as the other transports): a
+# member that raises in every round is one line per interval, with the count held back.
+_LOG_INTERVAL = 30.0
 
 
 class CompositeTransport:
@@ -66,6 +69,7 @@ class CompositeTransport:
         # id(event) -> (event, members that delivered it, members that rejected it)
         self._partial: dict[int, tuple[SerializedEvent, set[str], dict[str, Outcome]]] = {}
         self._stats: dict[str, dict[str, int]] = {name: {} for name in self.members}
+        self._log = RateLimitedLog(_LOG_INTERVAL)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={member!r}" for name, member in self.members.items())
@@ -88,7 +92,7 @@ class CompositeTransport:
             try:
                 await member.aclose()
             except Exception as exc:  # one member's trouble must not keep the others open
-                logger.error("closing the composite member %s failed: %r", name, exc)
+                self._log.error(f"close:{name}", "closing the composite member %s failed: %r", name, exc)
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
         if self.continue_on_success:
@@ -190,7 +194,7 @@ class CompositeTransport:
             if len(outcomes) != len(events) or not all(type(o) is Outcome for o in outcomes):
                 raise TypeError(f"returned {len(outcomes)} outcomes for {len(events)} events")
         except Exception as exc:  # a member's bug is a retry for its events, not the others'
-            logger.error("the composite member %s (%r) failed: %r", name, member, exc)
+            self._log.error(f"send:{name}", "the composite member %s (%r) failed: %r", name, member, exc)
             outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
         counts = self._stats[name]
         for outcome in outcomes:
