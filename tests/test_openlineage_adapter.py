@@ -158,12 +158,15 @@ def test_the_issues_slow_transport_delivers_all_80_events_once():
 def test_at_close_an_event_whose_emit_returned_is_delivered_not_lost():
     """Before, the close deadline cut the round at the adapter's own deadline: events the
     transport had emitted were counted dropped_shutdown."""
+    before = adapter_threads()
     env = {"OPENLINEAGE__TRANSPORT__TYPE": CUSTOM, "OPENLINEAGE__TRANSPORT__DELAY": "0.2"}
     outbox = Outbox.from_env(env, **FAST)
     run_id = emit_runs(outbox, 1, 30)[0]
     assert wait_until(lambda: len(ol_transports.RECEIVED) >= 2, 10)
     report = outbox.close(1.0)
-    time.sleep(0.3)  # an emit still running at the deadline would land now: none may
+    # An emit still running at the deadline would have landed once the transport's threads
+    # have ended (not "0.3 s later": beside load it may land after that): none may.
+    assert wait_until(lambda: not adapter_threads() - before, 10), adapter_threads() - before
     received = [e["n"] for e in ol_transports.RECEIVED if e["run"]["runId"] == run_id]
     assert report.delivered == len(received) >= 3, (report, received)
     assert received == list(range(len(received)))
