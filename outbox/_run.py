@@ -20,8 +20,6 @@ converted to JSON once, when its :class:`DatasetRef` is made, and spliced into e
 
 from __future__ import annotations
 
-import contextlib
-import random
 import time
 import traceback
 import uuid
@@ -31,11 +29,10 @@ from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self
 
 import orjson
-from opentelemetry import trace
 
-from ._log import logger
 from ._naming import s3_naming, trino_naming
 from ._plain import dumps, event_key, to_plain
+from ._runid import current_run_id, run_id_of_span, uuid_text
 
 __all__ = [
     "DatasetRef",
@@ -182,119 +179,6 @@ def trino_dataset(host: str, port: int | str, catalog: str, schema: str, table: 
     return DatasetRef(*trino_naming(host, str(port), catalog, schema, table))
 
 
-def current_run_id() -> str:
-    """The current OpenTelemetry span's trace id as a UUID (trace
-    ``00005015000000162e048a6dbdde4eb9`` is run ``00005015-0000-0016-2e04-8a6dbdde4eb9``),
-    so a lineage run maps to one trace; a new UUIDv7 (openlineage-python's
-    ``generate_new_uuid``) when there is no valid span."""
-    context = trace.get_current_span().get_span_context()
-    if context.is_valid:
-        return _uuid_text(context.trace_id)
-    return _uuid_text(_uuid7())
-
-
-# Trace ids already taken by a run (the newest _TAKEN_MAX, oldest first): a later run in the
-# same trace gets a fresh id, so two runs never share one.
-_taken: dict[int, None] = {}
-_TAKEN_MAX = 4096
-_shared_trace_said = False
-
-
-def _current_span_api() -> Any:
-    return trace.get_current_span()
-
-
-def _span_lookup() -> Any:
-    """``trace.get_current_span``, or a lookup of the same span that skips the API's three
-    layers of calls (a third of a run's instructions went to them): the span under the API's
-    key in the context variable of the default runtime context.  Used only where it gives the
-    same answer as the API (checked here); any other runtime context (``OTEL_PYTHON_CONTEXT``)
-    or a later opentelemetry-api without these names gets the API's own call."""
-    try:
-        from opentelemetry.context import _RUNTIME_CONTEXT
-        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-        from opentelemetry.trace.propagation import _SPAN_KEY
-
-        if _RUNTIME_CONTEXT.__class__ is not ContextVarsRuntimeContext:
-            return _current_span_api
-        variable = _RUNTIME_CONTEXT._current_context
-        invalid = trace.INVALID_SPAN
-        probe = trace.NonRecordingSpan(trace.SpanContext(1, 1, is_remote=False))
-
-        def lookup() -> Any:
-            span = variable.get().get(_SPAN_KEY)
-            return invalid if span is None else span
-
-        with trace.use_span(probe):  # the same span as the API's, inside a span and outside
-            inside = lookup() is probe is trace.get_current_span()
-        if inside and lookup() is trace.get_current_span():
-            return lookup
-    except Exception:  # any surprise in private names: the API's own call
-        pass
-    return _current_span_api
-
-
-_current_span = _span_lookup()
-
-
-def _run_id_of_span() -> int:
-    """:func:`current_run_id` for a new run, as the UUID's 128-bit value (written as text in
-    the sidecar, or when ``Run.run_id`` is read: never on the handler's path): the trace id
-    for the first run of a trace, a fresh UUIDv7 for any later one (said once per process)."""
-    global _shared_trace_said
-    context = _current_span().get_span_context()
-    if not context.is_valid:
-        return _uuid7()
-    trace_id: int = context.trace_id
-    if trace_id in _taken:
-        fresh = _uuid7()
-        if not _shared_trace_said:
-            _shared_trace_said = True
-            logger.warning(
-                "a second outbox.run() in trace %032x gets its own run id %s (the first run of a trace "
-                "takes the trace id); pass run_id= to choose. Said once.",
-                trace_id,
-                _uuid_text(fresh),
-            )
-        return fresh
-    _taken[trace_id] = None
-    if len(_taken) > _TAKEN_MAX:
-        # Another thread may be at the same line: losing that race only keeps one more id.
-        with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-            del _taken[next(iter(_taken))]
-    return trace_id
-
-
-def _uuid_text(value: int) -> str:
-    """``str(uuid.UUID(int=value))``, without building the UUID object."""
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _uuid7() -> int:
-    """A UUIDv7 as openlineage-python's ``generate_new_uuid`` builds it (48 bits of Unix
-    milliseconds, version 7, RFC 4122 variant), its 74 random bits from ``random`` rather
-    than ``secrets``: a run id must be unique, not secret, and ``random`` is reseeded in a
-    forked child.  The millisecond's part (with the version and variant bits) is made once
-    per millisecond: two big-integer operations per id instead of seven."""
-    global _uuid7_ms, _uuid7_high
-    ms = _time_ns() // 1_000_000
-    if ms != _uuid7_ms:
-        # The high part first: a thread that sees the new millisecond sees its high part
-        # (one that races this by a millisecond gets the neighbouring one: still unique).
-        _uuid7_high = (ms & 0xFFFF_FFFF_FFFF) << 80 | _UUID7_SET
-        _uuid7_ms = ms
-    return _getrandbits(76) & _UUID7_RANDOM | _uuid7_high
-
-
-_UUID7_SET = 7 << 76 | 0x8000 << 48  # the version and variant bits
-_UUID7_RANDOM = (1 << 76) - 1 & ~(0xC000 << 48)  # 12 + 62 random bits, around the variant's two
-_uuid7_ms = -1
-_uuid7_high = 0
-_time_ns = time.time_ns
-_getrandbits = random.getrandbits
-
-
 class LineageJob:
     """A job's identity and facets, prepared once for many runs.
 
@@ -384,7 +268,7 @@ class RunRecord(NamedTuple):
     def run_text(self) -> str:
         """The run id as it is written in the event."""
         rid = self.run_id
-        return rid if rid.__class__ is str else _uuid_text(rid)  # type: ignore[arg-type]
+        return rid if rid.__class__ is str else uuid_text(rid)  # type: ignore[arg-type]
 
     def to_json(self, run_text: str | None = None) -> bytes:
         """The full RunEvent as JSON: what ``Serde.to_json`` writes for the equivalent
@@ -561,7 +445,7 @@ class Run:
         self._inputs = tuple(inputs)
         self._outputs = tuple(outputs)
         # Text as given, or a UUID's value: written as text in the sidecar (or when read).
-        self._rid: str | int = run_id or _run_id_of_span()
+        self._rid: str | int = run_id or run_id_of_span()
         #: Seconds this run's lineage has cost the caller so far (construction included).
         self.overhead = _perf() - started
         job.last_run = self
@@ -570,7 +454,7 @@ class Run:
     def run_id(self) -> str:
         """The run's id: ``run_id`` as given, else the trace id (or a UUIDv7) as a UUID."""
         rid = self._rid
-        return rid if rid.__class__ is str else _uuid_text(rid)  # type: ignore[arg-type]
+        return rid if rid.__class__ is str else uuid_text(rid)  # type: ignore[arg-type]
 
     def add_input(self, dataset: DatasetRef | Any) -> None:
         self._inputs += (dataset,)
