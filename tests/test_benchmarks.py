@@ -53,6 +53,23 @@ def test_spill_writes_every_event_and_measures_its_size():
     assert row["json_bytes_per_event"] < row["disk_bytes_per_event"] < 2 * row["json_bytes_per_event"]
 
 
+@pytest.mark.parametrize(
+    ("case", "events"),
+    [("object", 7), ("dict", 7), ("bytes", 7), ("helpers", 14), ("helpers-span", 14), ("span-only", 0)],
+)
+def test_each_instructions_case_makes_its_calls(case, events):
+    # What callgrind counts (valgrind is not needed to run the child): 7 calls of the case,
+    # after the warm-up's three events (the span cases' 5,000 runs before emit nothing).
+    import subprocess
+    import sys
+
+    from outbox.tools.benchmarks.instructions import CHILD
+
+    out = subprocess.run([sys.executable, str(CHILD), case, "7"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["accepted", str(3 + events)]
+
+
 def test_kafka_against_raw_aiokafka_delivers_the_same_records():
     row = throughput.bench_kafka_vs_raw(400)
     assert row["delivered"] == row["events"] == 400

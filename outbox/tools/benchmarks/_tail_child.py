@@ -8,7 +8,9 @@ A handler thread runs ``invocations`` invocations; each one's lineage is timed:
 
 * ``objects``: two pre-built openlineage-python ``RunEvent`` objects (START, COMPLETE) emitted;
 * ``dicts``: the same events as dicts, emitted;
-* ``helpers``: ``with outbox.run(job, inputs=[s3_dataset(...)])``, building included;
+* ``helpers``: ``with outbox.run(job, inputs=[s3_dataset(...)])``, building included, as a
+  DataEngine handler runs it: in a span of its own trace (entered and left outside the timed
+  part: the runtime's work), once 5,000 traces have run (a container that has served a while);
 * ``off``: nothing (the machine's own floor: the timer, the interpreter, the scheduler);
 * ``floor`` (with ``objects`` or ``dicts``): the same events handed to :class:`MinimalEmitter`
   instead of an outbox: the least a pure-Python ``emit`` with a bound can do.
@@ -131,9 +133,7 @@ def main() -> None:
     lineage = [_pairs(kind, per_thread, f"t{t}") for t in range(threads)]
     outbox, target = _target(spec, kind, lineage, per_thread)
     if kind == "helpers":
-        from outbox import LineageJob, s3_dataset
-
-        job = LineageJob("vast-dataengine://my-tenant", "lineage-demo.lineagefn")
+        job, attach, detach, s3_dataset = _helpers_kit(outbox)
     gc.collect()
     barrier = threading.Barrier(threads)
     results: list[list[int]] = [[] for _ in range(threads)]
@@ -153,10 +153,12 @@ def main() -> None:
                 emit(complete)
                 t1 = clock()
             elif kind == "helpers":
+                token = attach(pairs[i])  # the runtime's span for this invocation
                 t0 = clock()
                 with outbox.run(job, inputs=[s3_dataset("bench-src", f"t{t}/{i}.csv")]):  # type: ignore[union-attr]
                     pass
                 t1 = clock()
+                detach(token)
             else:
                 t0 = clock()
                 t1 = clock()
@@ -213,7 +215,39 @@ def _pairs(kind: str, count: int, tag: str) -> list[tuple[Any, Any]]:
         return build_objects(count, tag)
     if kind == "dicts":
         return build_dicts(count, tag)
+    if kind == "helpers":
+        return trace_contexts(count, tag)
     return []
+
+
+def trace_contexts(count: int, tag: str) -> list[Any]:
+    """``count`` OpenTelemetry contexts, each current span in a trace of its own."""
+    from opentelemetry import trace
+
+    first = (int(tag[1:]) + 1) << 100 if tag[1:].isdigit() else 1 << 110
+    spans = [trace.NonRecordingSpan(trace.SpanContext(first + i, 1, is_remote=False)) for i in range(count)]
+    return [trace.set_span_in_context(span) for span in spans]
+
+
+def _helpers_kit(outbox: Any) -> tuple[Any, Any, Any, Any]:
+    """The job, the runtime's span calls and ``s3_dataset``, once 5,000 traces have run."""
+    from opentelemetry.context import attach, detach
+
+    from outbox import LineageJob, s3_dataset
+
+    job = LineageJob("vast-dataengine://my-tenant", "lineage-demo.lineagefn")
+    traces_before(outbox, job, 5000)
+    return job, attach, detach, s3_dataset
+
+
+def traces_before(outbox: Any, job: Any, count: int) -> None:
+    """Runs made (not entered: no events) in ``count`` traces, before the timed invocations."""
+    from opentelemetry import context
+
+    for ctx in trace_contexts(count, "before"):
+        token = context.attach(ctx)
+        outbox.run(job)
+        context.detach(token)
 
 
 def _figures(

@@ -3,19 +3,20 @@ tail, whatever the backend does.
 
 Each row is a fresh process (``_tail_child.py``) whose handler thread(s) run ``--invocations``
 invocations, each emitting a START and a COMPLETE through ``Outbox.from_env()`` with only the
-backend's address set, as a user's function does; between invocations the handler waits on its
-own I/O (``--work-us``).  Per invocation, the lineage calls are timed: p50, p99, p99.9 (and the
-first, cold invocation apart).  Each kind of event (openlineage-python objects, dicts, the run
-helpers) runs against HTTP healthy, slow (every answer after 0.5 s), down (connection refused),
-black-holed (accepts, never answers), Kafka healthy and Kafka down; beside the same handler with
-lineage off (the machine's own floor), with the sidecar idle (it sleeps while we measure), and
-with a minimal Python emitter in the outbox's place (``floor``: a method that checks the event's
-class, takes a lock and appends to a deque, nothing else): what any pure-Python ``emit`` with a
-bound costs at the tail on this machine, so that a target can be judged against it.
+backend's address set, as a user's function does; between invocations the handler waits on its own
+I/O (``--work-us``). Per invocation, the lineage calls are timed: p50, p99, p99.9 (and the first,
+cold invocation apart). Each kind of event (openlineage-python objects, dicts, the run helpers:
+each invocation in a span of its own trace, as a DataEngine handler runs) runs against HTTP
+healthy, slow (every answer after 0.5 s), down (connection refused), black-holed (accepts, never
+answers), Kafka healthy and Kafka down; beside the same handler with lineage off (the machine's own
+floor), with the sidecar idle (it sleeps while we measure), and with a minimal Python emitter in
+the outbox's place (``floor``: a method that checks the event's class, takes a lock and appends to
+a deque, nothing else): what any pure-Python ``emit`` with a bound costs at the tail on this
+machine, so that a target can be judged against it.
 
-``--library PATH`` runs the rows against another checkout's ``outbox`` (an earlier release),
-so that two versions are compared in one run.  The figures depend on the machine and on what
-else runs on it: compare within one run.
+``--library PATH`` runs the rows against another checkout's ``outbox`` (an earlier release), so
+that two versions are compared in one run. The figures depend on the machine and on what else runs
+on it: compare within one run.
 """
 
 from __future__ import annotations
