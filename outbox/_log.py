@@ -50,7 +50,8 @@ class RateLimitFilter(logging.Filter):
 
     Attached to aiokafka's loggers by the Kafka transport: with the broker down, aiokafka
     logs an ERROR for every reconnection attempt, several a second, and we promise a
-    bounded rate.
+    bounded rate.  Likewise to openlineage-python's HTTP logger when one of its token
+    providers is used: it logs an ERROR for every token it fails to fetch, one per retry.
     """
 
     def __init__(self, interval: float) -> None:

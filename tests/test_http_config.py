@@ -226,9 +226,10 @@ def test_unknown_keys_are_warned_about_and_name_and_priority_dropped(caplog):
 
 
 class TokenEndpoint:
-    """A token endpoint on loopback, as an identity provider answers (JSON with the token)."""
+    """A token endpoint on loopback, as an identity provider answers (JSON with the token), or
+    one in trouble answering ``status`` with no token and a new reason phrase each time."""
 
-    def __init__(self, field: str, token: str) -> None:
+    def __init__(self, field: str, token: str, status: int = 200) -> None:
         import json
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -240,8 +241,9 @@ class TokenEndpoint:
                 length = int(self.headers.get("Content-Length") or 0)
                 endpoint.forms.append(self.rfile.read(length).decode())
                 endpoint.authorizations.append(self.headers.get("Authorization"))
-                body = json.dumps({field: token, "expires_in": 3600}).encode()
-                self.send_response(200)
+                body = json.dumps({field: token, "expires_in": 3600} if status == 200 else {}).encode()
+                # In trouble, a reason that differs every time, as a gateway quoting a request id.
+                self.send_response(status, None if status == 200 else f"Down (request {len(endpoint.forms)})")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -414,7 +416,24 @@ def test_a_token_a_header_cannot_carry_is_never_logged_and_the_events_are_counte
         assert "tökén" not in seen
 
 
-def test_a_token_endpoint_that_fails_is_retried_without_its_credentials_in_the_log(caplog):
+OPENLINEAGE_LOGGER = "openlineage.client.transport.http"
+
+
+@pytest.fixture
+def fresh_openlineage_log_limit():
+    """The rate limit on openlineage-python's HTTP logger lasts for the process (it is added
+    once, by the first token provider built): forget what it let through, so that a test
+    expecting one of its records does not depend on which test ran before it."""
+    from outbox._log import RateLimitFilter
+
+    for kept in logging.getLogger(OPENLINEAGE_LOGGER).filters:
+        if isinstance(kept, RateLimitFilter):
+            kept._last.clear()
+
+
+def test_a_token_endpoint_that_fails_is_retried_without_its_credentials_in_the_log(
+    caplog, fresh_openlineage_log_limit
+):
     """A token endpoint that refuses connections, named with a password in its URL: the
     provider's error (which quotes the URL) reaches the outbox's log and stats redacted."""
     from outbox.tools.sink import Sink
@@ -445,3 +464,47 @@ def test_a_token_endpoint_that_fails_is_retried_without_its_credentials_in_the_l
     assert any("svc:***@127.0.0.1" in text for text in theirs)
     for seen in (logged, last_error, *theirs):
         assert "s3cret" not in seen
+
+
+@pytest.mark.parametrize("down", ["refused", "500"])
+def test_a_token_endpoint_that_stays_down_is_logged_by_openlineage_python_at_a_bounded_rate(
+    caplog, down, fresh_openlineage_log_limit
+):
+    """openlineage-python's provider logs an ERROR for every failed fetch, and the outbox asks
+    it for a token before every attempt: over 40 retries, its logger gives one record (per
+    message template and 30 s), not one per retry, still without the endpoint's password.
+    The 500s' texts differ from one attempt to the next: bounded all the same, because the
+    limit keys on the template, before the redacting filter replaces it with the text."""
+    from outbox.tools.sink import Sink
+
+    from support.helpers import refused_port
+
+    if down == "refused":
+        auth = {"type": "jwt", "apiKey": "ibm-s3cret-key"}
+        port = refused_port()
+    else:
+        auth = {"type": "oauth2", "clientId": "lineage", "clientSecret": "client-s3cret"}
+        failing = TokenEndpoint("access_token", "unused", status=500)
+        port = failing.server.server_address[1]
+    auth["tokenEndpoint"] = f"http://svc:pw-s3cret@127.0.0.1:{port}/token"
+    with Sink() as sink:
+        env = {
+            "OPENLINEAGE__TRANSPORT__TYPE": "http",
+            "OPENLINEAGE__TRANSPORT__URL": sink.url,
+            "OPENLINEAGE__TRANSPORT__AUTH": json.dumps(auth),
+        }
+        with caplog.at_level(logging.DEBUG):
+            outbox = Outbox.from_env(env, linger=0, backoff_base=0.01, backoff_cap=0.02, close_at_exit=False)
+            outbox.emit(run_event())
+            assert wait_until(lambda: outbox.stats().retried >= 40, 30)
+            outbox.close(0.5)
+        assert sink.events == []
+    retried = outbox.stats().retried
+    if down == "500":
+        failing.server.shutdown()
+        assert len(failing.forms) >= 40  # each retry did ask the endpoint
+    theirs = [r for r in caplog.records if r.name == OPENLINEAGE_LOGGER and r.levelno >= logging.ERROR]
+    assert len(theirs) == 1, f"{len(theirs)} records from {OPENLINEAGE_LOGGER} over {retried} retries"
+    text = theirs[0].getMessage()
+    assert "svc:***@127.0.0.1" in text
+    assert "s3cret" not in text

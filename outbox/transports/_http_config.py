@@ -12,6 +12,7 @@ from typing import Any
 
 from .._config import ResolvedTransport, warn_once
 from .._errors import ConfigError
+from .._log import limit_library_logs
 from ._http_settings import (
     OPENLINEAGE_FILTER,
     RedactingFilter,
@@ -181,6 +182,9 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+_OPENLINEAGE_LOGGER = "openlineage.client.transport.http"
+
+
 def _token_provider(name: str, auth: dict[str, Any]) -> Any:
     """openlineage-python's own token provider for ``auth`` (``jwt``, ``oauth2`` or a
     ``module.Class``); a ConfigError naming the setting when it cannot be built."""
@@ -202,7 +206,12 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
             f"{text} (the credentials are never logged)"
         ) from None
     RedactingFilter.secrets.update(provider_secrets(provider))
-    ol_logger = logging.getLogger("openlineage.client.transport.http")
+    # The provider logs an ERROR for every failed fetch, and the transport asks it for a token
+    # before every attempt: with its endpoint down, one per retry.  The rate limit goes first,
+    # so that it keys on the message template: the redacting filter replaces the template
+    # with the text, which quotes the endpoint's error (a request id, say: new every time).
+    limit_library_logs(_OPENLINEAGE_LOGGER)
+    ol_logger = logging.getLogger(_OPENLINEAGE_LOGGER)
     if OPENLINEAGE_FILTER not in ol_logger.filters:
         ol_logger.addFilter(OPENLINEAGE_FILTER)
     return provider
