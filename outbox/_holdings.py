@@ -58,6 +58,7 @@ class Holdings:
         "estimate",
         "exact_bytes",
         "exact_count",
+        "given_back",
         "head_seq",
         "in_flight",
         "in_flight_bytes",
@@ -98,6 +99,9 @@ class Holdings:
         self.head_seq = 0
         # The newest queued events shed under drop_newest (their sequence numbers are reused).
         self.shed_newest = 0
+        # The lowest sequence number so given back since the spill last looked (inf: none):
+        # it cannot tell from ``next_seq`` alone, which new events may have raised again.
+        self.given_back: float = _INF
         # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
         # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
         # an exact size (exact_bytes in all); the others are objects (``estimated``).
@@ -259,11 +263,17 @@ class Holdings:
         self.queue.pop()
         size = self.sizes.pop()
         self.shed_newest += 1  # its sequence number goes to the next event accepted
+        self.given_back = min(self.given_back, self.head_seq + len(self.queue) + self.beyond)
         if size:
             self.exact_bytes -= size
             self.exact_count -= 1
             return size
         return self.estimate
+
+    def take_given_back_locked(self) -> float:
+        """The lowest sequence number given back by a shed since the last call (inf: none)."""
+        low, self.given_back = self.given_back, _INF
+        return low
 
     def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
         """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the

@@ -264,13 +264,20 @@ class Spill:
             refs.popleft()
         void: int | None = None
         # Shedding takes the newest queued events back, and their sequence numbers are given
-        # again: what was written of them is void.
+        # again: what was written of them is void, and what the disk refused of them was
+        # counted (the events now under those numbers are new, to be counted if refused).
+        # The buffer keeps the lowest number given back: by now new events may have taken
+        # it and more, so ``next_seq`` may not show it.
         while refs and (refs[-1][0] - head >= len(queue) or queue[refs[-1][0] - head] is not refs[-1][1]):
             void = refs.pop()[0]
-        if buf.next_seq < self._spilled_upto and (void is None or buf.next_seq < void):
-            void = buf.next_seq
+        # (Not below the head: what left the queue since is not this write's.)
+        given_back = max(head, buf.take_given_back_locked())
+        if given_back < self._spilled_upto and (void is None or given_back < void):
+            void = int(given_back)
         if void is not None:
             self.unwritten.void(void)
+        if given_back < _INF:
+            self.unwritten.void(int(given_back))
         if self._void is not None and (void is None or self._void < void):
             void = self._void  # (one the disk refused: its events are counted already)
         if void is not None:

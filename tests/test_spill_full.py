@@ -351,3 +351,81 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
     handed_on = successor_delivers(spill, total)
     # All of them were on disk before the adopter came; the adopter died without counting anything.
     assert sorted(set(handed_on)) == list(range(total)), (child.stdout, len(set(handed_on)))
+
+
+def test_events_given_the_numbers_of_shed_ones_the_full_disk_refused_are_counted(tmp_path):
+    """With the disk full, queued events it refused (counted ``not_spilled_full``) are shed
+    from the newest by ``drop_newest`` when a huge object shows the estimate was short, and
+    their sequence numbers go to the next events accepted.  Those events are refused by the
+    full disk too: each is counted, not taken for one counted already."""
+    transport = ScriptedTransport(open_gate=False)
+    box = Outbox(
+        transport,
+        spill_dir=str(tmp_path / "spill"),
+        max_spill_bytes=SMALL,
+        max_events=1000,
+        max_bytes=256 * 1024,
+        max_batch_bytes=64 * 1024,
+        policy="drop_newest",
+        max_batch_events=1,
+        max_concurrency=1,
+        linger=0.0,
+        # Long, so that the next events come before the spill's next look: the shed must not
+        # be lost for being out of sight by then.
+        spill_interval=0.5,
+    )
+    try:
+        # The disk filled first (about 37 events of N), so that the spill does not serialize
+        # the next ones (it tries only what the room left could take): they stay objects.
+        for n in range(N):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == N)
+        total = N + 100
+        for n in range(N, total):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == total)
+        refused = spilled(box, "not_spilled_full")
+        # Measured, it raises the estimate to max_bytes: every queued object not yet measured
+        # (the refused ones) is re-priced beyond the bound and shed, the newest first.
+        assert box.emit({**run_event(run_id=RUNS[0], n=total), "pad": "x" * (2 * 1024 * 1024)})
+        assert wait_until(lambda: box.stats().dropped.get("dropped_full", 0) > 5), box.stats()
+        again = 5  # text, at its exact size: the numbers just given back
+        for n in range(total + 1, total + 1 + again):
+            assert box.emit(orjson.dumps(run_event(run_id=RUNS[n % 4], n=n)))
+        # (The huge one may have been counted before it was shed, or not.)
+        assert wait_until(lambda: spilled(box, "not_spilled_full") >= refused + again, 5), (
+            refused,
+            box.stats().spill,
+        )
+        assert spilled(box, "not_spilled_full") <= refused + again + 1, (refused, box.stats().spill)
+        report = box.close(0.3)
+    finally:
+        transport.gate.set()
+    # ``not_spilled`` is no loss: every event still ends delivered or lost, under one reason.
+    assert report.emitted == total + 1 + again, report
+    assert report.delivered + report.lost == report.emitted, report
+
+
+def test_numbers_given_back_and_taken_again_before_the_spill_looks_are_counted_anew(tmp_path):
+    """The same at the buffer's level, with the race made certain: the shed and the new
+    events under the numbers it gave back both happen between two looks of the spill, which
+    then finds ``next_seq`` where it was.  The new events the disk refuses are counted."""
+    from outbox._buffer import Buffer, Policy
+    from outbox._spill import Spill
+
+    buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, max_bytes=1200, adopt=False)  # room for two records of ~500 bytes
+    with buf.lock:
+        for n in range(5):
+            assert buf.put_locked(run_event(n=n), 0)
+    spill.tick(buf, None, 0.0, force=True)
+    written, refused = spill.stats()["written"], spill.stats()["not_spilled_full"]
+    assert (written, refused) == (2, 3), spill.stats()
+    with buf.lock:
+        assert buf.shed_locked(1) > 0  # n=4 and n=3 taken back: seqs 3 and 4 given again
+        assert buf.shed_locked(1) > 0
+        assert buf.put_locked(run_event(n=30), 0)
+        assert buf.put_locked(run_event(n=40), 0)
+    spill.tick(buf, None, 1.0, force=True)
+    assert spill.stats()["written"] == written, spill.stats()
+    assert spill.stats()["not_spilled_full"] == refused + 2, spill.stats()
