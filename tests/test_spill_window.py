@@ -49,6 +49,16 @@ def assert_each_once_in_run_order(events: list[dict], count: int) -> None:
         last[run] = n
 
 
+def emit_through_the_overflow(box: Outbox, ns: range, pace: float = 1.0) -> None:
+    """Emit the run events numbered ``ns`` (of four runs), each accepted, and every ten give
+    the sidecar its turn (up to ``pace`` seconds): it writes the overflow to disk within a
+    tick, a promise that holds while it keeps pace with emit on this shared, loaded machine."""
+    for n in ns:
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n)), box.stats().dropped
+        if n % 10 == 0:
+            wait_until(lambda: len(box._buffer.window.events) < 20, pace)
+
+
 def held_in_memory(box: Outbox) -> tuple[int, int]:
     """(events, bytes) the buffer holds in memory: its queue, in flight, the overflow."""
     buf = box._buffer
@@ -205,10 +215,7 @@ def test_per_run_order_across_a_restart_when_what_is_recovered_exceeds_the_buffe
         second = Outbox(HttpTransport(proxy.url), spill_dir=spill, max_events=200)
         assert held_in_memory(second)[0] <= 200
         assert second.stats().spill["recovered"] == 3000
-        for n in range(3000, 3400):
-            assert second.emit(run_event(run_id=RUNS[n % 4], n=n)), second.stats().dropped
-            if n % 10 == 0:  # (the sidecar's turn: an overflow is written within a tick)
-                wait_until(lambda: len(second._buffer.window.events) < 20)
+        emit_through_the_overflow(second, range(3000, 3400), pace=10.0)
         assert sink.wait_for(3400, 30), len(sink.events)
         assert second.close(10).complete
         assert second.stats().dropped == {}
@@ -535,10 +542,7 @@ def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tm
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
     try:
-        for n in range(300):
-            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
-            if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
-                wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+        emit_through_the_overflow(box, range(300))
         assert wait_until(lambda: box.stats().spill["overflow_events"] == 0, 5), box.stats().spill
         assert box.stats().spill["stretch_events"] > 100, box.stats().spill
         (segment,) = glob.glob(str(tmp_path / "spill" / "*.seg"))
@@ -571,10 +575,7 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0)
     try:
-        for n in range(300):
-            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
-            if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
-                wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+        emit_through_the_overflow(box, range(300))
         assert wait_until(lambda: box.stats().spill["stretch_events"] > 100), box.stats().spill
         transport.gate.set()
         reader = box._spill.stretch.reader
