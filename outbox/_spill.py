@@ -354,22 +354,40 @@ class Spill:
             self._spilled_upto = released.stop
         return len(released)
 
-    def cover(self, items: list[Any]) -> None:
-        """Events just taken from the buffer (``Held``, serialized) that no tick wrote yet (an
+    def cover(self, buf: Buffer, items: list[Any]) -> None:
+        """Events just taken from the buffer (``Held``, serialized) that no write took yet (an
         emit raced the last one): written now, before any transport sees them."""
         if self._closed:
             return
+        # A shed since the last write (that write's own measure, or the intake's) gave numbers
+        # back, and the events now under them may be among these: what was written at those
+        # numbers is void, and these are written anew (no later write sees them again).
+        with buf.lock:
+            given_back = buf.take_given_back_locked()
+        void = int(given_back) if given_back < self._spilled_upto else None
+        if given_back < _INF:
+            self.unwritten.void(int(given_back))
+        if self._void is not None and (void is None or self._void < void):
+            void = self._void  # (one the disk refused: ahead of this write, as in _write_new)
+        if void is not None:
+            self._spilled_upto = min(self._spilled_upto, void)
+            while self._refs and self._refs[-1][0] >= void:
+                self._refs.pop()
         fresh = [item for item in items if item.seq >= self._spilled_upto]
-        if not fresh:
+        if not fresh and void is None:
             return
         at = time.time()
-        records = [(item.seq, encode_event(item.seq, at, item.event)) for item in fresh]
+        records = [(-1, encode_void(void, at))] if void is not None else []
+        records += [(item.seq, encode_event(item.seq, at, item.event)) for item in fresh]
         wrote = self.disk.append(records, at, count=False)
-        if wrote < len(records):
+        self._void = void if void is not None and not wrote else None
+        missed = [record for record in records[wrote:] if record[0] >= 0]
+        if missed:
             # They leave the queue now: no later write can take them.  Not on disk until settled.
-            self.unwritten.hole(records[wrote][0], records[-1][0] + 1)
-            self.unwritten.count(records[wrote:])
-        self._spilled_upto = fresh[-1].seq + 1
+            self.unwritten.hole(missed[0][0], missed[-1][0] + 1)
+            self.unwritten.count(missed)
+        if fresh:
+            self._spilled_upto = fresh[-1].seq + 1
 
     def _record_progress(self, buf: Buffer) -> None:
         """Checkpoint the oldest unsettled event; delete the segments below it."""

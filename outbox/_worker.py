@@ -295,7 +295,7 @@ class Worker:
             self.spill.write(buf, self.slicer)
         items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
         if self.spill is not None:
-            self.spill.cover(items)
+            self.spill.cover(buf, items)
         self.backlog.add(items)
         return True
 
