@@ -200,8 +200,7 @@ class Spill:
         return max(0.0, self._next_scan - now)
 
     def write(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """Write what was queued since the last write, now (before a batch is taken).
-        Never raises."""
+        """Write what was queued since the last write, now (before a batch). Never raises."""
         if self._closed:
             return
         try:
@@ -433,6 +432,8 @@ class Spill:
             lowest = int(min(buf.lowest_unsettled_locked(), end))
             on_disk = held - min(held, self.unwritten.missing(self._spilled_upto, head, end, lowest))
             keep = held or buf.finalized  # finalized: see _record_progress
+            if self._void is not None and not buf.finalized:  # refused to the last: the files
+                on_disk, keep = 0, False  # hold records of events counted lost; none handed on
         # (Events adopted and not yet queued stay in their dead owner's files.)
         self.disk.close(delete=not keep)
         if not keep:
@@ -448,8 +449,7 @@ class Spill:
     # -- observability ------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """What ``Stats.spill`` shows (read without the buffer's lock: a snapshot that may be a
-        tick old)."""
+        """What ``Stats.spill`` shows (read without the lock: a snapshot, maybe a tick old)."""
         disk, window = self.disk, self.stretch.window
         marks = disk.marks
         oldest = marks[0][1] if marks else None

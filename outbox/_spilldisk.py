@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any
 
 from ._log import RateLimitedLog
-from ._spillfmt import parse
+from ._spillfmt import HEADER, parse
 
 __all__ = [
     "RETRY_AFTER",
@@ -29,6 +29,9 @@ __all__ = [
 SEGMENT_BYTES = 4 * 1024 * 1024
 #: Seconds before writing again after the disk failed.
 RETRY_AFTER = 5.0
+# Bytes of max_spill_bytes only void records may take: 64 of them (a void is one header), or
+# an eighth of a smaller max_spill_bytes.
+VOID_ROOM = 64 * HEADER
 _INF = float("inf")
 
 _DISK_ERRORS = {
@@ -65,6 +68,7 @@ class Segments:
         self.directory, self.owner, self.max_bytes, self.log = directory, owner, max_bytes, log
         # Small enough that settled segments free room well within the bound.
         self._segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
+        self.void_room = min(VOID_ROOM, max_bytes // 8)
         self._segments: deque[_Segment] = deque()
         self._current: _Segment | None = None
         self.fd = -1
@@ -98,8 +102,10 @@ class Segments:
             return 0
         room = self.max_bytes - self.disk_bytes
         fit = size = 0
-        for _, record in entries:
-            if size + len(record) > room:
+        for seq, record in entries:
+            # Events leave VOID_ROOM: a void record, which takes back records of events counted
+            # lost, fits where events no longer do (else a successor would deliver those).
+            if size + len(record) > (room if seq < 0 else room - self.void_room):
                 break
             size += len(record)
             fit += 1
@@ -156,8 +162,8 @@ class Segments:
             self._current = None
 
     def room(self) -> int:
-        """Bytes the next append may write: none while the disk is failing."""
-        return 0 if self.failing else self.max_bytes - self.disk_bytes
+        """Bytes the next append may write of events: none while the disk is failing."""
+        return 0 if self.failing else max(0, self.max_bytes - self.disk_bytes - self.void_room)
 
     @property
     def failing(self) -> bool:
