@@ -1,6 +1,7 @@
 """The HTTP transport against real servers on loopback: the sink, and a proxy that misbehaves."""
 
 import logging
+import math
 import time
 import uuid
 
@@ -10,7 +11,7 @@ from outbox import Outbox
 from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
-from outbox.transports.http import parse_retry_after, redact_url
+from outbox.transports.http import _SINGLE_SLICE, parse_retry_after, redact_url
 
 import support.spec as spec
 from support.chaos import running_time
@@ -414,9 +415,13 @@ def test_close_keeps_what_was_acknowledged_when_single_mode_runs_out_of_time(sin
     arrived = len(sink.events)
     assert report.delivered > 0
     assert report.undelivered.get("dropped_shutdown", 0) > 0
-    # Everything acknowledged is counted delivered, not lost; at most the request cut off at the
-    # deadline may have arrived unacknowledged (one at a time).
-    assert report.delivered <= arrived <= report.delivered + 1
+    # Nothing is counted delivered that did not arrive.  What arrived unacknowledged: the
+    # request cut off at the deadline (one at a time) and, when the machine lags the loop past
+    # the transport's margin so that the worker cancels its send at the deadline, what that
+    # call had acknowledged (at least once, as documented): one slice's requests, 4 here (10
+    # arrived for 8 delivered beside two CI runs and two busy processes on 2 cores).
+    per_call = math.ceil(_SINGLE_SLICE / sink.behaviour.delay) + 1
+    assert report.delivered <= arrived <= report.delivered + per_call
     assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 100
 
 
