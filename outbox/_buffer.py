@@ -70,9 +70,12 @@ class Reason:
     #: Not delivered by the close deadline, but written to the spill directory, where the
     #: next outbox to start with it adopts and delivers them (not lost: handed on).
     SPILLED_AT_CLOSE = "spilled_at_close"
-    #: With a spill, refused while the buffer overflows to disk (see ``_window``) because the
-    #: spill directory holds ``max_spill_bytes``.
+    #: With a spill, refused while the buffer overflows to disk (see ``_spill._window``)
+    #: because the spill directory holds ``max_spill_bytes``.
     DROPPED_SPILL_FULL = "dropped_spill_full"
+    #: With a spill, an event held on disk only (the memory window's stretch) whose record was
+    #: found damaged when read back, or whose files were removed under the running outbox.
+    SPILL_LOST = "spill_lost"
 
 
 class Buffer(Holdings):
@@ -167,7 +170,7 @@ class Buffer(Holdings):
     @property
     def emitted(self) -> int:
         """Events offered to an open outbox so far (accepted, or refused and counted)."""
-        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest + self.refused
+        return self.next_seq + self.refused
 
     def learn_locked(self, observed: int) -> int:
         """Take an observed mean size (of object events, serialized) into the estimate (see
@@ -291,9 +294,19 @@ class Buffer(Holdings):
         no room (nothing counted: the caller applies the policy, and counts the event with
         :meth:`drop_offered_locked` if it gives up).
         """
-        if self.window is not None:
-            return int(self.window.put(self, event, nbytes))
-        return self.queue_locked(event, nbytes)
+        window = self.window
+        if window is None:
+            return self.queue_locked(event, nbytes)
+        result = window.put(self, event, nbytes)
+        price = nbytes or self.estimate
+        if (
+            not result
+            and self.policy is Policy.DROP_OLDEST
+            and price <= self.max_bytes
+            and self._evict_for(price)
+        ):
+            result = window.put(self, event, nbytes)
+        return result
 
     def queue_locked(self, event: Any, nbytes: int) -> int:
         """:meth:`put_locked` to the queue itself."""
@@ -338,13 +351,16 @@ class Buffer(Holdings):
         self.count_locked(reason, n)
 
     def _evict_for(self, nbytes: int) -> bool:
+        """Under ``drop_oldest``: evict the oldest queued events until one of ``nbytes`` fits."""
         queue = self.queue
         evicted = 0
+        reason = self.full_reason
         while queue and not self.has_room_locked(nbytes):
-            self._popleft_locked()
+            self._popleft_locked(reason)
             evicted += 1
         if evicted:
-            self.count_locked(Reason.DROPPED_FULL, evicted)
+            self.count_locked(reason, evicted)
+            self._recompute_locked()
         return self.has_room_locked(nbytes)
 
     def shed_locked(self, nbytes: int) -> int:
@@ -355,7 +371,7 @@ class Buffer(Holdings):
         # (While the buffer overflows to the spill, the newest queued are not the newest.)
         pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
         while self.queue and freed < nbytes:
-            freed += pop()
+            freed += pop(Reason.DROPPED_FULL)
             n += 1
         if n:
             self.count_locked(Reason.DROPPED_FULL, n)
@@ -364,6 +380,16 @@ class Buffer(Holdings):
 
     def count_locked(self, reason: str, n: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def retire_beyond_locked(self, n: int, reason: str) -> int:
+        """The ``n`` events accepted beyond the queue, right after it (the stretch's first),
+        are lost (counted under ``reason``): their numbers are retired.  Returns the first."""
+        first = self.numbers.retire_next(len(self.queue), n)
+        self.beyond -= n
+        self.note_locked(first, first + n, reason)
+        self.count_locked(reason, n)
+        self._recompute_locked()
+        return first
 
     # -- worker's side --------------------------------------------------------------------
 

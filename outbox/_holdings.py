@@ -15,11 +15,12 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from itertools import accumulate, islice, repeat, starmap
-from typing import Any
+from typing import Any, Protocol
 
+from ._numbering import Journal, Numbering
 from ._serde import SerializedEvent, weight
 
-__all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "is_exact"]
+__all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "Overflow", "is_exact"]
 
 _INF = float("inf")
 
@@ -33,6 +34,26 @@ Entry = tuple[int, Any, int]
 #: the default max_events (10,000): a burst at start-up is never dropped for its estimate.
 FIRST_ESTIMATE = 4096
 _TEXT = (str, bytes, bytearray)
+
+
+class Overflow(Protocol):
+    """What the buffer asks of an overflow (the spill's memory window, ``_spill._window``):
+    admission beyond the queue's share, and what it holds."""
+
+    def put(self, buf: Any, event: Any, nbytes: int) -> int:
+        """``put_locked``'s answer for one event (0: no room, the policy applies)."""
+
+    def has_room(self, buf: Any, nbytes: int) -> bool:
+        """Whether an event of ``nbytes`` (0: an object) would be accepted now."""
+
+    def bytes(self, estimate: int) -> int:
+        """Bytes it holds in memory."""
+
+    def clear(self) -> int:
+        """Forget everything; returns how many events that was."""
+
+    def restore(self, buf: Any) -> None:
+        """Set the fast paths' bounds (``set_room_locked``) for its state."""
 
 
 def is_exact(event: Any) -> bool:
@@ -58,21 +79,21 @@ class Holdings:
         "estimate",
         "exact_bytes",
         "exact_count",
-        "given_back",
-        "head_seq",
         "in_flight",
         "in_flight_bytes",
         "in_flight_low",
+        "journal",
         "max_bytes",
         "max_events",
         "measure_here",
         "measured",
+        "numbers",
         "object_room",
         "queue",
         "room_bytes",
         "room_events",
-        "shed_newest",
         "sizes",
+        "taken_at",
         "wake_at_bytes",
         "wake_at_events",
         "wake_at_objects",
@@ -87,21 +108,23 @@ class Holdings:
         # overflow, or released to disk).
         self.room_events = max_events
         self.room_bytes = max_bytes
-        self.window: Any = None
+        self.window: Overflow | None = None
         self.beyond = 0
         # -- (end of the window's part)
         # The queue is two parallel deques rather than one of tuples, so that emit allocates
         # no object the garbage collector tracks (and never triggers a collection).  The
-        # event at queue[i] has sequence number head_seq + i; sizes[i] is its exact size, or 0
-        # for an object counted at the running ``estimate`` (emit never serializes).
+        # event at queue[i] has the sequence number ``numbers.seq_at(i)`` (``head_seq + i``
+        # unless events were shed from the tail: ``_numbering``); sizes[i] is its exact
+        # size, or 0 for an object counted at the running ``estimate`` (emit never serializes).
         self.queue: deque[Any] = deque()
         self.sizes: deque[int] = deque()
-        self.head_seq = 0
-        # The newest queued events shed under drop_newest (their sequence numbers are reused).
-        self.shed_newest = 0
-        # The lowest sequence number so given back since the spill last looked (inf: none):
-        # it cannot tell from ``next_seq`` alone, which new events may have raised again.
-        self.given_back: float = _INF
+        self.numbers = Numbering()
+        # ``numbers.pos0`` after the last take: an untake is refused if anything left the
+        # head since.
+        self.taken_at = -1
+        # The numbers settled (delivered or lost), for a durable log of them (the spill's):
+        # None, and never written, without one.
+        self.journal: Journal | None = None
         # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
         # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
         # an exact size (exact_bytes in all); the others are objects (``estimated``).
@@ -159,14 +182,36 @@ class Holdings:
         return len(self.queue) - self.exact_count
 
     @property
+    def head_seq(self) -> int:
+        """The sequence number of the oldest queued event (of the next one, if none is)."""
+        return self.numbers.head
+
+    @property
     def accepted(self) -> int:
-        """Events accepted so far: every one got the next sequence number."""
-        return self.head_seq + len(self.queue) + self.beyond + self.shed_newest
+        """Events accepted so far: every one got the next sequence number, never reused."""
+        return self.numbers.end(len(self.queue)) + self.beyond
 
     @property
     def next_seq(self) -> int:
         """The sequence number the next accepted event will get."""
-        return self.head_seq + len(self.queue) + self.beyond
+        return self.numbers.end(len(self.queue)) + self.beyond
+
+    def keep_journal_locked(self) -> None:
+        """From now on, note the numbers settled (for the spill's log)."""
+        if self.journal is None:
+            self.journal = Journal()
+
+    def note_locked(self, first: int, end: int, outcome: str) -> None:
+        """The events numbered ``first`` to ``end`` (excluded) are settled with ``outcome``
+        (``DELIVERED`` or a loss reason): in the journal, if one is kept."""
+        if self.journal is not None:
+            self.journal.note(first, end, outcome)
+
+    def note_each_locked(self, seqs: Iterable[int], outcome: str) -> None:
+        """:meth:`note_locked` for events by number."""
+        if self.journal is not None:
+            for seq in seqs:
+                self.journal.note(seq, seq + 1, outcome)
 
     @property
     def queued_bytes(self) -> int:
@@ -207,9 +252,9 @@ class Holdings:
 
     # -- the spill window's part (``_window``): it changes the accounts only through these
 
-    def attach_window(self, window: Any) -> None:
-        """Admission goes through ``window`` (``Buffer.put_locked`` hands it every event)."""
-        self.window = window
+    def attach_overflow(self, overflow: Overflow) -> None:
+        """Admission goes through ``overflow`` (``Buffer.put_locked`` hands it every event)."""
+        self.window = overflow
 
     def set_room_locked(self, room_events: int, room_bytes: int) -> None:
         """The fast paths' bounds: the window's share of the buffer, or none (0, -1) while
@@ -217,10 +262,10 @@ class Holdings:
         self.room_events, self.room_bytes = room_events, room_bytes
         self._recompute_locked()
 
-    def went_beyond_locked(self) -> None:
-        """One more event accepted beyond the queue (into the window's overflow): it has its
-        sequence number, after the queue's and before the next one's."""
-        self.beyond += 1
+    def went_beyond_locked(self, n: int) -> None:
+        """``n`` more events accepted beyond the queue (into the overflow, or adopted from a
+        dead owner into the stretch): they have the next sequence numbers."""
+        self.beyond += n
 
     def rejoin_locked(self, events: Iterable[Any], sizes: list[int]) -> None:
         """Events accepted beyond the queue (the overflow's, or read back from the spill) join
@@ -247,33 +292,34 @@ class Holdings:
         self._recompute_locked()
         return size
 
-    def _popleft_locked(self) -> int:
-        """Forget the oldest queued event; returns the bytes it counted for."""
+    def _popleft_locked(self, reason: str) -> int:
+        """Drop the oldest queued event (counted by the caller under ``reason``); returns the
+        bytes it counted for."""
         self.queue.popleft()
         size = self.sizes.popleft()
-        self.head_seq += 1
+        first = self.numbers.head
+        self.numbers.advance(1)
+        if self.journal is not None:
+            self.journal.note(first, self.numbers.head, reason)
         if size:
             self.exact_bytes -= size
             self.exact_count -= 1
             return size
         return self.estimate
 
-    def _pop_locked(self) -> int:
-        """Forget the newest queued event; returns the bytes it counted for."""
+    def _pop_locked(self, reason: str) -> int:
+        """Drop the newest queued event (counted by the caller under ``reason``: its number is
+        retired, never given again); returns the bytes it counted for."""
+        seq = self.numbers.retire_tail(len(self.queue))
         self.queue.pop()
         size = self.sizes.pop()
-        self.shed_newest += 1  # its sequence number goes to the next event accepted
-        self.given_back = min(self.given_back, self.head_seq + len(self.queue) + self.beyond)
+        if self.journal is not None:
+            self.journal.note(seq, seq + 1, reason)
         if size:
             self.exact_bytes -= size
             self.exact_count -= 1
             return size
         return self.estimate
-
-    def take_given_back_locked(self) -> float:
-        """The lowest sequence number given back by a shed since the last call (inf: none)."""
-        low, self.given_back = self.given_back, _INF
-        return low
 
     def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
         """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the
@@ -292,12 +338,12 @@ class Holdings:
             if totals[-1] > max_bytes:
                 n = max(1, bisect_right(totals, max_bytes))
                 raw, priced = raw[:n], priced[:n]
-        seq = self.head_seq
-        batch = list(zip(range(seq, seq + n), starmap(queue.popleft, repeat((), n)), priced, strict=False))
+        seqs = self.numbers.advance(n)
+        batch = list(zip(seqs, starmap(queue.popleft, repeat((), n)), priced, strict=False))
         deque(starmap(sizes.popleft, repeat((), n)), maxlen=0)  # dropped, at C speed
         objects = raw.count(0)
-        self.in_flight_low = min(self.in_flight_low, seq)
-        self.head_seq = seq + n
+        self.in_flight_low = min(self.in_flight_low, seqs[0])
+        self.taken_at = self.numbers.pos0
         self.exact_bytes -= sum(raw)
         self.exact_count -= n - objects
         self.in_flight += n
@@ -310,8 +356,9 @@ class Holdings:
         the queue, as if they had not been taken.  Returns False, changing nothing, if the
         policy has evicted newer events from the head meanwhile (then these older ones would
         have gone first: the caller drops them)."""
-        if self.head_seq != entries[-1][0] + 1:
+        if self.numbers.pos0 != self.taken_at:
             return False
+        self.taken_at = -1
         queue, sizes = self.queue, self.sizes
         size = 0
         for _, event, nbytes in reversed(entries):
@@ -323,7 +370,7 @@ class Holdings:
                 self.exact_count += 1
             else:  # an object again, counted at the estimate
                 sizes.appendleft(0)
-        self.head_seq = entries[0][0]
+        self.numbers.restore([entry[0] for entry in entries])
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
         self._recompute_locked()
@@ -337,7 +384,7 @@ class Holdings:
     def clear_locked(self) -> int:
         """Forget everything held (queued and in flight); returns how many events that was."""
         held = len(self.queue) + self.in_flight + self.beyond
-        self.head_seq += len(self.queue) + self.beyond
+        self.numbers.clear(len(self.queue), self.beyond)
         if self.window is not None:
             self.window.clear()
             self.window.restore(self)

@@ -52,14 +52,15 @@ def measure_here(buf: Buffer) -> None:
             index -= 1
         if buf.measured or index < 0:
             return
-        seq, event = buf.head_seq + index, buf.queue[index]
+        seq, event = buf.numbers.seq_at(index), buf.queue[index]
     try:
         ser = serialize(event)
     except Exception:
         return
     with buf.lock:
-        index = seq - buf.head_seq
-        if 0 <= index < len(buf.queue) and buf.queue[index] is event:
+        found = buf.numbers.index_of(seq, len(buf.queue))
+        if found is not None and buf.queue[found] is event:
+            index = found
             buf.learn_locked(buf.replace_locked(index, ser))
 
 
@@ -174,11 +175,11 @@ class Intake:
             if newest == self._sampled_seq:
                 return
             self._sampled_at, self._sampled_seq = now, newest
-            head, index = buf.head_seq, len(queue) - 1
+            index = len(queue) - 1
             stop = max(-1, index - SAMPLE_SPAN)
             while index > stop and len(picked) < SAMPLE_MOST:
                 if not sizes[index]:
-                    picked.append((head + index, queue[index]))
+                    picked.append((buf.numbers.seq_at(index), queue[index]))
                 index -= 1
         # In one stretch, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
@@ -198,9 +199,9 @@ class Intake:
             total = count = 0
             queue = buf.queue
             for seq, event, ser in done:
-                index = seq - buf.head_seq
-                if 0 <= index < len(queue) and queue[index] is event:
-                    total += buf.replace_locked(index, ser)
+                at = buf.numbers.index_of(seq, len(queue))
+                if at is not None and queue[at] is event:
+                    total += buf.replace_locked(at, ser)
                     count += 1
             if count:
                 buf.learn_locked(total // count)
@@ -227,6 +228,7 @@ class Intake:
                 if not buf.finalized and not buf.untake_locked(taken):
                     # Newer events were evicted meanwhile: these older ones would have been too.
                     buf.count_locked(Reason.DROPPED_FULL, len(taken))
+                    buf.note_each_locked((entry[0] for entry in taken), Reason.DROPPED_FULL)
                     buf.settle_locked(len(taken), sum(entry[2] for entry in taken), self.lowest_held())
             raise
 
@@ -234,7 +236,7 @@ class Intake:
         """Serialize what was taken, in slices: between two events, the GIL goes to the
         application's threads once a slice has lasted its budget."""
         ready: list[Held] = []
-        lost: dict[str, int] = {}
+        lost: dict[str, list[int]] = {}
         lost_bytes = adjust = sizes = objects = total = 0
         limit = self.max_batch_bytes
         untaken: list[Entry] = []
@@ -262,13 +264,13 @@ class Intake:
                 if estimate > limit and not is_object:
                     # Its exact size is known (at least its length in characters): too large
                     # for any batch, so never spend the time (and the GIL) parsing it.
-                    self._too_large(estimate, None, event, lost, dead)
+                    self._too_large(seq, estimate, None, event, lost, dead)
                     lost_bytes += estimate
                     continue
                 try:
                     ser = serialize(event)
                 except Exception as exc:
-                    self._invalid(exc, event, lost, dead)
+                    self._invalid(seq, exc, event, lost, dead)
                     lost_bytes += estimate
                     continue
             size = weight(ser)
@@ -279,7 +281,7 @@ class Intake:
                 if size > 2 * buf.estimate and mean > buf.estimate:
                     self._reprice_now(mean)
             if size > limit:
-                self._too_large(size, ser.body, event, lost, dead)
+                self._too_large(seq, size, ser.body, event, lost, dead)
                 lost_bytes += estimate
                 continue
             adjust += size - estimate
@@ -294,7 +296,7 @@ class Intake:
         self,
         ready: list[Held],
         untaken: list[Entry],
-        lost: dict[str, int],
+        lost: dict[str, list[int]],
         lost_bytes: int,
         adjust: int,
         mean_object: int,
@@ -307,7 +309,7 @@ class Intake:
             if buf.finalized:
                 return []
             if untaken and not buf.untake_locked(untaken):
-                lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + len(untaken)
+                lost.setdefault(Reason.DROPPED_FULL, []).extend(entry[0] for entry in untaken)
                 lost_bytes += sum(entry[2] for entry in untaken)
             buf.reprice_in_flight_locked(adjust)
             if mean_object:
@@ -318,13 +320,14 @@ class Intake:
             while over > 0 and ready:
                 dropped = ready.pop()
                 over -= dropped.size
-                lost[Reason.DROPPED_FULL] = lost.get(Reason.DROPPED_FULL, 0) + 1
+                lost.setdefault(Reason.DROPPED_FULL, []).append(dropped.seq)
                 lost_bytes += dropped.size
             if lost:
-                for reason, n in lost.items():
-                    buf.count_locked(reason, n)
+                for reason, seqs in lost.items():
+                    buf.count_locked(reason, len(seqs))
+                    buf.note_each_locked(seqs, reason)
                 lowest = min(self.lowest_held(), ready[0].seq if ready else _INF)
-                buf.settle_locked(sum(lost.values()), lost_bytes, lowest)
+                buf.settle_locked(sum(map(len, lost.values())), lost_bytes, lowest)
         return ready
 
     def _reprice_now(self, mean_object: int) -> None:
@@ -334,17 +337,25 @@ class Intake:
         with buf.lock:
             buf.learn_locked(mean_object)
 
-    def _invalid(self, exc: Exception, event: Any, lost: dict[str, int], dead: list[DeadRecord]) -> None:
+    def _invalid(
+        self, seq: int, exc: Exception, event: Any, lost: dict[str, list[int]], dead: list[DeadRecord]
+    ) -> None:
         """An event that cannot be serialized: counted ``invalid_event``, warned about, dead-lettered."""
-        lost[Reason.INVALID_EVENT] = lost.get(Reason.INVALID_EVENT, 0) + 1
+        lost.setdefault(Reason.INVALID_EVENT, []).append(seq)
         self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
         dead.append((Reason.INVALID_EVENT, str(exc), None, event))
 
     def _too_large(
-        self, size: int, body: bytes | None, event: Any, lost: dict[str, int], dead: list[DeadRecord]
+        self,
+        seq: int,
+        size: int,
+        body: bytes | None,
+        event: Any,
+        lost: dict[str, list[int]],
+        dead: list[DeadRecord],
     ) -> None:
         limit = self.max_batch_bytes
-        lost[Reason.TOO_LARGE] = lost.get(Reason.TOO_LARGE, 0) + 1
+        lost.setdefault(Reason.TOO_LARGE, []).append(seq)
         self.log.warning(
             "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", size, limit
         )

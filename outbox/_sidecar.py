@@ -264,9 +264,10 @@ class Sidecar:
             self.stopped = why or "the worker ended without being closed"
             buf = self.buffer
             with buf.lock:
+                kept = 0 if buf.finalized else self._on_disk_locked()
                 held = 0 if buf.finalized else buf.clear_locked()
-                if held:
-                    buf.count_locked(Reason.WORKER_STOPPED, held)
+                _count_held_locked(buf, held, kept, Reason.WORKER_STOPPED)
+                held -= min(held, kept)
                 buf.close_locked(Reason.WORKER_STOPPED)
             logger.error(
                 "the outbox's worker stopped (%s): %d held event(s) lost, lineage refused from now on",
@@ -383,9 +384,9 @@ class Sidecar:
             if self.report is not None:
                 return self.report
             buf.fold_side_locked()
+            kept = self._on_disk_locked()
             held = buf.clear_locked()
-            if held:
-                buf.count_locked(Reason.DROPPED_SHUTDOWN, held)
+            _count_held_locked(buf, held, kept, Reason.DROPPED_SHUTDOWN)
             buf.close_locked(final=True)
             dropped = dict(buf.dropped)
             report = CloseReport(
@@ -401,6 +402,10 @@ class Sidecar:
             self.state = State.CLOSED
         no_longer_closes_at_exit(self)
         return report
+
+    def _on_disk_locked(self) -> int:
+        """Of the events held, how many the spill holds on disk (handed on, not lost)."""
+        return self.spill.on_disk_locked(self.buffer) if self.spill is not None else 0
 
     def close_in_background(self) -> None:
         """The outbox was dropped without ``close()``: drain within ``shutdown_timeout``
@@ -442,6 +447,16 @@ class Sidecar:
             dead_letter=self.dead_letter.counts() if self.dead_letter is not None else {},
             spill=self.spill.stats() if self.spill is not None else {},
         )
+
+
+def _count_held_locked(buf: Buffer, held: int, on_disk: int, reason: str) -> None:
+    """``held`` events left at the end: ``on_disk`` of them handed on in the spill directory,
+    the rest lost under ``reason``."""
+    kept = min(held, on_disk)
+    if kept:
+        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
+    if held > kept:
+        buf.count_locked(reason, held - kept)
 
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:

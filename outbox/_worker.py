@@ -29,6 +29,7 @@ from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
 from ._intake import Intake
 from ._log import RateLimitedLog, logger
+from ._numbering import DELIVERED
 from ._retry import CircuitState, backoff_delay
 from ._sender import attempt
 from ._slices import Slicer
@@ -149,6 +150,8 @@ class Worker:
         self.closing = True
         self._deadline = min(self._deadline, deadline)
         self.dispatch.begin_close(self._deadline)
+        if self.spill is not None:
+            self.spill.begin_close()  # dead owners' events are delivered by the deadline too
         loop = asyncio.get_running_loop()
         if self._deadline_handle is not None:
             self._deadline_handle.cancel()
@@ -245,7 +248,8 @@ class Worker:
                 )
                 continue
             if self.closing and (
-                now >= self._deadline or not (self._in_flight or self.backlog or self.buffer.queue)
+                now >= self._deadline
+                or not (self._in_flight or self.backlog or self.buffer.queue or self._spill_busy())
             ):
                 # Done, or out of time: the deadline's cancellation ends the drain too, but
                 # asyncio.wait_for (3.11) can swallow a cancellation that races its timeout.
@@ -291,13 +295,16 @@ class Worker:
             if events <= 0 or nbytes <= 0:
                 self._due_in = _INF
                 return False
-        if self.spill is not None:  # on disk before it can reach a transport
-            self.spill.write(buf, self.slicer)
         items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
-        if self.spill is not None:
+        if self.spill is not None:  # on disk before any transport sees them
             self.spill.cover(buf, items)
         self.backlog.add(items)
         return True
+
+    def _spill_busy(self) -> bool:
+        """Whether the spill still holds events to read back, or dead owners' to adopt."""
+        spill = self.spill
+        return spill is not None and bool(self.buffer.beyond or spill.has_pending())
 
     def _roomy(self, window: int, window_bytes: int) -> bool:
         """Whether the buffer has room to spare for a window taken ahead: less than half full,
@@ -401,6 +408,11 @@ class Worker:
             buf.record_answer_locked(len(settled.delivered), retries)
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
+            if buf.journal is not None:
+                buf.note_each_locked((item.seq for item in settled.delivered), DELIVERED)
+                for item, outcome in settled.rejected:
+                    buf.note_locked(item.seq, item.seq + 1, outcome.reason or Reason.REJECTED_BY_BACKEND)
+                buf.note_each_locked((item.seq for item, _ in settled.poison), Reason.POISON)
             if settled_n:
                 buf.settle_locked(settled_n, settled.size, self.backlog.lowest_seq())
         if dead and self.dead_letter is not None:

@@ -237,11 +237,13 @@ def test_the_spill_windows_changes_to_the_accounts_go_through_the_buffer():
         assert buf.object_room == 100
         buf.set_room_locked(0, -1)  # overflowing: objects go the slow way, behind the overflow
         assert buf.object_room <= 0
-        buf.went_beyond_locked()
-        buf.went_beyond_locked()
-        assert (buf.accepted, buf.next_seq, len(buf.queue)) == (2, 2, 0)
+        buf.went_beyond_locked(3)
+        assert (buf.accepted, buf.next_seq, len(buf.queue)) == (3, 3, 0)
+        assert buf.retire_beyond_locked(1, Reason.DROPPED_FULL) == 0  # the first is lost
+        assert (buf.beyond, buf.next_seq, buf.dropped) == (2, 3, {"dropped_full": 1})
         buf.rejoin_locked([b'{"a":1}', {"eventType": "START"}], [7, 0])  # a text, an object
-        assert (buf.beyond, buf.accepted, list(buf.sizes)) == (0, 2, [7, 0])
+        assert (buf.beyond, buf.accepted, list(buf.sizes)) == (0, 3, [7, 0])
+        assert [buf.numbers.seq_at(i) for i in range(2)] == [1, 2]  # number 0 is not given again
         assert (buf.exact_count, buf.estimated, buf.queued_bytes) == (1, 1, 7 + 100)
         assert buf.object_room <= 0  # recomputed, still within the room set
         buf.set_room_locked(50, 50_000)

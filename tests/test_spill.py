@@ -20,8 +20,8 @@ import pytest
 
 from outbox import ConfigError, Outbox, Outcome
 from outbox._serde import SerializedEvent
-from outbox._spill import inspect_dir
-from outbox._spillfmt import EVENT, VOID, encode_event, encode_void, parse
+from outbox._spill import inspect_dir, waiting
+from outbox._spill._format import Settle, encode_event, encode_settle, file_header, parse, read_header
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
@@ -67,13 +67,23 @@ def ser(n: int) -> SerializedEvent:
     return SerializedEvent(json.dumps(run_event(run_id=RUNS[0], n=n)).encode(), RUNS[0], None)
 
 
-def test_records_round_trip_and_void():
-    data = encode_event(7, 1.5, ser(7)) + encode_void(8, 2.0) + encode_event(8, 2.5, ser(9))
-    records = list(parse(data))
-    assert [(r.kind, r.seq) for r in records] == [(EVENT, 7), (VOID, 8), (EVENT, 8)]
+def test_records_round_trip():
+    data = (
+        file_header("me")
+        + encode_event(7, 1.5, ser(7))
+        + encode_settle("other", "dropped_full", [(0, 3), (5, 9)])
+        + encode_event(8, 2.5, ser(9))
+    )
+    stream, start = read_header(data)
+    assert stream == "me"
+    records = list(parse(data, start))
+    assert [type(r).__name__ for r in records] == ["Event", "Settle", "Event"]
+    assert records[0].seq == 7
     assert records[0].event == ser(7)
     assert records[0].at == 1.5
+    assert records[1] == Settle("other", "dropped_full", [(0, 3), (5, 9)])
     assert records[2].event.body == ser(9).body
+    assert read_header(b"not a segment at all") is None
 
 
 def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
@@ -89,36 +99,34 @@ def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
     assert len(bad) == 2  # the corrupt record, the torn tail: one report each
 
 
-def test_events_shed_after_they_were_written_are_voided_and_their_numbers_reused(tmp_path):
+def test_a_shed_retires_its_numbers_and_no_successor_hands_the_shed_events_on(tmp_path):
     from outbox._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
     with buf.lock:
         for n in range(5):
             assert buf.put_locked(run_event(n=n), 0)
     spill.tick(buf, None, 0.0, force=True)
     with buf.lock:
-        assert buf.shed_locked(1) > 0  # the newest (n=4) taken back: seq 4 is given again
+        assert buf.shed_locked(1) > 0  # the newest (n=4) is shed: its number (4) is retired
         assert buf.put_locked(run_event(n=40), 0)
         assert buf.put_locked(run_event(n=41), 0)
+        assert buf.next_seq == 7  # 0-3, the shed 4, then 5 and 6: no number given twice
     spill.tick(buf, None, 1.0, force=True)
-    # What a successor would read: n=4 is gone, and seqs 4 and 5 hold the new events.
-    from outbox._spilladopt import Recovered
-    from outbox._spilldisk import owner_segments
-
-    source = Recovered(owner_segments(spill.directory, spill.owner), 0)
-    source.fill(100, 10**7)
-    recovered = list(source.ready)
-    assert [(seq, json.loads(e.body)["n"]) for seq, e in recovered] == [
+    # What a successor would hand on: n=4 is settled (dropped_full), the new ones have numbers
+    # of their own.
+    assert [(seq, json.loads(e.body)["n"]) for _, seq, e in waiting(tmp_path)] == [
         (0, 0),
         (1, 1),
         (2, 2),
         (3, 3),
-        (4, 40),
-        (5, 41),
+        (5, 40),
+        (6, 41),
     ]
+    assert buf.dropped == {"dropped_full": 1}
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -180,9 +188,9 @@ def test_close_with_the_backend_down_hands_the_events_to_the_next_outbox(tmp_pat
 
 
 def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypatch):
-    import outbox._spill
+    import outbox._spill._spill
 
-    monkeypatch.setattr(outbox._spill, "SCAN_INTERVAL", 0.1)
+    monkeypatch.setattr(outbox._spill._spill, "SCAN_INTERVAL", 0.1)
     spill = str(tmp_path / "spill")
     down = refused_url()
     # Deadlines of 3 s: a close that reports without its worker counts the spilled events as
@@ -192,14 +200,13 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     for n in range(100):
         assert first.emit(run_event(n=n))
     assert first.close().undelivered == {"spilled_at_close": 100}
-    # A successor whose buffer holds 30: it adopts all 100 at construction, a window of them
-    # in memory and the rest through its overflow to its own segments (the memory window), and
-    # closes with the backend still down.  The dead owner's files are gone; nothing is left
-    # waiting in memory.
+    # A successor whose buffer holds 30: it adopts all 100 at construction (the dead owner's
+    # directory moved into its own, read in place, a window's worth at a time), and closes with
+    # the backend still down: each of them is handed on, once.
     second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=3)
     spilled = second.stats().spill
-    assert spilled["recovering"] == 0
     assert spilled["recovered"] == 100
+    assert spilled["recovering"] + second._buffer.in_flight + len(second._buffer.queue) == 100
     assert spilled["stretch_events"] > 0
     assert second._buffer.queue.__len__() + second._buffer.in_flight <= 30
     assert second.close().undelivered == {"spilled_at_close": 100}
@@ -244,12 +251,13 @@ def test_a_close_that_reports_without_the_worker_leaves_the_spill_for_a_successo
     assert transport.entered.wait(10)  # the worker is stuck in the transport: it cannot close
     report = box.close(0.05)
     transport.release.set()
-    assert report.undelivered == {"dropped_shutdown": 10}  # counted lost by this process...
+    # Made without the worker, the report still tells what is on disk: handed on, not lost.
+    assert report.undelivered == {"spilled_at_close": 10}
     box._sidecar.finished.result(10)  # (the worker ends once the transport lets it)
     with Sink() as sink:
         successor = Outbox(HttpTransport(sink.url), spill_dir=spill)
         assert successor.close(10).complete
-        assert sorted(delivered_ns(sink)) == list(range(10))  # ...but handed on all the same
+        assert sorted(delivered_ns(sink)) == list(range(10))
 
 
 def test_delivered_events_are_forgotten_and_the_disk_bound_holds(tmp_path):
@@ -379,7 +387,7 @@ def test_a_torn_tail_left_by_a_kill_is_skipped_with_one_warning(tmp_path, caplog
     read_line(child, "spilled ")
     os.kill(child.pid, signal.SIGKILL)
     child.communicate()
-    (segment,) = spill.glob("*.seg")
+    (segment,) = spill.rglob("*.seg")
     with segment.open("r+b") as f:  # the last record cut short, as a kill mid-write leaves it
         f.truncate(segment.stat().st_size - 9)
     caplog.set_level(logging.WARNING, logger="outbox")
@@ -387,9 +395,10 @@ def test_a_torn_tail_left_by_a_kill_is_skipped_with_one_warning(tmp_path, caplog
         box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
         assert box.close(10).complete
         assert sorted(delivered_ns(sink)) == list(range(99))
-    torn = [r for r in caplog.records if "torn or corrupt" in r.getMessage()]
+        assert box.stats().spill["torn_records"] == 1
+    torn = [r for r in caplog.records if "cut short" in r.getMessage()]
     assert len(torn) == 1
-    assert str(segment) in torn[0].getMessage()
+    assert segment.name in torn[0].getMessage()
 
 
 def test_a_disk_that_fails_is_counted_warned_once_and_the_outbox_goes_on(tmp_path):
@@ -515,8 +524,8 @@ for n in range(50):
     assert box.emit(run_event(n=n))
 while box.stats().spill["written"] < 50:
     time.sleep(0.01)
-import outbox._spill
-outbox._spill.SCAN_INTERVAL = 3600  # the child must not adopt its parent's events itself
+import outbox._spill._spill
+outbox._spill._spill.SCAN_INTERVAL = 3600  # the child must not adopt its parent's events itself
 pid = os.fork()
 if pid == 0:  # the child: an outbox of its own; it lives on after its parent is killed
     null = os.open(os.devnull, os.O_WRONLY)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox._spilldisk import RETRY_AFTER
+from outbox._spill._segments import RETRY_AFTER
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -132,7 +132,7 @@ def test_a_directory_that_refuses_new_files_is_counted_as_eacces_warned_once_and
 ):
     """EACCES, from the kernel's own permission check.  The child gives up overriding file
     permissions (as root: CAP_DAC_OVERRIDE and kin; another user has nothing to give up), writes
-    its first segment, then the directory is made 0555 under it: its open segment still takes
+    its first segment, then its directory is made 0555 under it: its open segment still takes
     appends, and the first new file (the next segment, 32 KiB on: max_spill_bytes of 256 KiB)
     is refused."""
     spill = tmp_path / "spill"
@@ -150,10 +150,12 @@ def test_a_directory_that_refuses_new_files_is_counted_as_eacces_warned_once_and
                 "max_spill_bytes": 256 * 1024,
             }
         )
+        home = spill
         try:
             first = json.loads(read_line(child, "spilled "))
             assert (first["written"], first["segments"]) == (10, 1), first
-            spill.chmod(0o555)
+            (home,) = [path for path in spill.iterdir() if path.is_dir()]  # the child's own
+            home.chmod(0o555)
             refused_at = time.monotonic()
             tell(child)
             failed = json.loads(read_line(child, "failed "))
@@ -166,7 +168,7 @@ def test_a_directory_that_refuses_new_files_is_counted_as_eacces_warned_once_and
         finally:
             if child.poll() is None:
                 child.kill()
-            spill.chmod(0o755)
+            home.chmod(0o755)
         assert child.returncode == 0, err  # emit never raised (the child asserts it returned True)
         spill_stats = stats["spill"]
         assert {k for k in spill_stats if k.startswith("failed_")} == {"failed_eacces"}, spill_stats

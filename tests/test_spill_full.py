@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import orjson
 
 from outbox import Outbox, Outcome, SerializedEvent
-from outbox._spilldisk import Unwritten
-from outbox._spillfmt import HEADER
+from outbox._spill._format import HEADER
 from outbox.transports import DELIVERED
 
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -178,54 +177,12 @@ def test_events_emitted_as_the_backend_catches_up_after_a_full_spill_are_written
         box.close(5)
 
 
-class _Disk:
-    """What ``Unwritten`` needs of ``Segments``: its counts, and whether the disk fails."""
-
-    def __init__(self) -> None:
-        self.not_spilled: dict[str, int] = {}
-        self.failing = False
-
-    def count(self, reason: str, n: int) -> None:
-        self.not_spilled[reason] = self.not_spilled.get(reason, 0) + n
-
-
-def test_unwritten_counts_each_event_once_and_keeps_its_holes_until_settled():
-    disk = _Disk()
-    unwritten = Unwritten(disk)  # type: ignore[arg-type]
-    records = [(seq, b"") for seq in range(10, 15)]
-    unwritten.count(records)
-    unwritten.count(records[2:])  # tried again, refused again: not counted again
-    assert disk.not_spilled == {"spill_full": 5}
-    disk.failing = True
-    unwritten.count([(-1, b""), *[(seq, b"") for seq in range(14, 17)]])  # a void, 14 counted already
-    assert disk.not_spilled == {"spill_full": 5, "spill_failed": 2}
-    unwritten.count_range(15, 19)  # not even tried (no room): 17 and 18 are new
-    assert disk.not_spilled == {"spill_full": 5, "spill_failed": 4}
-    disk.failing = False
-    unwritten.hole(20, 25)
-    unwritten.hole(25, 30)  # next to it: one range
-    unwritten.hole(40, 45)
-    assert list(unwritten.holes) == [[20, 30], [40, 45]]
-    assert unwritten.in_holes(22, 42) == 8 + 2
-    unwritten.void(43)  # 43 on shed and given again: not a hole any more, and counted anew
-    assert list(unwritten.holes) == [[20, 30], [40, 43]]
-    assert unwritten.counted_upto == 19
-    unwritten.void(12)
-    assert list(unwritten.holes) == []
-    assert unwritten.counted_upto == 12
-    unwritten.hole(50, 60)
-    unwritten.hole(70, 80)
-    unwritten.settled(60)  # every event below 60 settled
-    assert list(unwritten.holes) == [[70, 80]]
-    assert unwritten.in_holes(0, 100) == 10
-
-
 def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_path, monkeypatch):
     """With the disk full and hundreds of events queued that it refused, a tick tries again only
     as many as the room left could take: it neither copies the queue nor encodes records it
     cannot write (the sidecar would hold the buffer's lock, and the GIL, for all of them every
     interval of the outage)."""
-    import outbox._spill as spill_module
+    import outbox._spill._disk as spill_module
 
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(
@@ -245,7 +202,7 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
         assert refused > 500, box.stats().spill  # still queued, tried again every tick
         spill = box._spill
         encoded, writes = [0], [0]
-        encode, room = spill_module.encode_event, spill.disk.room
+        encode, room = spill_module.encode_event, spill.disk.writer.room
 
         def counting_encode(*args):
             encoded[0] += 1
@@ -256,7 +213,7 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
             return room()
 
         monkeypatch.setattr(spill_module, "encode_event", counting_encode)
-        monkeypatch.setattr(spill.disk, "room", counting_room)
+        monkeypatch.setattr(spill.disk.writer, "room", counting_room)
         assert wait_until(lambda: writes[0] >= 20)
         # Less than a record's room is left (a record here is under 500 bytes): each write
         # encodes at most as many records as that room could hold if each were the smallest.
@@ -308,23 +265,22 @@ from support.helpers import ScriptedTransport, wait_until
 spill, dead = {spill!r}, {dead!r}
 box = Outbox(ScriptedTransport(open_gate=False), spill_dir=spill, max_spill_bytes={small},
              max_batch_events=1, max_concurrency=1, spill_interval=0.02)
-# Adopted, and the worker took what the full disk refused for requests (the backend hangs).
+# Adopted, all read back, and the worker took them for requests (the backend hangs).
 def taken():
     spill_stats = box.stats().spill
-    return not spill_stats["recovering"] and spill_stats["not_spilled_full"] > 0
+    return spill_stats["recovered"] == 50 and not spill_stats["recovering"] and box.stats().in_flight
 assert wait_until(taken), box.stats().spill
 time.sleep(0.5)  # ticks that would wrongly let the dead owner's files go (none may)
-print("dead owner's files left:", sorted(n for n in os.listdir(spill) if n.startswith(dead)), flush=True)
 print("written:", int(box.stats().spill["written"]), flush=True)
 os.kill(os.getpid(), 9)
 """
 
 
 def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until_on_disk(tmp_path):
-    """An outbox adopts a dead owner's events while its own spill is at max_spill_bytes: the
-    events it could not write to its own segments exist on disk only in the dead owner's files,
-    which must stay until they are written here (or delivered).  Else a SIGKILL of the adopter
-    loses them, counted nowhere: the next outbox delivers only what the adopter wrote."""
+    """An outbox adopts a dead owner's events with a spill far smaller than what it adopts:
+    they are read in place, in the dead owner's files (moved into the adopter's directory),
+    which must stay until they are delivered.  Else a SIGKILL of the adopter loses them,
+    counted nowhere."""
     import os
     import subprocess
     import sys
@@ -332,7 +288,7 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
 
     spill = str(tmp_path / "spill")
     first = Outbox(ScriptedTransport(open_gate=False), spill_dir=spill, max_events=1000, linger=0.0)
-    dead = first._spill.owner
+    dead = first._spill.home.owner
     total = 50  # about 21 KiB: beyond the adopter's 16 KiB, and fewer than the worker takes ahead
     for n in range(total):
         assert first.emit(run_event(run_id=RUNS[n % 4], n=n))
@@ -353,11 +309,11 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
     assert sorted(set(handed_on)) == list(range(total)), (child.stdout, len(set(handed_on)))
 
 
-def test_events_given_the_numbers_of_shed_ones_the_full_disk_refused_are_counted(tmp_path):
+def test_events_after_a_shed_of_ones_the_full_disk_refused_are_counted(tmp_path):
     """With the disk full, queued events it refused (counted ``not_spilled_full``) are shed
-    from the newest by ``drop_newest`` when a huge object shows the estimate was short, and
-    their sequence numbers go to the next events accepted.  Those events are refused by the
-    full disk too: each is counted, not taken for one counted already."""
+    from the newest by ``drop_newest`` when a huge object shows the estimate was short (their
+    numbers retired).  The next events accepted are refused by the full disk too: each is
+    counted."""
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(
         transport,
@@ -389,7 +345,7 @@ def test_events_given_the_numbers_of_shed_ones_the_full_disk_refused_are_counted
         # (the refused ones) is re-priced beyond the bound and shed, the newest first.
         assert box.emit({**run_event(run_id=RUNS[0], n=total), "pad": "x" * (2 * 1024 * 1024)})
         assert wait_until(lambda: box.stats().dropped.get("dropped_full", 0) > 5), box.stats()
-        again = 5  # text, at its exact size: the numbers just given back
+        again = 5  # text, at its exact size
         for n in range(total + 1, total + 1 + again):
             assert box.emit(orjson.dumps(run_event(run_id=RUNS[n % 4], n=n)))
         # (The huge one may have been counted before it was shed, or not.)
@@ -406,15 +362,16 @@ def test_events_given_the_numbers_of_shed_ones_the_full_disk_refused_are_counted
     assert report.delivered + report.lost == report.emitted, report
 
 
-def test_numbers_given_back_and_taken_again_before_the_spill_looks_are_counted_anew(tmp_path):
+def test_a_shed_and_new_events_between_two_looks_are_counted_anew(tmp_path):
     """The same at the buffer's level, with the race made certain: the shed and the new
-    events under the numbers it gave back both happen between two looks of the spill, which
-    then finds ``next_seq`` where it was.  The new events the disk refuses are counted."""
+    events both happen between two looks of the spill.  The new events (new numbers) the disk
+    refuses are counted."""
     from outbox._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(tmp_path, max_bytes=1200, adopt=False)  # room for two records of ~500 bytes
+    spill.attach(buf)
     with buf.lock:
         for n in range(5):
             assert buf.put_locked(run_event(n=n), 0)
@@ -422,7 +379,7 @@ def test_numbers_given_back_and_taken_again_before_the_spill_looks_are_counted_a
     written, refused = spill.stats()["written"], spill.stats()["not_spilled_full"]
     assert (written, refused) == (2, 3), spill.stats()
     with buf.lock:
-        assert buf.shed_locked(1) > 0  # n=4 and n=3 taken back: seqs 3 and 4 given again
+        assert buf.shed_locked(1) > 0  # n=4 and n=3 shed: their numbers retired
         assert buf.shed_locked(1) > 0
         assert buf.put_locked(run_event(n=30), 0)
         assert buf.put_locked(run_event(n=40), 0)

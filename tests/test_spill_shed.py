@@ -1,9 +1,8 @@
 """The spill and a shed from the newest that happens between the worker's last write and its
 take: the write itself serializes objects accepted at a short estimate, learns what they
-weigh, and ``drop_newest`` sheds the newest, just written; their numbers go to the next events
-accepted.  An emitter that gets in before the take has its events taken under those numbers:
-they are written (after a void record for the shed ones' old records), never left to the old
-records of events counted ``dropped_full``."""
+weigh, and ``drop_newest`` sheds the newest, just written.  Their numbers are retired (settled
+``dropped_full`` in the log), and the events an emitter queues before the take get new ones:
+the successor hands on those, never the shed ones."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from outbox._buffer import Buffer, Policy
 from outbox._intake import Intake
 from outbox._log import RateLimitedLog
 from outbox._slices import Slicer
-from outbox._spill import Spill
+from outbox._spill import Spill, waiting
 
 from support.helpers import ScriptedTransport, run_event, wait_until
 
@@ -29,12 +28,14 @@ def text(n: int) -> bytes:
     return orjson.dumps(run_event(run_id=RUN, n=n))
 
 
-def test_events_taken_under_numbers_a_shed_gave_back_since_the_write_are_written_anew(tmp_path):
+def test_events_queued_between_a_shed_and_the_take_get_new_numbers_and_are_written(tmp_path):
     """The worker's step (write, then take, then cover) with real parts, the emitter's events
-    put between the write and the take: the close counts on disk exactly what is there, and the
-    next owner adopts the new events, not the shed ones' records."""
-    buf = Buffer(max_events=100, max_bytes=8000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    put between the write and the take, after the write shed its newest: they get new numbers
+    (the shed ones' are retired), the close counts on disk exactly what is there, and the next
+    owner hands on the new events, not the shed ones."""
+    buf = Buffer(max_events=100, max_bytes=80_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
     intake = Intake(
         buf,
         max_batch_events=100,
@@ -46,36 +47,29 @@ def test_events_taken_under_numbers_a_shed_gave_back_since_the_write_are_written
         lowest_held=lambda: float("inf"),
     )
     assert buf.put(run_event(run_id=RUN, n=0), 0)
-    spill.write(buf, None)  # measured: the estimate is what a small event weighs
-    for n in range(1, 6):  # objects ten times larger, accepted at that estimate
-        assert buf.put(big(n, 3000), 0)
-    spill.write(buf, None)  # written, measured, re-priced over max_bytes: the newest shed
+    spill.tick(buf, None, 0.0, force=True)  # measured: the estimate is what a small event weighs
+    for n in range(1, 6):  # objects 100 times larger, accepted at that estimate
+        assert buf.put(big(n, 30_000), 0)
+    spill.tick(buf, None, 1.0, force=True)  # written, measured, over max_bytes: the newest shed
     shed = buf.dropped.get("dropped_full", 0)
     assert 0 < shed < 5, buf.dropped
     kept = list(range(6 - shed))
-    fresh = [20, 30]  # an emitter gets in before the take: the numbers given back
+    fresh = [20, 30]  # an emitter gets in before the take
     for n in fresh:
         assert buf.put(text(n), len(text(n)))
-    assert buf.next_seq == len(kept) + len(fresh)
+    assert buf.next_seq == 6 + len(fresh)  # (the shed ones' numbers are not given again)
     items = intake.take(100, 10**7, 10**7)
-    assert [item.seq for item in items] == list(range(len(kept) + len(fresh)))
+    assert [item.seq for item in items][: len(kept)] == list(range(len(kept)))
     spill.cover(buf, items)
     on_disk = spill.close(buf)
-
-    successor = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    adopter = Spill(tmp_path, adopt=True)
-    try:
-        adopter.attach(successor)
-        adopted = [orjson.loads(event.body)["n"] for event in successor.queue]
-    finally:
-        adopter.close(successor)
-    assert adopted == kept + fresh, (adopted, shed)
-    assert on_disk == len(adopted)
+    handed_on = [orjson.loads(event.body)["n"] for _, _, event in waiting(tmp_path)]
+    assert handed_on == kept + fresh, (handed_on, shed)
+    assert on_disk == len(handed_on)
 
 
-def test_a_close_hands_on_the_events_that_took_the_numbers_of_shed_ones_before_the_take(tmp_path):
+def test_a_close_hands_on_the_events_queued_between_a_shed_and_the_take(tmp_path):
     """The same through a real outbox: the sidecar's write before a take finds objects larger
-    than estimated and sheds the newest, one that was just written; an emit gets in before the
+    than estimated and sheds the newest, one that was just written; emits get in before the
     take.  The close counts ``spilled_at_close`` exactly what the next outbox delivers, and
     the shed event (``dropped_full``) is not among it."""
     spill_dir = str(tmp_path / "spill")
@@ -93,25 +87,25 @@ def test_a_close_hands_on_the_events_that_took_the_numbers_of_shed_ones_before_t
     )
     spill = box._spill
     assert spill is not None
-    write = spill.write
+    tick = spill.tick
     armed, fired = [False], [False]
     small = list(range(1, 6))
     huge = 9  # measured, over max_bytes: shed at once, the newest
     fresh = [20, 21]
 
-    def write_then_emit(buf, slicer):  # type: ignore[no-untyped-def]
+    def tick_then_emit(buf, slicer, now, force=False):  # type: ignore[no-untyped-def]
         if not armed[0]:
-            return write(buf, slicer)
+            return tick(buf, slicer, now, force)
         armed[0] = False
         for n in small:  # objects, queued behind the sidecar's back (it is here)
             assert box.emit(run_event(run_id=RUN, n=n))
         assert box.emit(big(huge, 100 * 1024))
-        write(buf, slicer)
+        tick(buf, None, now, True)  # (no hand-offs: the intake's sampling does not get in)
         for n in fresh:  # a handler's emits, between this write and the take
             assert box.emit(text(n))
         fired[0] = True
 
-    spill.write = write_then_emit  # type: ignore[method-assign]
+    spill.tick = tick_then_emit  # type: ignore[method-assign]
     try:
         assert box.emit(run_event(run_id=RUN, n=0))
         assert wait_until(lambda: box.stats().spill["written"] >= 1), box.stats().spill

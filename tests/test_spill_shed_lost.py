@@ -1,16 +1,18 @@
-"""Events counted lost (``dropped_full``, ``dropped_spill_full``) whose records are on disk above
-the checkpoint: the next outbox over the same ``spill_dir`` must not deliver them as well
-(counted lost *and* delivered).  Found by a hostile review; the last is a known gap, an
-expected failure until the spill can record a settled range (see docs/operations.md)."""
+"""Events counted lost (``dropped_full``) whose records are on disk: the next outbox over the
+same ``spill_dir`` must not deliver them as well (counted lost *and* delivered).  Each is
+settled in the log, in the room ``max_spill_bytes`` keeps for settlements; if even that cannot
+be written, the close hands nothing on."""
 
 from __future__ import annotations
 
-import orjson
-import pytest
+from pathlib import Path
 
-import outbox._spilldisk
+import orjson
+
+import outbox._spill._segments
 from outbox._buffer import Buffer, Policy
-from outbox._spill import Spill
+from outbox._spill import Spill, waiting
+from outbox._spill._format import Settle, encode_settle, parse, read_header
 
 from support.helpers import run_event
 
@@ -25,90 +27,90 @@ def text(n: int) -> bytes:
     return orjson.dumps(run_event(run_id=RUN, n=n))
 
 
-def adopt(directory: object) -> list[int]:
-    """What a real successor adopts from ``directory`` (the ``n`` of each event, in order)."""
-    successor = Buffer(max_events=1000, max_bytes=10**8, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    adopter = Spill(directory, adopt=True)  # type: ignore[arg-type]
-    try:
-        adopter.attach(successor)
-        return [orjson.loads(event.body)["n"] for event in successor.queue]
-    finally:
-        adopter.close(successor)
+def handed_on(directory: object) -> list[int]:
+    """What a successor would hand on from ``directory`` (the ``n`` of each event, in order)."""
+    return [orjson.loads(event.body)["n"] for _, _, event in waiting(directory)]  # type: ignore[arg-type]
 
 
 def _shed_on_write(directory: object, max_bytes: int) -> tuple[Buffer, Spill]:
     """A write that serializes five objects accepted at a short estimate, writes them, and
     learns their size: drop_newest sheds the newest of them, just written."""
-    buf = Buffer(max_events=100, max_bytes=8000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    buf = Buffer(max_events=100, max_bytes=16000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(directory, max_bytes=max_bytes, adopt=False)  # type: ignore[arg-type]
+    spill.attach(buf)
     assert buf.put(run_event(run_id=RUN, n=0), 0)
-    spill.write(buf, None)  # measured: the estimate is what a small event weighs
+    spill.tick(buf, None, 0.0, force=True)  # measured: the estimate is what a small event weighs
     for n in range(1, 6):
         assert buf.put(big(n, 3000), 0)
-    spill.write(buf, None)
+    spill.tick(buf, None, 1.0, force=True)
     return buf, spill
 
 
-def test_events_leave_room_for_a_void_so_the_successor_adopts_no_shed_event(tmp_path):
-    """max_spill_bytes is what the six records take: events no longer take the last VOID_ROOM
-    bytes, so the void record of the write that sheds the newest (their records just written)
-    fits, with the backend down and nothing freed before the close.  The close counts the kept
-    events on disk and the shed ones dropped_full; the successor adopts the kept ones only."""
-    probe, probe_spill = _shed_on_write(tmp_path / "probe", 10**9)
-    exact = probe_spill.disk.disk_bytes  # the six records, byte for byte (same events)
-    probe_spill.close(probe)
+def _event_bytes(directory: object) -> int:
+    """What the six records of ``_shed_on_write`` take on disk, the file's header included
+    (the settlements it wrote left out)."""
+    probe, spill = _shed_on_write(directory, 10**9)
+    (path,) = Path(str(directory)).rglob("*.seg")
+    data = path.read_bytes()
+    header = read_header(data)
+    assert header is not None
+    settles = [r for r in parse(data, header[1]) if isinstance(r, Settle)]
+    spill.close(probe)
+    return len(data) - sum(len(encode_settle(r.stream, r.outcome, r.ranges)) for r in settles)
 
-    buf, spill = _shed_on_write(tmp_path / "spill", exact)
-    assert 0 < buf.dropped.get("dropped_full", 0) < 5, buf.dropped
+
+def test_a_shed_of_events_on_disk_is_settled_in_the_room_kept_for_settlements(tmp_path):
+    """max_spill_bytes is what the six records take plus the eighth kept for settlements: the
+    settlement of the events the write shed fits, with the backend down and nothing freed
+    before the close.  The close counts the kept events on disk and the shed ones dropped_full;
+    the successor hands on the kept ones only."""
+    events = _event_bytes(tmp_path / "probe")
+    buf, spill = _shed_on_write(tmp_path / "spill", -(-events * 8 // 7) + 64)
+    assert spill.stats()["written"] == 6
+    shed = buf.dropped.get("dropped_full", 0)
+    assert 0 < shed < 5, buf.dropped
     kept = [orjson.loads(event.body)["n"] for event in buf.queue]
     on_disk = spill.close(buf)  # counted spilled_at_close by the outbox, the rest lost
-    assert spill._void is None  # written
-    adopted = adopt(tmp_path / "spill")
-    # Before: [0, 1, 2, 3, 4, 5] adopted, with 3, 4 and 5 counted dropped_full too.
-    assert adopted == kept[: len(adopted)], (adopted, kept, buf.dropped)
-    assert len(adopted) == on_disk > 0
+    assert not spill.disk.unsettled  # written
+    # Before the log: [0, 1, 2, 3, 4, 5] handed on, the shed ones counted dropped_full too.
+    assert handed_on(tmp_path / "spill") == kept
+    assert on_disk == len(kept) == 6 - shed
 
 
-def test_a_void_the_disk_refuses_to_the_last_hands_nothing_on(tmp_path, monkeypatch):
-    """The same with no room left for voids either (VOID_ROOM spent): the void stays unwritten
-    through the close, so the files hold records of events counted lost.  The close hands on
-    none of them (every held event is counted lost), and leaves nothing to adopt."""
-    monkeypatch.setattr(outbox._spilldisk, "VOID_ROOM", 0)
-    probe, probe_spill = _shed_on_write(tmp_path / "probe", 10**9)
-    exact = probe_spill.disk.disk_bytes
-    probe_spill.close(probe)
-
-    buf, spill = _shed_on_write(tmp_path / "spill", exact)
+def test_a_settlement_the_disk_refuses_to_the_last_hands_nothing_on(tmp_path, monkeypatch):
+    """The same with no room kept for settlements and the six records filling the disk: the
+    settlement stays unwritten through the close, so the files hold records of events counted
+    lost.  The close hands on none of them (every held event is counted lost), and leaves
+    nothing to adopt."""
+    monkeypatch.setattr(outbox._spill._segments, "SETTLE_ROOM", 0)
+    events = _event_bytes(tmp_path / "probe")
+    buf, spill = _shed_on_write(tmp_path / "spill", events)
     assert spill.stats()["written"] == 6
     assert 0 < buf.dropped.get("dropped_full", 0) < 5, buf.dropped
-    assert spill.close(buf) == 0  # its last write's void is refused: the six records fill it
-    assert spill._void is not None
-    # Before: [0, 1, 2, 3, 4, 5] adopted, of which the shed ones were counted dropped_full.
-    assert adopt(tmp_path / "spill") == []
+    assert spill.close(buf) == 0  # the settlement is refused: the six records fill the disk
+    assert spill.disk.unsettled
+    assert handed_on(tmp_path / "spill") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: drop_oldest evicts queued events already on disk while an older event "
-    "is in flight; the checkpoint (the oldest unsettled) stays below them, no record says they "
-    "settled, and the successor delivers events counted dropped_full",
-)
-def test_drop_oldest_evicting_written_events_behind_one_in_flight_hands_them_on(tmp_path):
-    """A real Buffer and Spill, no window: six events written, two taken (in flight, the backend
-    does not answer), two more emitted: drop_oldest evicts 2 and 3 (dropped_full).  The close
-    counts the six held on disk; the successor must adopt those six, not the evicted two too."""
+def test_drop_oldest_evicting_written_events_behind_one_in_flight_settles_them(tmp_path):
+    """A real Buffer and Spill: three events written, two taken (in flight, the backend does not
+    answer), three more overflow the window and fill the buffer (6); the next emit makes
+    drop_oldest evict event 2, on disk (dropped_full), and the one after finds nothing to evict
+    (refused: dropped_full).  The close counts the six held on disk; the successor hands on those
+    six, not the evicted one too."""
     buf = Buffer(max_events=6, max_bytes=10**7, policy=Policy.DROP_OLDEST, block_timeout=0.0)
     spill = Spill(tmp_path, adopt=False)
-    for n in range(6):
+    spill.attach(buf)
+    for n in range(3):
         assert buf.put(text(n), len(text(n)))
-    spill.write(buf, None)
+    spill.tick(buf, None, 0.0, force=True)
     with buf.lock:
         assert [seq for seq, _, _ in buf.take_locked(2, 10**7)] == [0, 1]
-    for n in (6, 7):
+    for n in range(3, 7):
         assert buf.put(text(n), len(text(n)))
-    assert buf.dropped == {"dropped_full": 2}
+    assert not buf.put(text(7), len(text(7)))
+    assert buf.dropped == {"dropped_full": 2}, buf.dropped
     on_disk = spill.close(buf)
     assert on_disk == 6
-    adopted = adopt(tmp_path)
-    # Observed: [0, 1, 2, 3, 4, 5, 6, 7]: 2 and 3 counted dropped_full and handed on.
-    assert sorted(adopted) == [0, 1, 4, 5, 6, 7], adopted
+    # Before the log: 2 was counted dropped_full and handed on as well.
+    assert sorted(handed_on(tmp_path)) == [0, 1, 3, 4, 5, 6]

@@ -16,7 +16,8 @@ import pytest
 
 from outbox import Outbox
 from outbox._serde import serialize, weight
-from outbox._spillfmt import parse
+from outbox._spill import waiting
+from outbox._spill._format import parse, read_header
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -278,12 +279,12 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
             event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": pad}}
             assert first.emit(event)
         assert first.close().undelivered == {"spilled_at_close": count}
-    on_disk = sum(p.stat().st_size for p in spill.glob("*.seg"))
+    on_disk = sum(p.stat().st_size for p in spill.rglob("*.seg"))
     # (Once, in CI beside busy processes and the e2e suite on 3.12, 3,200,420 bytes were found
     # here where 4.9 MB are written: exactly the size of seqs 0-373 and 1,250-2,499, as if the
     # overflow's release had passed the queue's 374-1,249 (see the test of events queued while
     # the sidecar writes).  What the directory and the accounts held is named if it comes back.)
-    listing = sorted((p.name, p.stat().st_size) for p in spill.iterdir())
+    listing = sorted((p.name, p.stat().st_size) for p in spill.rglob("*"))
     assert on_disk > 4 * 1024 * 1024, (on_disk, listing, first.stats().spill)
     with Sink() as sink:
         tracemalloc.start()
@@ -331,8 +332,6 @@ def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_
     the adoption test above: seqs 374-1,249, the queue's window after a write of 374.)"""
     from outbox._buffer import Buffer, Policy
     from outbox._spill import Spill
-    from outbox._spilladopt import Recovered
-    from outbox._spilldisk import owner_segments
 
     buf = Buffer(max_events=20, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(tmp_path, adopt=False)
@@ -345,9 +344,7 @@ def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_
     with buf.lock:
         assert (len(buf.queue), buf.beyond) == (10, 5)
     assert spill.close(buf)  # "every event held is on disk"
-    source = Recovered(owner_segments(spill.directory, spill.owner), 0)
-    source.fill(100, 10**7)
-    on_disk = [(seq, orjson.loads(e.body)["n"]) for seq, e in source.ready]
+    on_disk = [(seq, orjson.loads(e.body)["n"]) for _, seq, e in waiting(tmp_path)]
     assert on_disk == [(n, n) for n in range(15)]
 
 
@@ -450,7 +447,7 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
     the handlers' threads of the GIL), warns, and reads the stretch back once the disk does."""
     import errno
 
-    from outbox import _spillstretch
+    import outbox._spill._spill as spill_module
 
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
@@ -465,22 +462,22 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
                 wait_until(lambda: box.stats().spill["overflow_events"] == 0, 2)
         assert box.stats().spill["stretch_events"] >= 40, box.stats().spill
         reads = 0
-        real_read = stretch.reader.read
+        real_read = stretch.read
 
         def failing_read(*args: object, **kwargs: object) -> object:
             nonlocal reads
             reads += 1
             raise OSError(errno.EIO, "Input/output error")
 
-        stretch.reader.read = failing_read
+        stretch.read = failing_read  # type: ignore[method-assign]
         transport.gate.set()  # the queue and what is in flight are delivered: room to read back
         assert wait_until(lambda: not buf.queue and not buf.in_flight and reads >= 1), (reads, len(buf.queue))
         began, cpu = time.monotonic(), sidecar_cpu(box)
         time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
         used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began
-        assert reads <= 1 + wall / _spillstretch.READ_AGAIN_AFTER + 1, reads
+        assert reads <= 1 + wall / spill_module.READ_AGAIN_AFTER + 1, reads
         assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, to read again"
-        stretch.reader.read = real_read
+        stretch.read = real_read  # type: ignore[method-assign]
         accepted = box.stats().accepted
         assert transport.wait_delivered(accepted, 30), (len(transport.delivered), accepted)
         report = box.close(10)
@@ -536,7 +533,7 @@ def test_emit_async_under_block_counts_a_refusal_for_a_full_spill_as_emit_does(t
 
 def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tmp_path):
     """The stretch on disk, its newest record corrupt (a bad sector, a byte flipped): once the
-    backend answers, that event is counted ``invalid_event`` and everything else delivered, as
+    backend answers, that event is counted ``spill_lost`` and everything else delivered, as
     for a corrupt record in the middle of the stretch (where the next record's sequence number
     shows the gap).  At the stretch's end no record follows: the reader used to find nothing
     more and read again every second for ever, ``flush`` timing out with a healthy backend and
@@ -547,10 +544,12 @@ def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tm
         emit_through_the_overflow(box, range(300))
         assert wait_until(lambda: box.stats().spill["overflow_events"] == 0, 5), box.stats().spill
         assert box.stats().spill["stretch_events"] > 100, box.stats().spill
-        (segment,) = glob.glob(str(tmp_path / "spill" / "*.seg"))
+        (segment,) = glob.glob(str(tmp_path / "spill" / "*" / "*.seg"))
         with open(segment, "rb") as f:
             data = bytearray(f.read())
-        records = [r for r in parse(bytes(data)) if not isinstance(r, int)]
+        header = read_header(bytes(data))
+        assert header is not None
+        records = [r for r in parse(bytes(data), header[1]) if not isinstance(r, int)]
         assert records[-1].seq == 299  # the newest event, on the stretch
         data[len(data) - 5] ^= 0xFF  # a byte of its body: its checksum no longer matches
         with open(segment, "r+b") as f:
@@ -558,12 +557,13 @@ def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tm
         transport.gate.set()
         assert box.flush(5), box.stats()
         stats = box.stats()
-        assert stats.dropped == {"invalid_event": 1}, stats
+        assert stats.dropped == {"spill_lost": 1}, stats
         assert stats.delivered == 299, stats
+        assert stats.spill["lost_records"] == 1, stats.spill
     finally:
         transport.gate.set()
         report = box.close(5)
-    assert report.undelivered == {"invalid_event": 1}, report
+    assert report.undelivered == {"spill_lost": 1}, report
 
 
 def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_path):
@@ -580,9 +580,17 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
         emit_through_the_overflow(box, range(300))
         assert wait_until(lambda: box.stats().spill["stretch_events"] > 100), box.stats().spill
         transport.gate.set()
-        reader = box._spill.stretch.reader
-        assert wait_until(lambda: reader._fd >= 0), "the stretch is being read back"
-        assert not [v for v in vars(reader).values() if isinstance(v, io.IOBase)], vars(reader)
+        runs = box._spill.stretch.runs
+
+        def reading():
+            return runs and runs[0].reader is not None and runs[0].reader.fd >= 0
+
+        assert wait_until(reading), "the stretch is being read back"
+        run = runs[0]
+        segment = run.reader
+        assert segment is not None
+        assert not [v for v in vars(segment).values() if isinstance(v, io.IOBase)], vars(segment)
+        assert not [getattr(run, name) for name in run.__slots__ if isinstance(getattr(run, name), io.IOBase)]
         assert box.flush(10)
     finally:
         transport.gate.set()

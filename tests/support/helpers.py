@@ -138,7 +138,7 @@ def segment_bytes(folder: Any) -> int:
     """What a spill directory's segment files weigh now: a segment the sidecar deletes between
     the listing and its ``stat`` weighs nothing (it is gone)."""
     total = 0
-    for path in folder.glob("*.seg"):
+    for path in folder.rglob("*.seg"):
         with contextlib.suppress(FileNotFoundError):
             total += path.stat().st_size
     return total

@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import outbox._spill
+import outbox._spill._spill
 from outbox import Outbox
 from outbox.transports import HttpTransport
 
@@ -58,7 +58,7 @@ def main() -> None:
         drop_dac()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(message)s")
     if "scan_interval" in cfg:
-        outbox._spill.SCAN_INTERVAL = cfg["scan_interval"]
+        outbox._spill._spill.SCAN_INTERVAL = cfg["scan_interval"]
     if "fsize" in cfg:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["fsize"], cfg["fsize"]))

@@ -1,5 +1,5 @@
 """The memory window: with a spill, a backend outage longer than the buffer goes to disk, not
-to ``dropped_full``.
+to ``dropped_full``.  This is the buffer's *overflow* (the protocol ``_buffer.Overflow``).
 
 Without a spill the buffer's queue is the whole story: when it is full the policy applies.
 With one, the queue (and what is in flight) keeps only a *window*, half of
@@ -8,21 +8,22 @@ With one, the queue (and what is in flight) keeps only a *window*, half of
 * from then on every accepted event is appended (by ``emit``, O(1), in memory, under the
   buffer's one lock, as ever) to a second, small deque, the *overflow*, never to the queue;
 * the sidecar's spill, at its next tick (woken early by ``emit`` once the overflow holds
-  ``wake_at`` events), serializes the overflow, appends it to its segment, and *releases* what
-  was written: the events leave memory, and only their count stays, ``disk`` (the *stretch*:
-  the sequence numbers right after the queue's last);
+  ``wake_at`` events), writes the overflow to its segment and *releases* what was written:
+  the events leave memory, and only their count stays, ``disk`` (the *stretch*: the sequence
+  numbers right after the queue's last);
 * as the worker takes from the queue and the window has room again, the spill reads the
   stretch back from disk, in order, a window's worth at a time, and appends it to the queue;
   once the stretch is empty the overflow (what the disk did not take: full, or failing) joins
   the queue in memory; once both are empty the overflow ends and ``emit`` appends to the queue
   again.
 
-So the order is always queue < stretch (on disk) < overflow: per-run order holds because the
-sequence numbers do, and ``emit`` never touches the disk nor does more than one append.  Memory
-holds at most ``max_events`` / ``max_bytes`` (the queue's window, in flight, the overflow);
-the disk holds the stretch, up to ``max_spill_bytes``.  Only when the overflow is full (the
-disk full, failing, or the sidecar behind by half the buffer) does the
-policy apply, counted ``dropped_spill_full`` when the disk reached ``max_spill_bytes``, else
+Events adopted from a dead owner join the stretch too (their files read in place), ahead of
+anything accepted after them.  So the order is always queue < stretch (on disk) < overflow by
+sequence number: per-run order holds because the numbers do, and ``emit`` never touches the
+disk nor does more than one append.  Memory holds at most ``max_events`` / ``max_bytes`` (the
+queue's window, in flight, the overflow); the disk holds the stretch.  Only when the overflow
+is full (the disk full, failing, or the sidecar behind by half the buffer) does the policy
+apply, counted ``dropped_spill_full`` when the disk reached ``max_spill_bytes``, else
 ``dropped_full``; ``drop_oldest`` then evicts the oldest queued events (never those of the
 stretch: they are the next to go, and on disk).
 
@@ -37,7 +38,7 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-from ._buffer import Buffer, Policy
+from .._buffer import Buffer
 
 __all__ = ["Window"]
 
@@ -64,15 +65,18 @@ class Window:
         self.share_bytes = max(1, buf.max_bytes // 2)
         self.wake_at = max(1, min(64, buf.max_events // 16))
         self.active = False
-        #: False while the disk fails: then, unless already overflowing, the buffer is memory only.
+        #: False while the disk fails or is full: then, unless already overflowing, the buffer
+        #: is memory only.
         self.usable = True
         self.events: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.exact_bytes = self.exact_count = 0
-        #: Events of the stretch: written, released from memory, to be read back.
+        #: Events of the stretch: on disk only, to be read back.
         self.disk = 0
-        buf.attach_window(self)
+        buf.attach_overflow(self)
         self.restore(buf)
+
+    # -- the buffer's protocol (``_buffer.Overflow``) ----------------------------------------
 
     def restore(self, buf: Buffer) -> None:
         """The fast paths' bounds: the window, or none while overflowing."""
@@ -84,60 +88,64 @@ class Window:
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
 
-    def fits_queue(self, buf: Buffer, nbytes: int) -> bool:
-        """Whether an event fits the queue's window."""
-        return len(buf.queue) + buf.in_flight < self.share_events and (
-            buf.held_bytes_locked() + (nbytes or buf.estimate) <= self.share_bytes
-        )
-
-    def can_refill(self, buf: Buffer) -> bool:
-        """Whether the queue's window has room to read the stretch back into, by count and by
-        bytes (what ``Spill._refill`` needs to read anything): while what is in flight fills
-        its bytes, nothing can come back before the backend answers."""
-        return len(buf.queue) + buf.in_flight < self.share_events and (
-            buf.held_bytes_locked() < self.share_bytes
-        )
-
     def has_room(self, buf: Buffer, nbytes: int) -> bool:
         if not self.active:
-            return self.fits_queue(buf, nbytes) or (self.usable and self._fits(buf, nbytes or buf.estimate))
+            return self._fits_queue(buf, nbytes) or (self.usable and self._fits(buf, nbytes or buf.estimate))
         return self._fits(buf, nbytes or buf.estimate)
-
-    def _fits(self, buf: Buffer, price: int) -> bool:
-        held = buf.held_bytes_locked() + self.bytes(buf.estimate)
-        n = len(self.events) + len(buf.queue) + buf.in_flight
-        return n < buf.max_events and held + price <= buf.max_bytes
 
     def put(self, buf: Buffer, event: Any, nbytes: int) -> int:
         """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
-        overflow.  Returns 1, 2 (wake the worker) or 0 (no room: the caller counts it)."""
+        overflow.  Returns 1, 2 (wake the worker) or 0 (no room: the buffer applies its policy)."""
         if not self.active:
-            if self.fits_queue(buf, nbytes) or not self.usable:
+            if self._fits_queue(buf, nbytes) or not self.usable:
                 return buf.queue_locked(event, nbytes)
-            self.active = True
-            self.restore(buf)
-        price = nbytes or buf.estimate
-        if not self._fits(buf, price):
-            if buf.policy is not Policy.DROP_OLDEST or not buf.queue:
-                return 0
-            evicted = 0
-            while buf.queue and not self._fits(buf, price):
-                buf._popleft_locked()
-                evicted += 1
-            buf.count_locked(buf.full_reason, evicted)
-            buf._recompute_locked()
-            if not self._fits(buf, price):
-                return 0
+            self.activate(buf)
+        if not self._fits(buf, nbytes or buf.estimate):
+            return 0
         self.events.append(event)
         self.sizes.append(nbytes)
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        buf.went_beyond_locked()
+        buf.went_beyond_locked(1)
         n = len(self.events)
         # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
         # going while the overflow holds that many): not on every emit of an outage.
         return 2 if n == 1 or n % self.wake_at == 0 else 1
+
+    def clear(self) -> int:
+        n = len(self.events) + self.disk
+        self.events.clear()
+        self.sizes.clear()
+        self.exact_bytes = self.exact_count = self.disk = 0
+        self.active = False
+        return n
+
+    # -- the spill's side ---------------------------------------------------------------------
+
+    def activate(self, buf: Buffer) -> None:
+        """Overflow from now on: every event accepted goes behind the stretch."""
+        self.active = True
+        self.restore(buf)
+
+    def _fits_queue(self, buf: Buffer, nbytes: int) -> bool:
+        """Whether an event fits the queue's window."""
+        return len(buf.queue) + buf.in_flight < self.share_events and (
+            buf.held_bytes_locked() + (nbytes or buf.estimate) <= self.share_bytes
+        )
+
+    def room(self, buf: Buffer) -> tuple[int, int]:
+        """What the queue's window has room for, by count and by bytes: what reading the
+        stretch back may bring (nothing while in flight fills its bytes)."""
+        return (
+            self.share_events - len(buf.queue) - buf.in_flight,
+            self.share_bytes - buf.held_bytes_locked(),
+        )
+
+    def _fits(self, buf: Buffer, price: int) -> bool:
+        held = buf.held_bytes_locked() + self.bytes(buf.estimate)
+        n = len(self.events) + len(buf.queue) + buf.in_flight
+        return n < buf.max_events and held + price <= buf.max_bytes
 
     def release(self, n: int) -> None:
         """The oldest ``n`` of the overflow are on disk: forget them here."""
@@ -150,15 +158,13 @@ class Window:
                 self.exact_count -= 1
         self.disk += n
 
-    def to_queue(self, buf: Buffer, n: int) -> int:
-        """With the stretch empty: move up to ``n`` of the overflow to the queue, in memory
-        (what the disk would not take), as many as fit the queue's window (``fits_queue``,
-        event by event).  Returns how many."""
-        room = min(n, len(self.events), self.share_events - len(buf.queue) - buf.in_flight)
-        room_bytes = self.share_bytes - buf.held_bytes_locked()
+    def to_queue(self, buf: Buffer) -> int:
+        """With the stretch empty: move the overflow to the queue, in memory (what the disk
+        would not take), as much as fits the queue's window.  Returns how many."""
+        room, room_bytes = self.room(buf)
         estimate = buf.estimate
         take = 0
-        for size in islice(self.sizes, max(0, room)):
+        for size in islice(self.sizes, max(0, min(room, len(self.events)))):
             room_bytes -= size or estimate
             if room_bytes < 0:
                 break
@@ -177,11 +183,3 @@ class Window:
         if self.active and not self.disk and not self.events:
             self.active = False
             self.restore(buf)
-
-    def clear(self) -> int:
-        n = len(self.events) + self.disk
-        self.events.clear()
-        self.sizes.clear()
-        self.exact_bytes = self.exact_count = self.disk = 0
-        self.active = False
-        return n
