@@ -397,6 +397,7 @@ class Sidecar:
                 timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0
                 or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
                 members=members,
+                spill_left=self.spill.left() if self.spill is not None else {},
             )
             self.report = report
             self.state = State.CLOSED

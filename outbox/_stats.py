@@ -105,6 +105,11 @@ class CloseReport:
     #: outbox's ``delivered`` counts the events handed to every member; each member's own
     #: ``delivered`` and losses are here.
     members: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: With a spill: what was left in the spill directory beyond this outbox's own events
+    #: (``spilled_at_close``): ``events`` of processes that are gone, found but not taken in by
+    #: the deadline, and ``owners``, such processes whose files could not be taken over.  The
+    #: next outbox started with the directory delivers them.
+    spill_left: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:
@@ -112,10 +117,12 @@ class CloseReport:
 
     @property
     def complete(self) -> bool:
-        """Everything emitted was delivered (by every member of a composite)."""
+        """Everything emitted was delivered (by every member of a composite), and nothing a
+        spill knows of was left undelivered in its directory."""
         return (
             self.lost == 0
             and self.pending == 0
+            and not any(self.spill_left.values())
             and all(
                 counts.get("emitted", counts.get("delivered", 0)) == counts.get("delivered", 0)
                 for counts in self.members.values()

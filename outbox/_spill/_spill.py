@@ -20,6 +20,7 @@ import orjson
 
 from .._buffer import Buffer, Reason
 from .._log import RateLimitedLog, logger
+from .._numbering import DELIVERED
 from .._serde import SerializedEvent, serialize, weight
 from .._slices import Slicer
 from ._disk import Disk
@@ -66,9 +67,10 @@ class Spill:
         self.log = RateLimitedLog(log_interval)
         self._begin(Home(self.directory))
         self.window: Window | None = None
-        self.recovered = self.owners_adopted = self.owners_left = 0
+        self.recovered = self.owners_adopted = 0
         self.invalid_bodies = self.lost_records = 0
         self._pending: list[Run] = []  # adopted, not yet in the stretch
+        self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
         self._closed = self._vanished = self._scan_now = False
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
@@ -91,6 +93,7 @@ class Spill:
     def _adopt(self) -> None:
         """Take over every dead owner's directory and replay its files: what is live joins
         the stretch (:meth:`_place_locked`), ahead of anything accepted after."""
+        self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
             try:
@@ -98,7 +101,7 @@ class Spill:
             except FileNotFoundError:
                 continue  # another process adopted it first
             except OSError as exc:
-                self.owners_left += 1
+                self._not_taken.add(name)
                 self.log.warning(
                     "spill-adopt", "spill: cannot take over %s in %s: %s", name, self.directory, exc
                 )
@@ -216,6 +219,12 @@ class Spill:
         emit raced the last one): written now, before any transport sees them."""
         if self._closed or not items:
             return
+        journal = buf.journal
+        if journal is not None and any(entry[2] != DELIVERED for entry in list(journal.entries)):
+            # Losses first: a successor must not deliver an event counted lost here after these,
+            # its run's later events (first arrivals out of order, and counted lost and delivered).
+            self._settle(buf)
+            self.disk.write_settlements()
         foreign, upto = self.stretch.foreign, self.written_upto
         fresh = [(item.seq, item.event) for item in items if item.seq >= upto and item.seq not in foreign]
         self.written_upto = max(upto, items[-1].seq + 1)
@@ -458,11 +467,26 @@ class Spill:
             )
             on_disk = 0
             disk.drop_all()
+        left = self.left()
+        if any(left.values()):
+            logger.warning(
+                "spill: %d event(s) of processes that are gone were not delivered by the close's "
+                "deadline, and %d such process(es)' files could not be taken over: left in %s",
+                left["events"],
+                left["owners"],
+                self.directory,
+            )
         if not (disk.streams.live() or disk.streams.damage.unreadable_files):
             disk.drop_all()
             self.home.remove()
         self.home.release()
         return on_disk
+
+    def left(self) -> dict[str, int]:
+        """What this owner knows of and leaves in the directory beyond its own held events:
+        events of dead owners it adopted but did not take in yet, and dead owners whose files
+        it could not take over."""
+        return {"events": sum(run.remaining for run in self._pending), "owners": len(self._not_taken)}
 
     def on_disk(self, journal: list[list[Any]] | None = None) -> int:
         """Of the events held, how many are on disk, live (less those settled in ``journal``,
@@ -508,7 +532,7 @@ class Spill:
             "recovered": self.recovered,
             "recovering": stretch.adopted() + sum(run.remaining for run in self._pending),
             "owners_adopted": self.owners_adopted,
-            "owners_left": self.owners_left,
+            "owners_left": len(self._not_taken),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.writer.failures).items()},

@@ -1,0 +1,373 @@
+"""The spill's chaos test: generations of owners sharing one spill directory, a backend that
+flaps, SIGKILLs at random points and graceful closes, every overflow policy, small disks; then a
+last outbox drains the directory.  The accounting is checked event by event, from what each
+child said it accepted, what its audit says the library counted (``spill_chaos_child.py``) and
+what the backend received:
+
+- nothing arrives that was not emitted; each run's first arrivals are in order;
+- no event is counted lost twice, and none is both counted lost and delivered (a loss that a
+  killed child never wrote down died with its counts, and does not count);
+- every accepted event not delivered is counted lost by a child's audit, or is one of the
+  events a graceful close counted ``dropped_shutdown`` (their number must match exactly), or was
+  accepted by a child killed before it wrote it (the crash's window: never one it had written);
+- duplicates only of events held by a child that ended with events in flight;
+- the last outbox's close is complete, and leaves the directory empty.
+
+    python tests/support/spill_chaos.py --seed 7 --generations 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent.parent.parent))
+
+from outbox.tools.faultproxy import FaultProxy
+from outbox.tools.sink import Sink, SinkBehaviour
+
+CHILD = str(Path(__file__).parent / "spill_chaos_child.py")
+LOSSES_AT_CLOSE = ("dropped_shutdown", "worker_stopped")
+NOT_LOSSES = ("spilled_at_close",)
+
+
+@dataclass
+class Child:
+    index: int
+    killed: bool = False
+    owner: str = ""
+    n0: int = 0
+    accepted: list[int] = field(default_factory=list)  # emit indexes, in order
+    tried: int = -1  # the last emit index seen
+    report: dict[str, Any] | None = None
+    audit: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[str] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def event_id(self, i: int) -> int:
+        return self.index * 1_000_000 + i
+
+
+class SpillChaos:
+    def __init__(self, seed: int, generations: int) -> None:
+        self.seed, self.generations = seed, generations
+        self.rng = random.Random(seed)
+        self.folder = Path(tempfile.mkdtemp(prefix="spill-chaos-"))
+        self.spill = self.folder / "spill"
+        self.behaviour = SinkBehaviour()
+        self.sink = Sink(behaviour=self.behaviour).start()
+        self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
+        self.children: list[Child] = []
+        self.steps: list[str] = []
+
+    def close(self) -> None:
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+        self.proxy.stop()
+        self.sink.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def _backend(self) -> None:
+        state = self.rng.choice(["pass", "pass", "refuse", "503", "blackhole"])
+        self.behaviour.fail_status = 503 if state == "503" else None
+        self.proxy.mode = "pass" if state == "503" else state  # type: ignore[assignment]
+        self.steps.append(f"backend {state}")
+
+    def _start(self, settings: dict[str, Any] | None = None) -> Child:
+        rng = self.rng
+        child = Child(len(self.children) + 1)
+        self.children.append(child)
+        cfg = {
+            "url": self.proxy.url,
+            "dir": str(self.spill),
+            "audit": str(self.folder / f"audit-{child.index}"),
+            "child": child.index,
+            "runs": [f"{child.index:08d}-0000-4000-8000-{r:012d}" for r in range(3)],
+            "policy": rng.choice(["drop_oldest", "drop_newest", "block"]),
+            "max_events": rng.choice([100, 400, 2000]),
+            "max_bytes": rng.choice([256 * 1024, 4 * 1024 * 1024]),
+            "max_spill_bytes": rng.choice([48 * 1024, 1024**3, 1024**3]),
+            "interval": rng.choice([0.02, 0.1]),
+            "shutdown_timeout": rng.choice([0.5, 2.0]),
+            "pause": rng.choice([0.001, 0.005]),
+            "pad": rng.choice([0, 0, 2048]),
+            **(settings or {}),
+        }
+        shown = {key: value for key, value in cfg.items() if key not in ("url", "dir", "audit", "runs")}
+        self.steps.append(f"start child {child.index}: {json.dumps(shown)}")
+        child.proc = subprocess.Popen(
+            [sys.executable, CHILD, json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._read, args=(child,), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not child.owner and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.owner, f"child {child.index} did not start: {self._stderr(child)}"
+        return child
+
+    def _read(self, child: Child) -> None:
+        assert child.proc is not None
+        assert child.proc.stdout is not None
+        for line in child.proc.stdout:
+            child.lines.append(line)
+            if line.startswith("start "):
+                _, owner, n0 = line.split()
+                child.n0 = int(n0)
+                child.owner = owner
+
+    def _stderr(self, child: Child) -> str:
+        if child.proc is None or child.proc.poll() is None:
+            return ""
+        assert child.proc.stderr is not None
+        return child.proc.stderr.read()[-3000:]
+
+    def _end(self, child: Child, kill: bool) -> None:
+        proc = child.proc
+        assert proc is not None
+        assert proc.stdin is not None
+        if kill:
+            os.kill(proc.pid, signal.SIGKILL)
+            child.killed = True
+            proc.wait(30)
+            self.steps.append(f"kill child {child.index}")
+            return
+        proc.stdin.write("close\n")
+        proc.stdin.flush()
+        proc.wait(60)
+        self.steps.append(f"close child {child.index}")
+
+    def run(self) -> None:
+        rng = self.rng
+        for generation in range(self.generations):
+            self._backend()
+            children = [self._start() for _ in range(rng.choice([1, 2, 3]))]
+            until = time.monotonic() + rng.uniform(0.8, 2.5)
+            while time.monotonic() < until:
+                time.sleep(rng.uniform(0.1, 0.5))
+                self._backend()
+            kills = [child for child in children if rng.random() < 0.4]
+            for child in kills:  # first: the others' closes adopt them
+                self._end(child, kill=True)
+            self._backend()
+            for child in children:
+                if child not in kills:
+                    self._end(child, kill=False)
+            self.steps.append(f"generation {generation + 1} ended")
+        self.proxy.mode = "pass"
+        self.behaviour.fail_status = None
+        self.steps.append("backend pass: the last outbox drains the directory")
+        last = self._start(
+            {
+                "policy": "drop_newest",
+                "max_events": 10_000,
+                "max_bytes": 64 * 1024 * 1024,
+                "max_spill_bytes": 1024**3,
+                "shutdown_timeout": 60.0,
+                "pause": 0.05,
+            }
+        )
+        time.sleep(0.2)
+        self._end(last, kill=False)
+        self.last = last
+
+    # -- checking ---------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        for child in self.children:
+            for line in child.lines:
+                sign, _, rest = line.partition(" ")
+                if sign == "+":
+                    child.accepted.append(int(rest))
+                    child.tried = int(rest)
+                elif sign == "-":
+                    child.tried = int(rest)
+                elif sign == "report":
+                    child.report = json.loads(rest)
+            path = self.folder / f"audit-{child.index}"
+            child.audit = path.read_text().splitlines() if path.exists() else []
+            assert child.killed or child.report is not None, f"child {child.index}: {self._stderr(child)}"
+
+    def check(self) -> dict[str, int]:
+        self._parse()
+        by_owner = {child.owner: child for child in self.children}
+
+        def id_of(stream: str, seq: int) -> int | None:
+            owner = by_owner.get(stream)
+            if owner is None:
+                return None
+            k = seq - owner.n0
+            return owner.event_id(owner.accepted[k]) if 0 <= k < len(owner.accepted) else None
+
+        emitted = {child.event_id(i) for child in self.children for i in range(child.tried + 2)}
+        accepted = {child.event_id(i) for child in self.children for i in child.accepted}
+        arrivals = Counter(event["n"] for event in self.sink.events)
+        phantom = set(arrivals) - emitted
+        assert not phantom, f"arrived, never emitted: {sorted(phantom)[:10]}"
+        self._check_order()
+
+        losses: dict[int, list[tuple[int, str]]] = defaultdict(list)  # id -> (child, outcome)
+        written: set[int] = set()  # ids on disk (own events written by their child)
+        held_by_ended: set[int] = set()  # ids held by a child that ended with events in flight
+        for child in self.children:
+            origin: dict[int, tuple[str, int]] = {}
+            pending: list[tuple[int, str]] = []  # loss notes not known to be on disk yet
+            durable_upto = -1
+            taken_at = -1
+            ended_in_flight = child.killed or any(
+                child.report["undelivered"].get(r, 0) for r in ("spilled_at_close", "dropped_shutdown")
+            )
+            own = {child.n0 + k for k in range(len(child.accepted))}
+            notes: list[tuple[int, int, str]] = []  # (position, my number, outcome)
+            for position, line in enumerate(child.audit):
+                kind, _, rest = line.partition(" ")
+                if kind == "T":
+                    first, *items = rest.split()
+                    for offset, item in enumerate(items):
+                        stream, _, seq = item.rpartition(":")
+                        origin[int(first) + offset] = (stream, int(seq))
+                elif kind == "E":
+                    for seq in rest.split():
+                        found = id_of(child.owner, int(seq))
+                        if found is not None:
+                            written.add(found)
+                elif kind == "N":
+                    first, end, outcome = rest.split()
+                    notes.extend((position, seq, outcome) for seq in range(int(first), int(end)))
+                elif kind == "S":
+                    taken_at = position
+                elif kind == "W":
+                    durable_upto = taken_at
+                elif kind == "X":
+                    durable_upto = position
+            for position, seq, outcome in notes:
+                stream, number = origin.get(seq, (child.owner, seq))
+                if seq not in origin and seq not in own:
+                    continue  # a number of events adopted but never read back: not noted
+                found = id_of(stream, number)
+                if found is None:
+                    continue
+                if ended_in_flight:
+                    held_by_ended.add(found)
+                if outcome == "delivered":
+                    continue
+                # A loss a killed child never wrote down died with its counts.
+                if child.killed and position > durable_upto:
+                    pending.append((found, outcome))
+                    continue
+                losses[found].append((child.index, outcome))
+            if ended_in_flight:
+                held_by_ended.update(child.event_id(i) for i in child.accepted)
+
+        twice = {e: where for e, where in losses.items() if len(where) > 1}
+        assert not twice, f"counted lost twice: {dict(list(twice.items())[:10])}"
+        both = {
+            e: where
+            for e, where in losses.items()
+            if e in arrivals and where[0][1] != "dropped_shutdown" and e not in held_by_ended
+        }
+        assert not both, f"counted lost and delivered: {dict(list(both.items())[:10])}"
+        # Each child's audit agrees with what it reported (the losses noted number by number).
+        for child in self.children:
+            if child.report is None:
+                continue
+            noted = Counter(outcome for where in losses.values() for c, outcome in where if c == child.index)
+            said = {
+                r: n for r, n in child.report["undelivered"].items() if r not in NOT_LOSSES + LOSSES_AT_CLOSE
+            }
+            refused = child.tried + 1 - len(child.accepted)  # (counted under the same reasons)
+            assert sum(noted.values()) + refused == sum(said.values()), (
+                f"child {child.index}: audit {dict(noted)} and {refused} refused, report {said}"
+            )
+            assert set(noted) <= set(said), f"child {child.index}: audit {dict(noted)}, report {said}"
+        killed_own = {child.event_id(i) for child in self.children if child.killed for i in child.accepted}
+        unaccounted = {e for e in accepted if e not in arrivals and e not in losses}
+        crashed = {e for e in unaccounted if e in killed_own and e not in written}
+        closing = sum(
+            child.report["undelivered"].get(r, 0)
+            for child in self.children
+            if child.report
+            for r in LOSSES_AT_CLOSE
+        )
+        rest = unaccounted - crashed
+        assert len(rest) == closing, (
+            f"{len(rest)} accepted events neither delivered nor counted (nor lost in a crash before "
+            f"they were written), where closes counted {closing} lost: {sorted(rest)[:10]}"
+        )
+        duplicated = {e for e, n in arrivals.items() if n > 1}
+        assert duplicated <= held_by_ended, (
+            f"duplicates of events in flight at no end: {sorted(duplicated - held_by_ended)[:10]}"
+        )
+        last = self.last.report
+        assert last is not None
+        assert last["undelivered"] == {}, last
+        assert not any(last["spill_left"].values()), last
+        assert not list(self.spill.rglob("*.seg")), list(self.spill.rglob("*"))
+        return {
+            "children": len(self.children),
+            "killed": sum(child.killed for child in self.children),
+            "accepted": len(accepted),
+            "delivered": len(set(arrivals)),
+            "duplicates": sum(n - 1 for n in arrivals.values()),
+            "counted_lost": len(losses),
+            "lost_in_crashes": len(crashed),
+            "lost_at_close": closing,
+            "adopted_by_the_last": int(last["recovered"]),
+        }
+
+    def _check_order(self) -> None:
+        last: dict[str, int] = {}
+        seen: set[int] = set()
+        for event in self.sink.events:
+            n, run = event["n"], event["run"]["runId"]
+            if n in seen:
+                continue
+            seen.add(n)
+            assert n > last.get(run, -1), f"run {run}: {n} arrived after {last[run]}"
+            last[run] = n
+
+
+def run_spill_chaos(seed: int, generations: int) -> dict[str, int]:
+    chaos = SpillChaos(seed, generations)
+    try:
+        chaos.run()
+        return chaos.check()
+    except BaseException as exc:
+        steps = "\n".join(f"  {step}" for step in chaos.steps)
+        raise AssertionError(f"spill chaos seed {seed} failed: {exc}\nsteps:\n{steps}") from exc
+    finally:
+        chaos.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--generations", type=int, default=8)
+    args = parser.parse_args()
+    print(run_spill_chaos(args.seed, args.generations))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""One owner of the spill chaos test (``spill_chaos.py``): an outbox with a spill directory,
+emitting from one thread until told to close (a line on stdin) or killed.
+
+    python spill_chaos_child.py '{"url": ..., "dir": ..., "audit": ..., "child": 3, ...}'
+
+Standard output, unbuffered, a line per emit: ``+ i`` (accepted) or ``- i`` (refused), ``i``
+counting this child's emits; first ``start OWNER N0`` (its owner id, and how many numbers the
+events it adopted at start took: its own k-th accepted event has number ``N0 + k``), last
+``report {json}`` after a close.
+
+The audit file (appended to with unbuffered writes, so that a SIGKILL loses at most the line
+being written) is what the buffer counted, number by number, as the library notes it:
+``N first end outcome`` (the journal: settled, delivered or lost), ``T first stream:seq ...``
+(events of the stretch read back: where each came from), ``E seq ...`` (this owner's events on
+disk), ``S`` (the journal taken for writing), ``W`` (every settlement taken so far is on disk),
+``X`` (nothing handed on: the close deleted the files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import outbox._spill._spill
+from outbox import Outbox
+from outbox._numbering import Journal
+from outbox._spill import _disk, _stretch
+from outbox.transports import HttpTransport
+
+from support.helpers import run_event
+
+
+def install_audit(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def say(line: str) -> None:
+        os.write(fd, (line + "\n").encode())
+
+    note, take = Journal.note, Journal.take
+
+    def audited_note(self: Journal, first: int, end: int, outcome: str) -> None:
+        note(self, first, end, outcome)
+        say(f"N {first} {end} {outcome}")
+
+    def audited_take(self: Journal) -> list:  # type: ignore[type-arg]
+        entries = take(self)
+        say("S")
+        return entries
+
+    taken = _stretch.Stretch.taken
+
+    def audited_taken(self, run, first, items):  # type: ignore[no-untyped-def]
+        say(f"T {first} " + " ".join(f"{stream}:{seq}" for stream, seq, _ in items))
+        taken(self, run, first, items)
+
+    append = _disk.Disk.append
+
+    def audited_append(self, events, lock, drain):  # type: ignore[no-untyped-def]
+        wrote = append(self, events, lock, drain)
+        if wrote:
+            say("E " + " ".join(str(seq) for seq, _ in events[:wrote]))
+        return wrote
+
+    write = _disk.Disk.write_settlements
+
+    def audited_write(self):  # type: ignore[no-untyped-def]
+        write(self)
+        if not self.unsettled:
+            say("W")
+
+    drop = _disk.Disk.drop_all
+
+    def audited_drop(self):  # type: ignore[no-untyped-def]
+        drop(self)
+        say("X")
+
+    Journal.note = audited_note  # type: ignore[method-assign]
+    Journal.take = audited_take  # type: ignore[method-assign]
+    _stretch.Stretch.taken = audited_taken  # type: ignore[method-assign]
+    _disk.Disk.append = audited_append  # type: ignore[method-assign]
+    _disk.Disk.write_settlements = audited_write  # type: ignore[method-assign]
+    _disk.Disk.drop_all = audited_drop  # type: ignore[method-assign]
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    install_audit(cfg["audit"])
+    # Dead owners are adopted at start and at close only: an adoption while running would
+    # number its events among this owner's own (the audit's arithmetic assumes it does not).
+    outbox._spill._spill.SCAN_INTERVAL = 3600.0
+    box = Outbox(
+        HttpTransport(cfg["url"], timeout=1.0),
+        spill_dir=cfg["dir"],
+        spill_interval=cfg["interval"],
+        max_events=cfg["max_events"],
+        max_bytes=cfg["max_bytes"],
+        max_spill_bytes=cfg["max_spill_bytes"],
+        policy=cfg["policy"],
+        block_timeout=0.01,
+        backoff_base=0.02,
+        backoff_cap=0.3,
+        linger=0.0,
+        close_at_exit=False,
+    )
+    spill = box._spill
+    assert spill is not None
+    out = sys.stdout.fileno()
+    os.write(out, f"start {spill.home.owner} {int(box.stats().spill['recovered'])}\n".encode())
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    runs, child, pad = cfg["runs"], cfg["child"], "x" * cfg["pad"]
+    i = 0
+    while not stop.is_set():
+        event = run_event(run_id=runs[i % len(runs)], n=child * 1_000_000 + i, job=f"chaos-{child}")
+        if pad:
+            event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": pad}}
+        os.write(out, f"{'+' if box.emit(event) else '-'} {i}\n".encode())
+        i += 1
+        if i % 10 == 0:
+            time.sleep(cfg["pause"])
+    report = box.close(cfg["shutdown_timeout"])
+    stats = box.stats()
+    line = {
+        "emitted": report.emitted,
+        "delivered": report.delivered,
+        "undelivered": dict(report.undelivered),
+        "spill_left": dict(report.spill_left),
+        "recovered": stats.spill.get("recovered", 0),
+    }
+    os.write(out, f"report {json.dumps(line)}\n".encode())
+
+
+if __name__ == "__main__":
+    main()
