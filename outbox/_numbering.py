@@ -139,7 +139,8 @@ class Numbering:
         count = len(seqs)
         before, old_head = self.pos0 - count, self.head
         # The gaps between them, and between the last of them and the old head, were jumps.
-        gaps = [[before + i + 1, b - a - 1] for i, (a, b) in enumerate(zip(seqs, [*seqs[1:], old_head], strict=True))]
+        after = [*seqs[1:], old_head]
+        gaps = [[before + i + 1, b - a - 1] for i, (a, b) in enumerate(zip(seqs, after, strict=True))]
         jumps = deque(gap for gap in gaps if gap[1] > 0)
         jumps.extend(self.jumps)  # (all beyond the old head's position)
         self.jumps = jumps
