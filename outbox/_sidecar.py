@@ -406,7 +406,12 @@ class Sidecar:
 
     def _on_disk_locked(self) -> int:
         """Of the events held, how many the spill holds on disk (handed on, not lost)."""
-        return self.spill.on_disk_locked(self.buffer) if self.spill is not None else 0
+        buf = self.buffer
+        return (
+            self.spill.on_disk(buf.journal.entries if buf.journal is not None else None)
+            if self.spill is not None
+            else 0
+        )
 
     def close_in_background(self) -> None:
         """The outbox was dropped without ``close()``: drain within ``shutdown_timeout``

@@ -20,13 +20,14 @@ import pytest
 
 from outbox import ConfigError, Outbox, Outcome
 from outbox._serde import SerializedEvent
-from outbox._spill import inspect_dir, waiting
-from outbox._spill._format import Settle, encode_event, encode_settle, file_header, parse, read_header
+from outbox._spill import inspect_dir
+from outbox._spill._format import Settle, encode_event, encode_settle, file_header, read_header
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, segment_bytes, wait_until
 from support.spill_children import read_line, start_child
+from support.spill_log import records, waiting
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
 INTERVAL = 0.1
@@ -74,25 +75,25 @@ def test_records_round_trip():
         + encode_settle("other", "dropped_full", [(0, 3), (5, 9)])
         + encode_event(8, 2.5, ser(9))
     )
-    stream, start = read_header(data)
-    assert stream == "me"
-    records = list(parse(data, start))
-    assert [type(r).__name__ for r in records] == ["Event", "Settle", "Event"]
-    assert records[0].seq == 7
-    assert records[0].event == ser(7)
-    assert records[0].at == 1.5
-    assert records[1] == Settle("other", "dropped_full", [(0, 3), (5, 9)])
-    assert records[2].event.body == ser(9).body
+    assert read_header(data) == ("me", len(file_header("me")))
+    found = records(data)
+    assert [type(r).__name__ for r in found] == ["Event", "Settle", "Event"]
+    assert found[0].seq == 7
+    assert found[0].event == ser(7)
+    assert found[0].at == 1.5
+    assert found[1] == Settle("other", "dropped_full", [(0, 3), (5, 9)])
+    assert found[2].event.body == ser(9).body
     assert read_header(b"not a segment at all") is None
 
 
 def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
-    records = [encode_event(i, 0.0, ser(i)) for i in range(5)]
-    data = bytearray(b"".join(records))
-    middle = sum(len(r) for r in records[:2]) + 40  # inside record 2's payload
+    written = [encode_event(i, 0.0, ser(i)) for i in range(5)]
+    header = file_header("me")
+    data = bytearray(header + b"".join(written))
+    middle = len(header) + sum(len(r) for r in written[:2]) + 40  # inside record 2's payload
     data[middle] ^= 0xFF
     torn = bytes(data) + encode_event(5, 0.0, ser(5))[:-7]
-    out = list(parse(torn))
+    out = records(torn)
     good = [r.seq for r in out if not isinstance(r, int)]
     bad = [r for r in out if isinstance(r, int)]
     assert good == [0, 1, 3, 4]

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox._spill._segments import RETRY_AFTER
+from outbox._spill._disk import RETRY_AFTER
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport

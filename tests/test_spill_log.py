@@ -18,13 +18,14 @@ import orjson
 
 from outbox import Outbox
 from outbox._serde import SerializedEvent
-from outbox._spill import inspect_dir, waiting
+from outbox._spill import inspect_dir
 from outbox._spill._format import encode_event, file_header
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, wait_until
 from support.spill_children import read_line, start_child, tell
+from support.spill_log import waiting
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
 

@@ -13,9 +13,10 @@ from outbox._buffer import Buffer, Policy
 from outbox._intake import Intake
 from outbox._log import RateLimitedLog
 from outbox._slices import Slicer
-from outbox._spill import Spill, waiting
+from outbox._spill import Spill
 
 from support.helpers import ScriptedTransport, run_event, wait_until
+from support.spill_log import waiting
 
 RUN = "00000000-0000-4000-8000-000000000001"
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import orjson
 
-import outbox._spill._segments
+import outbox._spill._disk
 from outbox._buffer import Buffer, Policy
-from outbox._spill import Spill, waiting
-from outbox._spill._format import Settle, encode_settle, parse, read_header
+from outbox._spill import Spill
+from outbox._spill._format import Settle, encode_settle
 
 from support.helpers import run_event
+from support.spill_log import records, waiting
 
 RUN = "00000000-0000-4000-8000-000000000001"
 
@@ -52,9 +53,7 @@ def _event_bytes(directory: object) -> int:
     probe, spill = _shed_on_write(directory, 10**9)
     (path,) = Path(str(directory)).rglob("*.seg")
     data = path.read_bytes()
-    header = read_header(data)
-    assert header is not None
-    settles = [r for r in parse(data, header[1]) if isinstance(r, Settle)]
+    settles = [r for r in records(data) if isinstance(r, Settle)]
     spill.close(probe)
     return len(data) - sum(len(encode_settle(r.stream, r.outcome, r.ranges)) for r in settles)
 
@@ -82,7 +81,7 @@ def test_a_settlement_the_disk_refuses_to_the_last_hands_nothing_on(tmp_path, mo
     settlement stays unwritten through the close, so the files hold records of events counted
     lost.  The close hands on none of them (every held event is counted lost), and leaves
     nothing to adopt."""
-    monkeypatch.setattr(outbox._spill._segments, "SETTLE_ROOM", 0)
+    monkeypatch.setattr(outbox._spill._disk, "SETTLE_ROOM", 0)
     events = _event_bytes(tmp_path / "probe")
     buf, spill = _shed_on_write(tmp_path / "spill", events)
     assert spill.stats()["written"] == 6

@@ -16,14 +16,13 @@ import pytest
 
 from outbox import Outbox
 from outbox._serde import serialize, weight
-from outbox._spill import waiting
-from outbox._spill._format import parse, read_header
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support.chaos import Pulse
 from support.helpers import ScriptedTransport, run_event, wait_until
+from support.spill_log import records, waiting
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(8)]
 
@@ -440,20 +439,19 @@ def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within
         box.close(1)
 
 
-def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_path):
+def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_path, monkeypatch):
     """The stretch on disk, the queue empty and room to read it back, but the read fails (EIO:
     a disk that cannot be made to fail here, so the reader is made to): the sidecar tries again
     after READ_AGAIN_AFTER, rather than at once on every round of its loop (a spin that starved
     the handlers' threads of the GIL), warns, and reads the stretch back once the disk does."""
     import errno
 
-    import outbox._spill._spill as spill_module
+    from outbox._spill import _stretch
 
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
     try:
         buf = box._buffer
-        stretch = box._spill.stretch  # type: ignore[union-attr]
         n = 0
         while box.stats().spill["stretch_events"] < 40 and n < 2_000:
             box.emit(run_event(run_id=RUNS[n % 4], n=n))
@@ -462,22 +460,22 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
                 wait_until(lambda: box.stats().spill["overflow_events"] == 0, 2)
         assert box.stats().spill["stretch_events"] >= 40, box.stats().spill
         reads = 0
-        real_read = stretch.read
+        real_read = _stretch.Run.read
 
         def failing_read(*args: object, **kwargs: object) -> object:
             nonlocal reads
             reads += 1
             raise OSError(errno.EIO, "Input/output error")
 
-        stretch.read = failing_read  # type: ignore[method-assign]
+        monkeypatch.setattr(_stretch.Run, "read", failing_read)
         transport.gate.set()  # the queue and what is in flight are delivered: room to read back
         assert wait_until(lambda: not buf.queue and not buf.in_flight and reads >= 1), (reads, len(buf.queue))
         began, cpu = time.monotonic(), sidecar_cpu(box)
         time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
         used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began
-        assert reads <= 1 + wall / spill_module.READ_AGAIN_AFTER + 1, reads
+        assert reads <= 1 + wall / _stretch.READ_AGAIN_AFTER + 1, reads
         assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, to read again"
-        stretch.read = real_read  # type: ignore[method-assign]
+        monkeypatch.setattr(_stretch.Run, "read", real_read)
         accepted = box.stats().accepted
         assert transport.wait_delivered(accepted, 30), (len(transport.delivered), accepted)
         report = box.close(10)
@@ -547,10 +545,8 @@ def test_a_corrupt_last_record_of_the_stretch_costs_only_itself_not_the_flush(tm
         (segment,) = glob.glob(str(tmp_path / "spill" / "*" / "*.seg"))
         with open(segment, "rb") as f:
             data = bytearray(f.read())
-        header = read_header(bytes(data))
-        assert header is not None
-        records = [r for r in parse(bytes(data), header[1]) if not isinstance(r, int)]
-        assert records[-1].seq == 299  # the newest event, on the stretch
+        found = [r for r in records(bytes(data)) if not isinstance(r, int)]
+        assert found[-1].seq == 299  # the newest event, on the stretch
         data[len(data) - 5] ^= 0xFF  # a byte of its body: its checksum no longer matches
         with open(segment, "r+b") as f:
             f.write(data)

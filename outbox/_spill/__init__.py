@@ -10,23 +10,15 @@ A successor adopts a dead owner by moving its directory into its own (one atomic
 its files in place and hands their live events on, in order, before its own newer ones.
 
 One door: :class:`Spill` (for the outbox's parts), :func:`inspect_dir` (for ``outbox check``)
-and the defaults.  Inside: ``_format`` (records, bytes), ``_reader`` (reading a file back),
-``_segments`` (this owner's writes), ``_streams`` (what is live, replay, checkpoints),
-``_owners`` (directories, locks, adoption), ``_stretch`` (reading the stretch back),
-``_window`` (the buffer's overflow), ``_spill`` (the whole, driven by the sidecar).  It imports
-the buffer (whose ``Overflow`` protocol the window is), the serializer, the slicer and the log,
-nothing else of the outbox.
+and the defaults.  Inside: ``_format`` (records, bytes, reading a file back), ``_ranges`` (sets
+of numbers), ``_streams`` (what is live, replay, checkpoints), ``_owners`` (directories, locks,
+adoption, inspection), ``_disk`` (this owner's writes and settlements), ``_window`` (the buffer's
+overflow), ``_stretch`` (reading the stretch back), ``_spill`` (the whole, driven by the
+sidecar).  It imports the buffer (whose ``Overflow`` protocol the window is), the serializer, the
+slicer and the log, nothing else of the outbox.
 """
 
-from ._inspect import inspect_dir, waiting
-from ._spill import DEFAULT_INTERVAL, DEFAULT_MAX_BYTES, SCAN_INTERVAL, SPILL_LOST, Spill
+from ._owners import inspect_dir
+from ._spill import DEFAULT_INTERVAL, DEFAULT_MAX_BYTES, Spill
 
-__all__ = [
-    "DEFAULT_INTERVAL",
-    "DEFAULT_MAX_BYTES",
-    "SCAN_INTERVAL",
-    "SPILL_LOST",
-    "Spill",
-    "inspect_dir",
-    "waiting",
-]
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Spill", "inspect_dir"]

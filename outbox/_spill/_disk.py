@@ -1,41 +1,184 @@
-"""This owner's log on disk: its event and settlement records, what is live in each stream it
-holds, and the files that can go.  No buffer here: the spill hands it events and settlements,
-and holds the buffer's lock around :meth:`Disk.append`'s bookkeeping (``lock``)."""
+"""This owner's log on disk: its segments (appended to within ``max_spill_bytes``, a failing disk
+counted, warned about and tried again later), its settlements, and the files that can go.
+
+Records go on disk whole or not at all, as far as a reader can tell: a write the disk cuts short
+(ENOSPC, EFBIG, EIO) is cut back to its last whole record (or, if even that fails, the segment is
+closed with the torn bytes at its end, which readers skip), and the caller learns exactly which
+records are on disk.  No buffer here: the spill hands it events and settlements, and the lock to
+hold around its bookkeeping.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import time
 from collections import deque
 from contextlib import AbstractContextManager
+from itertools import accumulate
 from typing import Any
 
 from .._log import RateLimitedLog
 from .._serde import SerializedEvent
-from ._format import encode_event, encode_settle
+from ._format import encode_event, encode_settle, file_header
 from ._owners import Home
 from ._ranges import Ranges
-from ._segments import Writer
-from ._streams import Streams
+from ._streams import SegFile, Streams
 
-__all__ = ["Disk"]
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer"]
+
+#: A segment is closed (and a new one begun) past this size (or an eighth of max_spill_bytes).
+SEGMENT_BYTES = 4 * 1024 * 1024
+#: Seconds before writing again after the disk failed.
+RETRY_AFTER = 5.0
+#: Bytes of max_spill_bytes only settlements may use (or an eighth of a smaller one): a full
+#: spill still takes the records that say its events were settled.
+SETTLE_ROOM = 64 * 1024
+_FIXES = {
+    errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
+    errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
+    errno.EFBIG: "a file size limit was hit (ulimit -f): raise it",
+    errno.EACCES: "permission denied: make the directory writable by this process",
+    errno.EPERM: "permission denied: make the directory writable by this process",
+    errno.EROFS: "the filesystem is read-only: point spill_dir at a writable one",
+    errno.EIO: "an I/O error: check the disk",
+}
 
 
-def runs_of(seqs: Any) -> list[tuple[int, int]]:
-    """Ascending numbers as ranges of consecutive ones."""
-    out: list[tuple[int, int]] = []
-    for seq in seqs:
-        if out and out[-1][1] == seq:
-            out[-1] = (out[-1][0], seq + 1)
+class Writer:
+    """The segments (``NNNNNNNN.seg``) of stream ``stream`` in ``directory``, within
+    ``max_bytes``.  Failed writes are counted by errno in ``failures`` and warned about."""
+
+    def __init__(self, directory: str, stream: str, max_bytes: int, log: RateLimitedLog, streams: Streams):
+        self.directory, self.stream, self.max_bytes, self.log, self.streams = (
+            directory,
+            stream,
+            max_bytes,
+            log,
+            streams,
+        )
+        # Small enough that settled segments free room well within the bound.
+        self.segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
+        self.settle_room = min(SETTLE_ROOM, max_bytes // 8)
+        self.current: SegFile | None = None
+        self.last: SegFile | None = None  # the segment the last append wrote to
+        self.fd, self.number, self.retry_at, self.disk_bytes = -1, 0, -float("inf"), 0
+        self.failures: dict[str, int] = {}
+        self.full = False  # the last append found max_bytes reached
+
+    @property
+    def failing(self) -> bool:
+        """Whether the disk failed less than ``RETRY_AFTER`` ago."""
+        return time.monotonic() < self.retry_at
+
+    def room(self) -> int:
+        """Bytes the next append may write of events: none while the disk is failing."""
+        return 0 if self.failing else max(0, self.max_bytes - self.disk_bytes - self.settle_room)
+
+    def append(self, records: list[bytes], *, settles: bool = False) -> int:
+        """Append ``records`` in order (``settles``: settlements, which may use the room kept for
+        them).  Returns how many of the first are on disk, whole."""
+        if not records or self.failing:
+            return 0
+        room = self.max_bytes - self.disk_bytes - (0 if settles else self.settle_room)
+        ends = list(accumulate(map(len, records)))
+        fit = next((i for i, end in enumerate(ends) if end > room), len(records))
+        self.full = fit < len(records)
+        if self.full:
+            self.log.warning(
+                "spill-full",
+                "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk until delivered "
+                "ones free room (raise max_spill_bytes for longer outages)",
+                self.directory,
+                self.max_bytes,
+            )
+        if not fit:
+            return 0
+        data, wrote = memoryview(b"".join(records[:fit])), 0
+        try:
+            segment = self.last = self._segment()
+            while wrote < len(data):
+                wrote += os.write(self.fd, data[wrote:])
+        except OSError as exc:
+            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)  # whole ones
+            self._cut(wrote, ends[fit - 1] if fit else 0)
+            self.failed(exc)
+            if not fit:
+                return 0
         else:
-            out.append((seq, seq + 1))
-    return out
+            self._grow(segment, wrote)
+        segment.settles = segment.settles or settles
+        if segment.size >= self.segment_bytes:
+            self.rotate()
+        return fit
+
+    def _grow(self, segment: SegFile, nbytes: int) -> None:
+        segment.size += nbytes
+        self.disk_bytes += nbytes
+
+    def _cut(self, wrote: int, keep: int) -> None:
+        """A write cut short after ``wrote`` bytes: back to the ``keep`` that are whole records
+        (or, if the disk will not, the segment closed with a torn tail)."""
+        segment = self.current
+        if segment is None:
+            return
+        try:
+            if wrote > keep:
+                os.ftruncate(self.fd, segment.size + keep)
+        except OSError:
+            self._grow(segment, wrote)  # the torn bytes stay: readers skip them
+            self.rotate()
+            return
+        self._grow(segment, keep)
+
+    def _segment(self) -> SegFile:
+        if self.current is None:
+            self.number += 1
+            path = os.path.join(self.directory, f"{self.number:08d}.seg")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            header = file_header(self.stream)
+            try:
+                if os.write(fd, header) != len(header):
+                    raise OSError(errno.ENOSPC, "the header was cut short")
+            except OSError:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
+            self.fd, self.current = fd, SegFile(path, self.stream)
+            self._grow(self.current, len(header))
+            self.streams.files.append(self.current)
+        return self.current
+
+    def rotate(self) -> None:
+        """Close the current segment: the next append begins a new one."""
+        if self.current is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd, self.current = -1, None
+
+    def failed(self, exc: OSError) -> None:
+        """A write failed: counted by errno, warned about with the fix, tried again later."""
+        self.retry_at = time.monotonic() + RETRY_AFTER
+        name = errno.errorcode.get(exc.errno or 0, "EOTHER")
+        self.failures[name] = self.failures.get(name, 0) + 1
+        self.log.warning(
+            "spill-failed",
+            "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "
+            "again in %g s",
+            self.directory,
+            exc.strerror or exc,
+            _FIXES.get(exc.errno or 0, "check the directory"),
+            RETRY_AFTER,
+        )
 
 
 class Disk:
     """The log of the owner ``home`` (see the module's docstring), within ``max_bytes``."""
 
     def __init__(self, home: Home, max_bytes: int, log: RateLimitedLog) -> None:
-        self.home, self.log = home, log
+        self.home = home
         self.streams = Streams(home.owner)
         self.own = self.streams.stream(home.owner)
         self.writer = Writer(home.path, home.owner, max_bytes, log, self.streams)
@@ -43,9 +186,8 @@ class Disk:
         self.unsettled: list[bytes] = []
         self.unsettled_losses = False
         #: Events written in all; accepted events the disk refused, by why (each counted once).
-        self.written = 0
+        self.written, self.counted_upto = 0, 0
         self.not_spilled: dict[str, int] = {}
-        self.counted_upto = 0
         #: (the last number of a write, its wall time): the age of the oldest live event.
         self.marks: deque[tuple[int, float]] = deque()
 
@@ -53,57 +195,50 @@ class Disk:
         self, events: list[tuple[int, SerializedEvent]], lock: AbstractContextManager[Any], drain: Any
     ) -> int:
         """Append this owner's events (``(number, event)``, ascending); returns how many of the
-        first are on disk.  Those the disk refused are counted.  ``drain()`` settles what the
-        buffer settled (called first when the disk has no room for them: the backend may just
-        have freed some)."""
+        first are on disk, the rest counted refused.  ``drain()`` (the buffer's settlements taken
+        in) and the files they free go first when the disk has no room for them."""
         at = time.time()
         records = [encode_event(seq, at, ser) for seq, ser in events]
-        writer = self.writer
-        if writer.room() < sum(map(len, records)):
+        if self.writer.room() < sum(map(len, records)):
             drain()
             self.make_room()
-        wrote = writer.append(records)
-        if wrote:
-            segment = writer.last
+        wrote, segment = self.writer.append(records), self.writer.last
+        if wrote and segment is not None:
             with lock:
-                for first, end in runs_of(seq for seq, _ in events[:wrote]):
-                    self.own.written(first, end)
-                    if segment is not None:
-                        segment.numbers.add(first, end)
+                for seq, _ in events[:wrote]:
+                    self.own.written(seq, seq + 1)
+                    segment.numbers.add(seq, seq + 1)
             self.written += wrote
             self.marks.append((events[wrote - 1][0], at))
         if wrote < len(events):
-            first = events[wrote][0]
-            self.refused(first, events[-1][0] + 1, len(events) - wrote)
+            self.refused(events[wrote][0], events[-1][0] + 1, len(events) - wrote)
         return wrote
 
     def refused(self, first: int, end: int, n: int | None = None) -> None:
         """Events from ``first`` (``n`` of them, or every number to ``end``) were not written:
         counted once each, however often they are tried again."""
-        if end <= self.counted_upto:
-            return
-        count = n if n is not None and first >= self.counted_upto else end - max(first, self.counted_upto)
-        reason = "spill_failed" if self.writer.failing else "spill_full"
-        self.not_spilled[reason] = self.not_spilled.get(reason, 0) + count
-        self.counted_upto = end
+        if end > self.counted_upto:
+            count = n if n is not None and first >= self.counted_upto else end - max(first, self.counted_upto)
+            reason = "spill_failed" if self.writer.failing else "spill_full"
+            self.not_spilled[reason] = self.not_spilled.get(reason, 0) + count
+            self.counted_upto = end
 
     def settled(self, by: dict[tuple[str, str], Ranges]) -> None:
         """Numbers settled, by (stream, outcome): out of the live sets (the caller holds the
         buffer's lock), and to be written down."""
         for (stream, outcome), ranges in by.items():
-            target = self.streams.stream(stream)
             pairs = list(ranges)
             for first, end in pairs:
-                target.settle(first, end)
-            for i in range(0, len(pairs), 4096):
-                self.unsettled.append(encode_settle(stream, outcome, pairs[i : i + 4096]))
+                self.streams.stream(stream).settle(first, end)
+            self.unsettled += [
+                encode_settle(stream, outcome, pairs[i : i + 4096]) for i in range(0, len(pairs), 4096)
+            ]
             self.unsettled_losses = self.unsettled_losses or outcome != "delivered"
 
     def write_settlements(self) -> None:
         if self.unsettled:
             del self.unsettled[: self.writer.append(self.unsettled, settles=True)]
-            if not self.unsettled:
-                self.unsettled_losses = False
+            self.unsettled_losses = self.unsettled_losses and bool(self.unsettled)
 
     def make_room(self) -> None:
         """Write the settlements down, and delete the files that frees."""
@@ -118,20 +253,19 @@ class Disk:
         if not dead:
             return
         if streams.needs_checkpoint(dead):
-            if writer.current is not None and writer.current in dead:
+            if writer.current in dead:
                 writer.rotate()
             records = streams.checkpoint()
             if writer.append(records, settles=True) < len(records):
                 return  # the settlements stay until a checkpoint can be written
             streams.checkpoint_file = writer.last
             dead = [seg for seg in dead if seg is not writer.last]
-        if writer.current is not None and writer.current in dead:
+        if writer.current in dead:
             writer.rotate()
-        writer.freed(streams.forget(dead, self.home.path))
+        writer.disk_bytes -= streams.forget(dead, self.home.path)
         lowest = self.own.live.first()
-        marks = self.marks
-        while marks and (lowest is None or marks[0][0] < lowest):
-            marks.popleft()
+        while self.marks and (lowest is None or self.marks[0][0] < lowest):
+            self.marks.popleft()
 
     def drop_all(self) -> None:
         """Delete every file (nothing is handed on)."""
@@ -141,5 +275,4 @@ class Disk:
             stream.live = Ranges()
 
     def oldest_age(self) -> float:
-        marks = self.marks
-        return max(0.0, time.time() - marks[0][1]) if marks else 0.0
+        return max(0.0, time.time() - self.marks[0][1]) if self.marks else 0.0

@@ -1,7 +1,6 @@
-"""The spill's files, byte for byte: pure encoding and decoding, no I/O.
+"""The spill's files, byte for byte, and reading them back.
 
-A segment file begins with a header naming the *stream* it belongs to (the owner that wrote
-it)::
+A segment file begins with a header naming the *stream* it belongs to (the owner that wrote it)::
 
     b"OBXL" | u8 version (1) | u8 0 | u16 len(stream) | stream
 
@@ -14,79 +13,53 @@ A payload is an *event* or a *settlement*::
     EVENT   u8 1 | u64 seq | f64 wall time | u16 len(run id) | u16 len(key) | run id | key | JSON
     SETTLE  u8 3 | u8 outcome | u16 len(stream) | u32 n | stream | n x (u64 first, u64 end)
 
-An event record holds one accepted event of the file's stream under its sequence number (run
-id and message key 0xFFFF long: none).  A settlement says that the numbers ``[first, end)`` of
-a stream (any stream: an adopter settles the events it adopted) are settled, delivered or lost
-(the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating all that
-is known settled of a stream, so that files holding older settlements can go.  Numbers are never
-reused, so a settlement is a fact for ever, and replay is a union.
-
-A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader looks for
-the next magic and goes on from there, so a torn record is never glued to the next one.
+An event record holds one accepted event of the file's stream under its sequence number (a run
+id or message key 0xFFFF long: none).  A settlement says that the numbers ``[first, end)`` of a
+stream (any stream: an adopter settles the events it adopted) are settled, delivered or lost
+(the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating what is
+settled of a stream.  Numbers are never reused, so a settlement is a fact for ever, and replay is
+a union.  A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader
+looks for the next magic and goes on from there, never gluing a torn record to the next one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 import zlib
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from .._serde import SerializedEvent
 
 __all__ = [
-    "FRAME",
     "HEADER",
-    "MAGIC",
-    "MAX_PAYLOAD",
     "Event",
+    "NotOurs",
+    "SegmentReader",
     "Settle",
-    "decode",
     "encode_event",
     "encode_settle",
     "file_header",
-    "outcome_code",
-    "parse",
-    "read_header",
 ]
 
-FILE_MAGIC = b"OBXL"
-VERSION = 1
-_FILE = struct.Struct(">4sBBH")
-MAGIC = b"OBXs"
-FRAME = struct.Struct(">4sII")
-_EVENT = struct.Struct(">BQdHH")
-_SETTLE = struct.Struct(">BBHI")
-_RANGE = struct.Struct(">QQ")
+_FILE, _FILE_MAGIC = struct.Struct(">4sBBH"), b"OBXL"
+MAGIC, FRAME = b"OBXs", struct.Struct(">4sII")
+_EVENT, _SETTLE, _RANGE = struct.Struct(">BQdHH"), struct.Struct(">BBHI"), struct.Struct(">QQ")
 #: The smallest event record: what a record costs beyond its JSON.
 HEADER = FRAME.size + _EVENT.size
-EVENT = 1
-SETTLE = 3
 _NONE = 0xFFFF
 #: A record's payload never exceeds this (an event larger than any batch is never spilled).
 MAX_PAYLOAD = 1 << 30
 #: What a settlement says became of its events (code 0: a checkpoint, or an outcome unknown).
-OUTCOMES = (
-    "settled",
-    "delivered",
-    "dropped_full",
-    "dropped_spill_full",
-    "dropped_shutdown",
-    "rejected_by_backend",
-    "poison",
-    "too_large",
-    "invalid_event",
-    "worker_stopped",
-    "spill_lost",
-    "dropped_reentrant",
-)
+OUTCOMES: tuple[str, ...] = ("settled", "delivered", "dropped_full", "dropped_spill_full", "dropped_shutdown")
+OUTCOMES += ("rejected_by_backend", "poison", "too_large", "invalid_event", "worker_stopped", "spill_lost")
 _CODES = {name: code for code, name in enumerate(OUTCOMES)}
 
 
 class Event(NamedTuple):
     seq: int
-    #: Wall-clock time (``time.time()``) it was written.
-    at: float
+    at: float  #: wall-clock time (``time.time()``) it was written
     event: SerializedEvent
 
 
@@ -96,13 +69,9 @@ class Settle(NamedTuple):
     ranges: list[tuple[int, int]]
 
 
-def outcome_code(outcome: str) -> int:
-    return _CODES.get(outcome, 0)
-
-
 def file_header(stream: str) -> bytes:
     data = stream.encode()
-    return _FILE.pack(FILE_MAGIC, VERSION, 0, len(data)) + data
+    return _FILE.pack(_FILE_MAGIC, 1, 0, len(data)) + data
 
 
 def read_header(data: bytes) -> tuple[str, int] | None:
@@ -110,20 +79,13 @@ def read_header(data: bytes) -> tuple[str, int] | None:
     if len(data) < _FILE.size:
         return None
     magic, version, _, length = _FILE.unpack_from(data)
-    if magic != FILE_MAGIC or version != VERSION or len(data) < _FILE.size + length:
+    end = _FILE.size + length
+    if magic != _FILE_MAGIC or version != 1 or len(data) < end:
         return None
     try:
-        stream = data[_FILE.size : _FILE.size + length].decode()
+        return data[_FILE.size : end].decode(), end
     except UnicodeDecodeError:
         return None
-    return stream, _FILE.size + length
-
-
-def _text(value: str | None) -> bytes:
-    if value is None:
-        return b""
-    data = value.encode()
-    return data if len(data) < _NONE else data[: _NONE - 1]
 
 
 def _frame(payload: bytes) -> bytes:
@@ -131,42 +93,27 @@ def _frame(payload: bytes) -> bytes:
 
 
 def encode_event(seq: int, at: float, event: SerializedEvent) -> bytes:
-    run_id, key = _text(event.run_id), _text(event.key)
-    head = _EVENT.pack(
-        EVENT,
-        seq,
-        at,
-        _NONE if event.run_id is None else len(run_id),
-        _NONE if event.key is None else len(key),
-    )
-    return _frame(b"".join((head, run_id, key, event.body)))
+    run_id, key = [b"" if v is None else v.encode()[: _NONE - 1] for v in (event.run_id, event.key)]
+    sizes = [_NONE if v is None else len(b) for v, b in ((event.run_id, run_id), (event.key, key))]
+    return _frame(b"".join((_EVENT.pack(1, seq, at, *sizes), run_id, key, event.body)))
 
 
 def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> bytes:
     name = stream.encode()
-    head = _SETTLE.pack(SETTLE, outcome_code(outcome), len(name), len(ranges))
+    head = _SETTLE.pack(3, _CODES.get(outcome, 0), len(name), len(ranges))
     return _frame(b"".join((head, name, *(_RANGE.pack(a, b) for a, b in ranges))))
 
 
-def decode(payload: bytes) -> Event | Settle | None:
+def _decode(payload: bytes) -> Event | Settle | None:
     """The record a sound payload holds (None: a kind or layout we do not know)."""
-    if not payload:
-        return None
-    kind = payload[0]
-    if kind == EVENT and len(payload) >= _EVENT.size:
-        _, seq, at, run_len, key_len = _EVENT.unpack_from(payload)
-        pos = _EVENT.size
-        run_id = key = None
-        if run_len != _NONE:
-            run_id = payload[pos : pos + run_len].decode(errors="replace")
-            pos += run_len
-        if key_len != _NONE:
-            key = payload[pos : pos + key_len].decode(errors="replace")
-            pos += key_len
-        if pos > len(payload):
-            return None
-        return Event(seq, at, SerializedEvent(payload[pos:], run_id, key))
-    if kind == SETTLE and len(payload) >= _SETTLE.size:
+    if payload[:1] == b"\x01" and len(payload) >= _EVENT.size:
+        _, seq, at, *sizes = _EVENT.unpack_from(payload)
+        pos, texts = _EVENT.size, []
+        for size in sizes:
+            texts.append(None if size == _NONE else payload[pos : pos + size].decode(errors="replace"))
+            pos += 0 if size == _NONE else size
+        return Event(seq, at, SerializedEvent(payload[pos:], *texts)) if pos <= len(payload) else None
+    if payload[:1] == b"\x03" and len(payload) >= _SETTLE.size:
         _, code, name_len, n = _SETTLE.unpack_from(payload)
         pos = _SETTLE.size + name_len
         if pos + n * _RANGE.size != len(payload):
@@ -176,34 +123,76 @@ def decode(payload: bytes) -> Event | Settle | None:
         except UnicodeDecodeError:
             return None
         ranges = [_RANGE.unpack_from(payload, pos + i * _RANGE.size) for i in range(n)]
-        outcome = OUTCOMES[code] if code < len(OUTCOMES) else OUTCOMES[0]
-        return Settle(stream, outcome, [(a, b) for a, b in ranges if a < b])
+        return Settle(
+            stream, OUTCOMES[code] if code < len(OUTCOMES) else "settled", [r for r in ranges if r[0] < r[1]]
+        )
     return None
 
 
-def parse(data: bytes, start: int = 0) -> Iterator[Event | Settle | int]:
-    """The records in ``data`` from ``start`` (past the file header), in order; where a stretch
-    of bytes is not a sound record (torn, corrupt), its offset is yielded instead, once per
-    stretch, and reading goes on at the next sound record."""
-    pos, end = start, len(data)
-    bad = False
-    while pos < end:
-        if end - pos >= FRAME.size:
-            magic, length, crc = FRAME.unpack_from(data, pos)
-            begin = pos + FRAME.size
-            if magic == MAGIC and length <= MAX_PAYLOAD and begin + length <= end:
-                payload = data[begin : begin + length]
-                if zlib.crc32(payload) == crc:
-                    record = decode(payload)
-                    if record is not None:
-                        bad = False
-                        pos = begin + length
-                        yield record
-                        continue
-        if not bad:
-            bad = True
-            yield pos
-        found = data.find(MAGIC, pos + 1)
-        if found < 0:
-            return
-        pos = found
+class NotOurs(Exception):
+    """A file without our segment header: never read further, never touched."""
+
+
+class SegmentReader:
+    """The records of one segment, in order, read with ``os.pread`` on a bare file descriptor
+    (no buffered file object whose lock a fork could copy held): one record, or a 64 KiB chunk
+    while resynchronizing after a damaged one, in memory at most.
+
+    :meth:`next` returns a record, an ``int`` (the offset of a stretch of bytes that is not a
+    sound record: torn or corrupt; reading goes on after it), or None at the end of what is
+    written (:meth:`tail_left` then tells a torn tail from a clean end)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.fd, self.offset, self.stream = path, -1, 0, ""
+
+    def open(self) -> str:
+        """Open the file and read its header; returns its stream.
+
+        Raises:
+            OSError: it cannot be opened or read.
+            NotOurs: it is not a segment of ours.
+        """
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        header = read_header(os.pread(self.fd, _FILE.size + _NONE, 0))
+        if header is None:
+            self.close()
+            raise NotOurs(self.path)
+        self.stream, self.offset = header
+        return self.stream
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    def next(self) -> Event | Settle | int | None:
+        """The next record (see the class docstring).  Raises OSError if the disk fails."""
+        head = os.pread(self.fd, FRAME.size, self.offset)
+        if len(head) < FRAME.size:
+            return None
+        magic, length, crc = FRAME.unpack(head)
+        if magic == MAGIC and length <= MAX_PAYLOAD:
+            payload = os.pread(self.fd, length, self.offset + FRAME.size)
+            if len(payload) < length:
+                return None
+            record = _decode(payload) if zlib.crc32(payload) == crc else None
+            if record is not None:
+                self.offset += FRAME.size + length
+                return record
+        bad, pos = self.offset, self.offset + 1
+        while True:  # on to the next magic (or the end)
+            chunk = os.pread(self.fd, 65536, pos)
+            found = chunk.find(MAGIC)
+            if found >= 0 or len(chunk) < 65536:
+                # (The last bytes may begin a magic whose rest is still being written.)
+                self.offset = pos + found if found >= 0 else max(pos, pos + len(chunk) - len(MAGIC) + 1)
+                return bad
+            pos += len(chunk) - len(MAGIC) + 1
+
+    def tail_left(self) -> bool:
+        """Whether bytes are left beyond what was read (a torn tail, once nothing more comes)."""
+        try:
+            return os.fstat(self.fd).st_size > self.offset
+        except OSError:
+            return False

@@ -26,31 +26,41 @@ import re
 import secrets
 import shutil
 import time
+from collections import Counter
+from typing import Any
 
 from .._errors import ConfigError
+from ._format import Event, NotOurs, SegmentReader
+from ._streams import segment_paths
 
-__all__ = ["LOCK", "LOCK_TEXT", "Home", "dead_owners", "is_owner", "new_owner_id"]
+__all__ = ["LOCK", "LOCK_TEXT", "Home", "dead_owners", "inspect_dir", "is_owner"]
 
 LOCK = "lock"
 LOCK_TEXT = b"lineage-outbox spill owner 1\n"
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
 
-def new_owner_id() -> str:
-    """An id that sorts by the time the owner started."""
-    return f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
-
-
 def is_owner(name: str) -> bool:
     return bool(_OWNER.match(name))
 
 
-def _holds_our_lock(path: str) -> bool:
+def _probe(root: str, name: str, how: int) -> int | None:
+    """If ``name`` is an owner of ours in ``root`` that is gone: its lock's fd, locked ``how``
+    by us now; else None (alive, being adopted, or not ours)."""
+    if not is_owner(name):
+        return None
     try:
-        with open(os.path.join(path, LOCK), "rb") as file:
-            return file.read(len(LOCK_TEXT)) == LOCK_TEXT
+        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
+    try:
+        if os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 class Home:
@@ -62,7 +72,8 @@ class Home:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.owner = new_owner_id()
+        # An id that sorts by the time the owner started.
+        self.owner = f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
         self.path = os.path.join(root, self.owner)
         try:
             os.makedirs(root, exist_ok=True)
@@ -113,27 +124,50 @@ class Home:
 
 
 def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
-    """The owners of ``root`` that are gone: (name, the fd of their lock, which we now hold),
-    oldest first.  An owner whose lock another process holds is alive (or being adopted)."""
+    """The owners of ``root`` that are gone, oldest first: (name, the fd of their lock, which we
+    now hold).  An owner whose lock another process holds is alive (or being adopted)."""
     try:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    found = []
-    for name in names:
-        if name == me or not is_owner(name):
+    found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
+    return [(name, fd) for name, fd in found if fd is not None]
+
+
+def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``outbox check`` shows of a spill directory, taking nothing over: whether it is
+    writable, its owners (alive or gone), segments, bytes, the age of its oldest event, and the
+    entries that are not ours."""
+    path = os.fspath(directory)
+    state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
+    if not state["exists"]:
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        state["writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+        return state
+    state["writable"] = os.access(path, os.W_OK | os.X_OK)
+    counts = Counter(owners_alive=0, owners_gone=0, segments=0, bytes=0, foreign=0)
+    oldest = []
+    for name in sorted(os.listdir(path)):
+        if name.startswith("."):
             continue
-        path = os.path.join(root, name)
-        if not _holds_our_lock(path):
+        if not is_owner(name) or not os.path.isdir(os.path.join(path, name)):
+            counts["foreign"] += 1
             continue
-        try:
-            fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)  # alive, or being adopted
-            continue
-        found.append((name, fd))
-    return found
+        fd = _probe(path, name, fcntl.LOCK_SH)
+        counts["owners_gone" if fd is not None else "owners_alive"] += 1
+        if fd is not None:
+            os.close(fd)
+        for seg in segment_paths(os.path.join(path, name)):
+            counts["segments"] += 1
+            reader = SegmentReader(seg)
+            with contextlib.suppress(OSError, NotOurs):
+                reader.open()
+                counts["bytes"] += os.fstat(reader.fd).st_size
+                while (record := reader.next()) is not None and not isinstance(record, Event):
+                    pass
+                oldest += [record.at] if record is not None else []
+            reader.close()
+    state.update(counts, oldest_event_age=max(0.0, time.time() - min(oldest)) if oldest else None)
+    return state

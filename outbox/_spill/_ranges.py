@@ -101,6 +101,17 @@ class Ranges:
         i, j = bisect_right(ends, first), bisect_left(starts, end)
         return sum(min(ends[k], end) - max(starts[k], first) for k in range(i, j))
 
+    def outside(self, first: int, end: int) -> list[tuple[int, int]]:
+        """The ranges of ``[first, end)`` not in the set."""
+        out, at = [], first
+        for a, b in self.clip(first, end):
+            if a > at:
+                out.append((at, a))
+            at = b
+        if at < end:
+            out.append((at, end))
+        return out
+
     def clip(self, first: int, end: int) -> list[tuple[int, int]]:
         """The set's ranges within ``[first, end)``."""
         starts, ends = self._starts, self._ends

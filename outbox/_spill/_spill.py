@@ -1,12 +1,11 @@
 """The spill: one owner's log of what happened to its events, driven by the sidecar.
 
-Every accepted event is written to this owner's segments (an *event* record), within
-``interval`` of being queued and before any transport sees it; whatever becomes of it later
-(delivered, or lost with a reason) is written too (a *settlement*), from the buffer's journal,
-once an interval (``_disk``).  Recovery is a replay: a successor adopts a dead owner's directory
-(one rename, ``_owners``), reads its files (``_streams``) and hands on every event no settlement
-covers, in order, before its own newer events (``_stretch``).  The memory window (``_window``)
-uses the same files for an outage longer than the buffer.  Nothing here runs on ``emit``'s path.
+Every accepted event is written to this owner's segments (an *event* record) within ``interval``
+of being queued, and before any transport sees it; whatever becomes of it (delivered, or lost
+with a reason) is written too (a *settlement*), from the buffer's journal (``_disk``).  Recovery
+is a replay: a successor adopts a dead owner's directory (one rename, ``_owners``), reads its
+files (``_streams``) and hands on every event no settlement covers, in order, before its own
+newer events (``_stretch``).  Nothing here runs on ``emit``'s path.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import contextlib
 import os
 import time
 from typing import Any
-
-import orjson
 
 from .._buffer import Buffer, Reason
 from .._log import RateLimitedLog, logger
@@ -28,21 +25,16 @@ from ._format import HEADER
 from ._owners import Home, dead_owners
 from ._ranges import Ranges
 from ._streams import segment_paths
-from ._stretch import Item, Run, Stretch
+from ._stretch import Run, Stretch
 from ._window import Window
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "SCAN_INTERVAL", "SPILL_LOST", "Spill"]
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "SCAN_INTERVAL", "Spill"]
 
 DEFAULT_MAX_BYTES = 1024**3
 DEFAULT_INTERVAL = 0.1
 #: Seconds between two looks for dead owners while running (and one at start and at close).
 SCAN_INTERVAL = 5.0
-#: After a read of the stretch failed, seconds before the next try.
-READ_AGAIN_AFTER = 1.0
-SPILL_LOST = Reason.SPILL_LOST
 _INF = float("inf")
-#: What an event that cannot be serialized is written as (read back, counted invalid_event).
-_UNWRITABLE = SerializedEvent(b"", None, None)
 
 
 class Spill:
@@ -62,37 +54,32 @@ class Spill:
         adopt: bool = True,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
-        self.max_bytes = max_bytes
-        self.interval = interval
+        self.max_bytes, self.interval = max_bytes, interval
         self.log = RateLimitedLog(log_interval)
         self._begin(Home(self.directory))
-        self.window: Window | None = None
         self.recovered = self.owners_adopted = 0
-        self.invalid_bodies = self.lost_records = 0
         self._pending: list[Run] = []  # adopted, not yet in the stretch
         self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
         self._closed = self._vanished = self._scan_now = False
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
-        self.read_again_at = 0.0
-        #: The last release found the disk full or failing: none again before the next tick.
-        self.stuck = False
         if adopt:
             self._adopt()
 
-    def _begin(self, home: Home) -> None:
+    def _begin(self, home: Home, window: Window | None = None) -> None:
         """This owner's files start (at construction, or over after its directory vanished)."""
         self.home = home
         self.disk = Disk(home, self.max_bytes, self.log)
-        self.stretch = Stretch()
+        self.stretch = Stretch(home.owner)
+        self.stretch.window = window
         #: Own queued events below this number are written (or were refused, and counted).
         self.written_upto = 0
 
     # -- adoption ---------------------------------------------------------------------------
 
     def _adopt(self) -> None:
-        """Take over every dead owner's directory and replay its files: what is live joins
-        the stretch (:meth:`_place_locked`), ahead of anything accepted after."""
+        """Take over every dead owner's directory and replay its files: what is live joins the
+        stretch (``Stretch.place_locked``), ahead of anything accepted after."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
@@ -121,24 +108,18 @@ class Spill:
                 self._pending.append(run)
 
     def _place_locked(self, buf: Buffer) -> None:
-        """Adopted events join the stretch, numbered after everything accepted so far (not
-        while the overflow holds events in memory: they would come between)."""
-        window = self.window
-        if not self._pending or window is None or window.events or buf.finalized:
-            return
-        for run in self._pending:
-            run.first = buf.next_seq
-            buf.went_beyond_locked(run.remaining)
-            window.disk += run.remaining
-            self.recovered += run.remaining
-            self.stretch.add(run)
-        self._pending.clear()
-        window.activate(buf)
+        """Adopted events join the stretch (not while the overflow holds events in memory:
+        they would come between)."""
+        window = self.stretch.window
+        if self._pending and window is not None and not window.events and not buf.finalized:
+            self.recovered += sum(run.remaining for run in self._pending)
+            self.stretch.place_locked(buf, self._pending)
+            self._pending = []
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window and its journal, and put what was adopted at
         construction first."""
-        self.window = Window(buf)
+        self.stretch.window = Window(buf)
         with buf.lock:
             buf.keep_journal_locked()
             self._place_locked(buf)
@@ -148,20 +129,21 @@ class Spill:
         return bool(self._pending or self._scan_now)
 
     def begin_close(self) -> None:
-        """A close began: look for dead owners at the next tick (their events are delivered
-        by the close's deadline too, if they can be)."""
+        """A close began: look for dead owners at the next tick (their events are delivered by
+        the close's deadline too, if they can be)."""
         self._scan_now = True
 
     # -- the worker's side ------------------------------------------------------------------
 
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
-        window = self.window
+        stretch = self.stretch
+        window = stretch.window
         if self._closed or window is None:
             return _INF
         if window.active and (
-            (len(window.events) >= window.wake_at and not self.stuck)
-            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= self.read_again_at)
+            (len(window.events) >= window.wake_at and not stretch.stuck)
+            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= stretch.read_again_at)
         ):
             return 0.0
         journal = buf.journal
@@ -179,17 +161,18 @@ class Spill:
         """Once an interval: write what was queued since the last write and the settlements,
         delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
-        window = self.window
+        stretch = self.stretch
+        window = stretch.window
         if self._closed or window is None:
             return
         try:
             if window.active:
-                self._refill(buf)
-                if len(window.events) >= window.wake_at and not self.stuck:
+                stretch.refill(buf, self.log)
+                if len(window.events) >= window.wake_at and not stretch.stuck:
                     self._release(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return
-            self._last_tick, self.stuck = now, False
+            self._last_tick, stretch.stuck = now, False
             if self.home.vanished():
                 self._start_over(buf)
             # Settled files go first: their room is this write's (after an outage that filled
@@ -200,7 +183,7 @@ class Spill:
             self._release(buf, slicer)
             self._settle(buf)
             self.disk.write_settlements()
-            self._refill(buf)
+            stretch.refill(buf, self.log)
             if now >= self._next_scan or self._scan_now:
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
                 self._adopt()
@@ -231,7 +214,7 @@ class Spill:
         if fresh:
             self.disk.append(fresh, buf.lock, lambda: self._settle(buf))
 
-    # -- writing ----------------------------------------------------------------------------
+    # -- writing and settling ---------------------------------------------------------------
 
     def _write_queued(self, buf: Buffer, slicer: Slicer | None) -> None:
         """Write the queued events not written yet (serialized in place in the buffer: the
@@ -244,9 +227,6 @@ class Spill:
             index = numbers.index_from(max(self.written_upto, numbers.head), n)
             todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
             todo = [(seq, event) for seq, event in todo if seq not in foreign]
-        if not todo:
-            self.written_upto = end
-            return
         most = room // HEADER + 1 if room > 0 else 0
         batch: list[tuple[int, Any, SerializedEvent]] = []
         if slicer is not None:
@@ -267,62 +247,22 @@ class Spill:
         self.written_upto = end if refused is None else refused
 
     def _release(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """Write the overflow to disk and release what was written from memory: the stretch
-        grows by it (an own run).  Not before the queued events below it are written: the
-        records of a stream are in the order of their numbers, which a successor reads them in."""
-        window = self.window
-        if window is None or not window.events:
-            return
+        """The overflow to disk, not before the queued events below it are written: the records
+        of a stream are in the order of their numbers, which a successor reads them in."""
         if self._unwritten(buf):
             self._write_queued(buf, slicer)
-        with buf.lock:
-            if not window.events or buf.finalized or self._unwritten(buf):
+            if self._unwritten(buf):
                 return
-            start = buf.next_seq - len(window.events)
-            events = list(window.events)
-        if slicer is not None:
-            slicer.begin()
-        serialized = []
-        for offset, event in enumerate(events):
-            if slicer is not None:
-                slicer.checkpoint()
-            try:
-                ser = event if event.__class__ is SerializedEvent else serialize(event)
-            except Exception:  # read back, counted invalid_event
-                ser = _UNWRITABLE
-            serialized.append((start + offset, ser))
-        disk = self.disk
-        wrote = disk.append(serialized, buf.lock, lambda: self._settle(buf))
-        self.stuck = wrote < len(serialized)
-        writer = disk.writer
-        with buf.lock:
-            if buf.finalized or buf.next_seq - len(window.events) != start:
-                return  # cleared meanwhile (a close that reported without the worker)
-            buf.spill_full_locked(writer.full and not writer.failing)
-            window.usable = not writer.failing and not writer.full
-            if not wrote or writer.last is None:
-                return
-            window.release(wrote)
-            run = self.stretch.own_tail(start)
-            if run is None:
-                self.stretch.add(
-                    Run(start, [writer.last.path], {self.home.owner: Ranges([(start, start + wrote)])}, True)
-                )
-            else:
-                run.extend(self.home.owner, start, start + wrote, writer.last.path)
-                self.stretch.foreign.add(start, start + wrote)
-            buf.notify_locked()  # room in the overflow for blocked emitters
+        self.stretch.release(buf, slicer, self.disk, lambda: self._settle(buf))
 
     def _unwritten(self, buf: Buffer) -> bool:
         """Whether queued events of this owner are not written yet (read without the lock)."""
         end = buf.numbers.end(len(buf.queue))
-        return bool(_minus(max(self.written_upto, buf.head_seq), end, self.stretch.foreign))
-
-    # -- settling ---------------------------------------------------------------------------
+        return bool(self.stretch.foreign.outside(max(self.written_upto, buf.head_seq), end))
 
     def _settle(self, buf: Buffer) -> None:
         """What the buffer settled since the last look: out of the live sets (this owner's
-        stream, or the stream a stretch event came from) and written down at the next chance."""
+        stream, or the stream a stretch event came from), written down at the next chance."""
         with buf.lock:
             entries = buf.journal.take() if buf.journal is not None else []
             if not entries:
@@ -330,84 +270,17 @@ class Spill:
             foreign, owner = self.stretch.foreign, self.home.owner
             by: dict[tuple[str, str], Ranges] = {}
             for first, end, outcome in entries:
-                for a, b in _minus(first, end, foreign):
+                for a, b in foreign.outside(first, end):
                     by.setdefault((owner, outcome), Ranges()).add(a, b)
                 for a, b in foreign.clip(first, end):
                     for stream, seq in self.stretch.origins(a, b):
                         by.setdefault((stream, outcome), Ranges()).add(seq, seq + 1)
             self.disk.settled(by)
 
-    # -- reading the stretch back -------------------------------------------------------------
-
-    def _refill(self, buf: Buffer) -> None:
-        """Read the stretch back into the queue as its window has room; with the stretch empty,
-        move the overflow to the queue; end the overflow once both are empty."""
-        window = self.window
-        if window is None:
-            return
-        with buf.lock:
-            if buf.finalized:
-                return
-            if not window.disk:
-                window.to_queue(buf)
-                window.settle(buf)
-                return
-            room, room_bytes = window.room(buf)
-            disk = window.disk
-        if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
-            return
-        try:
-            run, items = self.stretch.read(room, room_bytes)
-        except OSError as exc:
-            self.log.warning("spill-read", "spill: reading back from %s failed: %s", self.directory, exc)
-            items = []
-        if not items:
-            self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
-            return
-        with buf.lock:
-            if buf.finalized or window.disk != disk:
-                return
-            self.stretch.taken(run, buf.next_seq - buf.beyond, items)
-            self._rejoin_locked(buf, items)
-            window.disk -= len(items)
-            window.settle(buf)
-
-    def _rejoin_locked(self, buf: Buffer, items: list[Item]) -> None:
-        """Events read back join the queue's tail, in order; one that cannot be read, or whose
-        body is not a JSON object, is counted lost in its place (its number retired)."""
-        events: list[SerializedEvent] = []
-        bad = 0
-        for _, _, event in items:
-            if event is not None and _is_json_object(event.body):
-                events.append(event)
-                continue
-            if events:
-                buf.rejoin_locked(events, [weight(e) for e in events])
-                events = []
-            if event is None:
-                self.lost_records += 1
-                buf.retire_beyond_locked(1, SPILL_LOST)
-            else:
-                self.invalid_bodies += 1
-                buf.retire_beyond_locked(1, Reason.INVALID_EVENT)
-            bad += 1
-        if events:
-            buf.rejoin_locked(events, [weight(e) for e in events])
-        if bad:
-            self.log.warning(
-                "spill-unreadable",
-                "spill: %d event(s) could not be read back from %s; counted lost",
-                bad,
-                self.directory,
-            )
-
-    # -- faults -------------------------------------------------------------------------------
-
     def _start_over(self, buf: Buffer) -> None:
-        """This owner's directory was removed (or replaced) under it: its files are gone.  What
-        was only on disk (the stretch) is counted lost; what is still in memory is written
-        again, to a new directory."""
-        window = self.window
+        """This owner's directory was removed (or replaced) under it: what was only on disk
+        (the stretch) is counted lost; what is in memory is written again, to a new one."""
+        window = self.stretch.window
         try:
             home = Home(self.directory)
         except Exception as exc:
@@ -424,12 +297,12 @@ class Spill:
         with buf.lock:
             lost = window.disk if window is not None else 0
             if lost and window is not None:
-                buf.retire_beyond_locked(lost, SPILL_LOST)
+                buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
                 window.disk = 0
                 window.settle(buf)
             if buf.journal is not None:
                 buf.journal.take()  # (about files that are gone)
-            self._begin(home)
+            self._begin(home, window)
             self.written_upto = buf.head_seq
         if not self._vanished:
             self._vanished = True
@@ -470,37 +343,32 @@ class Spill:
         left = self.left()
         if any(left.values()):
             logger.warning(
-                "spill: %d event(s) of processes that are gone were not delivered by the close's "
+                "spill: %d event(s) of processes that are gone were not taken in by the close's "
                 "deadline, and %d such process(es)' files could not be taken over: left in %s",
                 left["events"],
                 left["owners"],
                 self.directory,
             )
-        if not (disk.streams.live() or disk.streams.damage.unreadable_files):
+        if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
             disk.drop_all()
             self.home.remove()
         self.home.release()
         return on_disk
 
     def left(self) -> dict[str, int]:
-        """What this owner knows of and leaves in the directory beyond its own held events:
-        events of dead owners it adopted but did not take in yet, and dead owners whose files
-        it could not take over."""
+        """What this owner leaves in the directory beyond its own held events: events of dead
+        owners it adopted and did not take in yet, and dead owners it could not take over."""
         return {"events": sum(run.remaining for run in self._pending), "owners": len(self._not_taken)}
 
     def on_disk(self, journal: list[list[Any]] | None = None) -> int:
         """Of the events held, how many are on disk, live (less those settled in ``journal``,
-        not yet taken: for a close whose report is made without the worker)."""
+        not taken yet: for a close whose report is made without the worker, under the lock)."""
         live = self.disk.streams.live() - sum(run.remaining for run in self._pending)
         own, foreign = self.disk.own.live, self.stretch.foreign
         for first, end, _ in journal or []:
-            live -= sum(own.count(a, b) for a, b in _minus(first, end, foreign))
+            live -= sum(own.count(a, b) for a, b in foreign.outside(first, end))
             live -= foreign.count(first, end)
         return max(0, live)
-
-    def on_disk_locked(self, buf: Buffer) -> int:
-        """:meth:`on_disk` for a report made without the worker (no I/O)."""
-        return self.on_disk(buf.journal.entries if buf.journal is not None else [])
 
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
@@ -518,12 +386,10 @@ class Spill:
             adopt=False,
         )
 
-    # -- observability ------------------------------------------------------------------------
-
     def stats(self) -> dict[str, float]:
         """What ``Stats.spill`` shows (read without the lock: a snapshot, maybe a tick old)."""
-        window, disk, stretch = self.window, self.disk, self.stretch
-        streams, damage = disk.streams, disk.streams.damage
+        disk, stretch = self.disk, self.stretch
+        window, streams = stretch.window, disk.streams
         return {
             "spilled_events": streams.live(),
             "spilled_bytes": sum(seg.size for seg in list(streams.files)),
@@ -538,35 +404,13 @@ class Spill:
             **{f"failed_{name.lower()}": n for name, n in dict(disk.writer.failures).items()},
             "overflow_events": len(window.events) if window is not None else 0,
             "stretch_events": window.disk if window is not None else 0,
-            "corrupt_records": damage.corrupt_records + sum(run.damaged for run in list(stretch.runs)),
-            "torn_records": damage.torn_records,
-            "unreadable_files": damage.unreadable_files,
-            "foreign_files": damage.foreign_files,
-            "lost_records": self.lost_records,
-            "invalid_bodies": self.invalid_bodies,
+            **streams.damage,
+            "corrupt_records": streams.damage["corrupt_records"]
+            + sum(run.damaged for run in list(stretch.runs)),
+            "lost_records": stretch.lost,
+            "invalid_bodies": stretch.invalid,
             "oldest_age": disk.oldest_age(),
         }
-
-
-def _minus(first: int, end: int, ranges: Ranges) -> list[tuple[int, int]]:
-    """``[first, end)`` less ``ranges``, as ranges."""
-    out, at = [], first
-    for a, b in ranges.clip(first, end):
-        if a > at:
-            out.append((at, a))
-        at = b
-    if at < end:
-        out.append((at, end))
-    return out
-
-
-def _is_json_object(body: bytes) -> bool:
-    if body[:1] != b"{":
-        return False
-    try:
-        return isinstance(orjson.loads(body), dict)
-    except orjson.JSONDecodeError:
-        return False
 
 
 def _in_place_locked(buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:

@@ -1,33 +1,29 @@
-"""What this owner holds on disk: its files, and for each stream (the owner that wrote the
-events: this one, or one it adopted) which numbers are *live* (an event record on disk, not
-settled) and which are settled.  Recovery is a replay: read every file, take the events, take
-away what the settlements settle, and what is left is live.
+"""What this owner holds on disk: its files and, for each stream (the owner that wrote the events:
+this one, or one it adopted), which numbers are *live* (an event record on disk, not settled) and
+which are settled.  Recovery is a replay: every file read, events less settlements is what lives.
 
-A file may be deleted once none of its events is live, but its settlements may still be the only
-word on events of other files: before such a file goes, a *checkpoint* (every stream's settled
-numbers, restated) is written to this owner's current segment.
+A file goes once none of its events is live; but its settlements may still be the only word on
+events of other files, so before such a file goes a *checkpoint* (every stream's settled numbers,
+restated) is written to a segment that stays.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._format import Event, Settle, encode_settle
+from ._format import Event, NotOurs, SegmentReader, Settle, encode_settle
 from ._ranges import Ranges
-from ._reader import NotOurs, SegmentReader
 
-__all__ = ["Damage", "SegFile", "Stream", "Streams", "segment_paths"]
-
-_SEG = ".seg"
+__all__ = ["SegFile", "Stream", "Streams", "segment_paths"]
 
 
 @dataclass(slots=True, eq=False)
 class SegFile:
-    """One segment file: its stream, the numbers of the events in it, its size, and whether
-    it holds settlements."""
+    """A segment file: its stream, the numbers of its events, its size, whether it settles."""
 
     path: str
     stream: str
@@ -43,45 +39,19 @@ class Stream:
     live: Ranges = field(default_factory=Ranges)
     settled: Ranges = field(default_factory=Ranges)
 
-    def settle(self, first: int, end: int) -> int:
-        """Settle ``[first, end)``; returns how many of them were live."""
+    def settle(self, first: int, end: int) -> None:
         self.settled.add(first, end)
-        return self.live.remove(first, end)
+        self.live.remove(first, end)
 
     def written(self, first: int, end: int) -> None:
         """Event records ``[first, end)`` are on disk: live, unless settled meanwhile."""
-        for a, b in _minus(first, end, self.settled):
+        for a, b in self.settled.outside(first, end):
             self.live.add(a, b)
 
 
-def _minus(first: int, end: int, ranges: Ranges) -> Iterator[tuple[int, int]]:
-    at = first
-    for a, b in ranges.clip(first, end):
-        if a > at:
-            yield at, a
-        at = b
-    if at < end:
-        yield at, end
-
-
-@dataclass(slots=True)
-class Damage:
-    """What a replay could not use, by kind (``stats().spill``)."""
-
-    #: Stretches of bytes that were not a sound record (a bad checksum, garbage).
-    corrupt_records: int = 0
-    #: A record cut short at the end of a file (a crash mid-write).
-    torn_records: int = 0
-    #: Files that could not be opened or read (permissions, a directory, I/O errors).
-    unreadable_files: int = 0
-    #: Files that are not segments of ours (no header): left alone.
-    foreign_files: int = 0
-
-
 def segment_paths(directory: str) -> list[str]:
-    """The segment files of an owner's directory and, before them, of the owners it adopted
-    (its subdirectories, each the same way, by name: oldest first): the order their events
-    were first handed on."""
+    """The segments of an owner's directory, after those of the owners it adopted (its
+    subdirectories, oldest first, each the same way): the order their events were handed on."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError:
@@ -91,108 +61,89 @@ def segment_paths(directory: str) -> list[str]:
         with contextlib.suppress(OSError):
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
                 paths.extend(segment_paths(entry.path))
-    paths.extend(entry.path for entry in entries if entry.name.endswith(_SEG))
-    return paths
+    return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
 
 
 class Streams:
-    """Every stream and file this owner holds (see the module's docstring); ``home`` is its
-    own stream (never forgotten)."""
+    """Every stream and file this owner holds; ``home`` is its own stream (never forgotten).
+    ``damage`` counts what replays could not use: ``corrupt_records``, ``torn_records``,
+    ``unreadable_files``, ``foreign_files`` (no header of ours: never read further)."""
 
     def __init__(self, home: str = "") -> None:
         self.home = home
         self.streams: dict[str, Stream] = {}
         self.files: list[SegFile] = []
-        self.damage = Damage()
+        self.damage: Counter[str] = Counter(
+            corrupt_records=0, torn_records=0, unreadable_files=0, foreign_files=0
+        )
         #: The file holding the last checkpoint (never deleted while anything is live).
         self.checkpoint_file: SegFile | None = None
 
     def stream(self, name: str) -> Stream:
-        stream = self.streams.get(name)
-        if stream is None:
-            stream = self.streams[name] = Stream()
-        return stream
+        return self.streams.setdefault(name, Stream())
 
     def live(self) -> int:
         """Events on disk not settled, of every stream."""
         return sum(len(stream.live) for stream in list(self.streams.values()))
 
-    def replay(self, paths: list[str], warn: object) -> dict[str, Ranges]:
-        """Read ``paths`` (a dead owner's files, adopted): their files join this owner's, their
-        streams' live numbers are computed.  Returns the live numbers of each stream found
-        (what is to be handed on).  ``warn(message, *args)`` is told of each damage."""
+    def replay(self, paths: list[str], warn: Callable[..., None]) -> dict[str, Ranges]:
+        """Read ``paths`` (an adopted owner's): their files join this owner's; returns the live
+        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed."""
         present: dict[str, Ranges] = {}
         settled: dict[str, Ranges] = {}
+
+        def damaged(kind: str, what: str, *args: object) -> None:
+            self.damage[kind] += 1
+            warn("spill: " + what + "; skipped", *args)
+
         for path in paths:
             reader = SegmentReader(path)
             try:
-                name = reader.open()
-            except NotOurs:
-                self.damage.foreign_files += 1
-                continue
-            except OSError as exc:
-                self.damage.unreadable_files += 1
-                warn("spill: %s cannot be read (%s); left where it is", path, exc.strerror or exc)  # type: ignore[operator]
-                continue
-            seg = SegFile(path, name)
-            try:
-                seg.size = os.fstat(reader.fd).st_size
-                numbers = present.setdefault(name, Ranges())
-                while True:
-                    record = reader.next()
-                    if record is None:
-                        if reader.tail_left():
-                            self.damage.torn_records += 1
-                            warn("spill: a record cut short at the end of %s was skipped", path)  # type: ignore[operator]
-                        break
+                seg = SegFile(path, reader.open(), os.fstat(reader.fd).st_size)
+                numbers = present.setdefault(seg.stream, Ranges())
+                while (record := reader.next()) is not None:
                     if isinstance(record, int):
-                        self.damage.corrupt_records += 1
-                        warn("spill: a damaged record at byte %d of %s was skipped", record, path)  # type: ignore[operator]
+                        damaged("corrupt_records", "a damaged record at byte %d of %s", record, path)
                     elif isinstance(record, Event):
                         numbers.add(record.seq, record.seq + 1)
                         seg.numbers.add(record.seq, record.seq + 1)
                     elif isinstance(record, Settle):
                         seg.settles = True
-                        target = settled.setdefault(record.stream, Ranges())
                         for a, b in record.ranges:
-                            target.add(a, b)
+                            settled.setdefault(record.stream, Ranges()).add(a, b)
+                if reader.tail_left():
+                    damaged("torn_records", "a record cut short at the end of %s", path)
+                self.files.append(seg)
+            except NotOurs:
+                self.damage["foreign_files"] += 1
             except OSError as exc:
-                self.damage.unreadable_files += 1
-                warn("spill: reading %s failed (%s); left where it is", path, exc.strerror or exc)  # type: ignore[operator]
-                continue
+                damaged(
+                    "unreadable_files", "%s cannot be read (%s), left where it is", path, exc.strerror or exc
+                )
             finally:
                 reader.close()
-            self.files.append(seg)
         handed: dict[str, Ranges] = {}
         for name, numbers in present.items():
-            stream = self.stream(name)
-            done = settled.get(name, Ranges())
-            top = numbers.last()
-            if top is None:
-                continue
+            stream, done, top = self.stream(name), settled.get(name, Ranges()), numbers.last()
             for a, b in numbers:
-                for x, y in _minus(a, b, done):
+                for x, y in done.outside(a, b):
                     stream.live.add(x, y)
-            # Numbers absent from every file were settled, or never written: either way not
-            # live, and said so in a checkpoint.
-            stream.settled.add(0, top + 1)
+            # Numbers absent from every file were settled, or never written: not live either way.
+            stream.settled.add(0, (top if top is not None else -1) + 1)
             for a, b in stream.live:
                 stream.settled.remove(a, b)
             handed[name] = Ranges(stream.live)
         return handed
 
     def deletable(self) -> list[SegFile]:
-        """The files none of whose events is live."""
-        anything_live = any(stream.live for stream in self.streams.values())
-        dead = []
-        for seg in self.files:
-            stream = self.streams.get(seg.stream)
-            if stream is not None and any(stream.live.overlaps(a, b) for a, b in seg.numbers):
-                continue
-            if seg is self.checkpoint_file and anything_live:
-                continue
-            dead.append(seg)
-        return dead
+        """The files none of whose events is live (not the last checkpoint's while any is)."""
+        anything = any(stream.live for stream in self.streams.values())
+        return [
+            seg
+            for seg in self.files
+            if not any(self.stream(seg.stream).live.overlaps(a, b) for a, b in seg.numbers)
+            and not (seg is self.checkpoint_file and anything)
+        ]
 
     def needs_checkpoint(self, dead: list[SegFile]) -> bool:
         return any(seg.settles for seg in dead) and any(stream.live for stream in self.streams.values())
@@ -201,54 +152,43 @@ class Streams:
         """Settlement records restating what is settled of every stream with live events."""
         records = []
         for name, stream in self.streams.items():
-            if not stream.live:
-                continue
-            top = max((seg.numbers.last() or 0 for seg in self.files if seg.stream == name), default=0)
-            ranges = stream.settled.clip(0, top + 1)
-            for i in range(0, len(ranges), 4096):
-                records.append(encode_settle(name, "settled", ranges[i : i + 4096]))
+            if stream.live:
+                top = max((seg.numbers.last() or 0 for seg in self.files if seg.stream == name), default=0)
+                ranges = stream.settled.clip(0, top + 1)
+                records += [
+                    encode_settle(name, "settled", ranges[i : i + 4096]) for i in range(0, len(ranges), 4096)
+                ]
         return records
 
     def forget(self, dead: list[SegFile], home: str) -> int:
-        """Delete ``dead`` files (and the directories of adopted owners left empty, never
+        """Delete ``dead`` files, and the adopted owners' directories left empty (never
         ``home``, this owner's own).  Returns the bytes of this owner's own segments freed."""
-        freed = 0
-        gone = {id(seg) for seg in dead}
-        dirs = set()
+        freed, gone, dirs = 0, set(), set()
         for seg in dead:
-            with contextlib.suppress(FileNotFoundError):
-                try:
-                    os.unlink(seg.path)
-                except OSError:
-                    gone.discard(id(seg))  # (kept: tried again later)
-                    continue
+            try:
+                os.unlink(seg.path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue  # (kept: tried again later)
+            gone.add(id(seg))
             freed += seg.size if seg.stream == self.home else 0
             dirs.add(os.path.dirname(seg.path))
         self.files = [seg for seg in self.files if id(seg) not in gone]
-        if self.checkpoint_file is not None and id(self.checkpoint_file) in gone:
+        if id(self.checkpoint_file) in gone:
             self.checkpoint_file = None
-        held = {os.path.dirname(seg.path) for seg in self.files} | {home}
         kept = {seg.stream for seg in self.files} | {self.home}
         for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
             del self.streams[name]
-        _prune(dirs, held)
+        held = {os.path.dirname(seg.path) for seg in self.files} | {home}
+        while dirs:  # deepest first, then their parents; never one that holds files, nor above
+            path = max(dirs, key=len)
+            dirs.discard(path)
+            if path in held or any(h.startswith(path + os.sep) for h in held):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(path, "lock"))
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+                dirs.add(os.path.dirname(path))
         return freed
-
-
-def _prune(dirs: set[str], held: set[str]) -> None:
-    """Remove adopted owners' directories that hold no file of ours any more (their lock
-    file, then the directory, deepest first, and then their parents the same way; never one
-    in ``held``, nor a parent of one)."""
-    todo = set(dirs)
-    while todo:
-        path = max(todo, key=len)
-        todo.discard(path)
-        if path in held or any(h.startswith(path + os.sep) for h in held):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(path, "lock"))
-        try:
-            os.rmdir(path)
-        except OSError:
-            continue
-        todo.add(os.path.dirname(path))

@@ -9,19 +9,31 @@ it still holds, once; whatever it holds when its last file is read to its end wa
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from .._serde import SerializedEvent, weight
-from ._format import Event
+import orjson
+
+from .._buffer import Buffer, Reason
+from .._log import RateLimitedLog
+from .._serde import SerializedEvent, serialize, weight
+from .._slices import Slicer
+from ._disk import Disk
+from ._format import Event, NotOurs, SegmentReader
 from ._ranges import Ranges
-from ._reader import NotOurs, SegmentReader
+from ._window import Window
 
 __all__ = ["Item", "Run", "Span", "Stretch"]
 
 #: What a run hands out: (stream, number there, the event; None: a gap).
 Item = tuple[str, int, SerializedEvent | None]
+#: After a read of the stretch failed, seconds before the next try.
+READ_AGAIN_AFTER = 1.0
+#: What an event that cannot be serialized is written as (read back, counted invalid_event).
+_UNWRITABLE = SerializedEvent(b"", None, None)
 
 
 @dataclass(slots=True, eq=False)
@@ -120,39 +132,138 @@ class Span:
 
 
 class Stretch:
-    """The runs of one spill, and what was read back of them (see the module's docstring).
+    """The buffer's memory window (``_window``) and what it overflowed to: the runs on disk, and
+    what was read back of them.  Numbers given here to events of the stretch are *foreign*: their
+    records are in their run's stream, under the numbers the spans say, never written again."""
 
-    Numbers given here to events of the stretch are *foreign*: their records are in their
-    run's stream under the numbers the spans say, and they are never written again."""
-
-    def __init__(self) -> None:
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.window: Window | None = None
         self.runs: deque[Run] = deque()
         self.spans: list[Span] = []
         self.foreign = Ranges()
+        #: A read back failed: none again before this time (``time.monotonic``).
+        self.read_again_at = 0.0
+        #: The last release found the disk full or failing: none again before the next tick.
+        self.stuck = False
+        #: Events read back that were not there (``lost``) or whose body is not a JSON object.
+        self.lost = self.invalid = 0
 
-    def add(self, run: Run) -> None:
-        self.runs.append(run)
-        self.foreign.add(run.first, run.first + run.remaining)
+    def place_locked(self, buf: Buffer, runs: list[Run]) -> None:
+        """Adopted runs join the stretch, numbered after everything accepted so far."""
+        window = self.window
+        assert window is not None
+        for run in runs:
+            run.first = buf.next_seq
+            buf.went_beyond_locked(run.remaining)
+            window.disk += run.remaining
+            self.runs.append(run)
+            self.foreign.add(run.first, run.first + run.remaining)
+        window.activate(buf)
 
-    def own_tail(self, first: int) -> Run | None:
-        """The last run if it is this owner's own and ends right before ``first``."""
-        last = self.runs[-1] if self.runs else None
-        if last is not None and last.own and last.first + last.remaining == first:
-            return last
-        return None
+    def release(self, buf: Buffer, slicer: Slicer | None, disk: Disk, drain: Any) -> None:
+        """Write the overflow to disk and release what was written from memory (an own run)."""
+        window = self.window
+        assert window is not None
+        with buf.lock:
+            if not window.events or buf.finalized:
+                return
+            start = buf.next_seq - len(window.events)
+            events = list(window.events)
+        if slicer is not None:
+            slicer.begin()
+        serialized = []
+        for offset, event in enumerate(events):
+            if slicer is not None:
+                slicer.checkpoint()
+            try:
+                ser = event if event.__class__ is SerializedEvent else serialize(event)
+            except Exception:  # read back, counted invalid_event
+                ser = _UNWRITABLE
+            serialized.append((start + offset, ser))
+        wrote = disk.append(serialized, buf.lock, drain)
+        self.stuck = wrote < len(serialized)
+        writer = disk.writer
+        with buf.lock:
+            if buf.finalized or buf.next_seq - len(window.events) != start:
+                return  # cleared meanwhile (a close that reported without the worker)
+            buf.spill_full_locked(writer.full and not writer.failing)
+            window.usable = not writer.failing and not writer.full
+            if not wrote or writer.last is None:
+                return
+            window.release(wrote)
+            self.foreign.add(start, start + wrote)
+            last = self.runs[-1] if self.runs else None
+            if last is not None and last.own and last.first + last.remaining == start:
+                last.extend(self.owner, start, start + wrote, writer.last.path)
+            else:
+                self.runs.append(
+                    Run(start, [writer.last.path], {self.owner: Ranges([(start, start + wrote)])}, True)
+                )
+            buf.notify_locked()  # room in the overflow for blocked emitters
 
-    def read(self, want: int, max_bytes: int) -> tuple[Run, list[Item]]:
-        """Read the first run back (see :meth:`Run.read`)."""
+    def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
+        """Read the stretch back into the queue as its window has room; with the stretch empty,
+        move the overflow to the queue; end the overflow once both are empty."""
+        window = self.window
+        assert window is not None
+        with buf.lock:
+            if buf.finalized:
+                return
+            if not window.disk:
+                window.to_queue(buf)
+                window.settle(buf)
+                return
+            room, room_bytes = window.room(buf)
+            disk = window.disk
+        if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
+            return
         run = self.runs[0]
-        return run, run.read(min(want, run.remaining), max_bytes)
+        try:
+            items = run.read(min(room, run.remaining), room_bytes)
+        except OSError as exc:
+            log.warning("spill-read", "spill: reading back failed: %s", exc)
+            items = []
+        if not items:
+            self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
+            return
+        with buf.lock:
+            if buf.finalized or window.disk != disk:
+                return
+            first = buf.next_seq - buf.beyond  # the stretch's first number
+            self.spans.append(Span(first, [(stream, seq) for stream, seq, _ in items], len(items)))
+            run.remaining -= len(items)
+            if not run.remaining:
+                self.runs.popleft()
+                run.close()
+            bad = self._rejoin_locked(buf, items)
+            window.disk -= len(items)
+            window.settle(buf)
+        if bad:
+            log.warning("spill-unreadable", "spill: %d event(s) could not be read back; counted lost", bad)
 
-    def taken(self, run: Run, first: int, items: list[Item]) -> None:
-        """``items`` of ``run`` joined the queue (or were counted lost) numbered from ``first``."""
-        self.spans.append(Span(first, [(stream, seq) for stream, seq, _ in items], len(items)))
-        run.remaining -= len(items)
-        if not run.remaining:
-            self.runs.popleft()
-            run.close()
+    def _rejoin_locked(self, buf: Buffer, items: list[Item]) -> int:
+        """Events read back join the queue's tail, in order; one that cannot be read, or whose
+        body is not a JSON object, is counted lost in its place (its number retired).  Returns
+        how many were."""
+        events: list[SerializedEvent] = []
+        bad = 0
+        for _, _, event in items:
+            if event is not None and _is_json_object(event.body):
+                events.append(event)
+                continue
+            if events:
+                buf.rejoin_locked(events, [weight(e) for e in events])
+                events = []
+            if event is None:
+                self.lost += 1
+            else:
+                self.invalid += 1
+            buf.retire_beyond_locked(1, Reason.SPILL_LOST if event is None else Reason.INVALID_EVENT)
+            bad += 1
+        if events:
+            buf.rejoin_locked(events, [weight(e) for e in events])
+        return bad
 
     def origins(self, first: int, end: int) -> list[tuple[str, int]]:
         """Where the events numbered ``[first, end)`` here came from (spans forgotten once all
@@ -175,10 +286,15 @@ class Stretch:
         """Events of dead owners not read back yet."""
         return sum(run.remaining for run in list(self.runs) if not run.own)
 
-    def held(self) -> int:
-        """Events of the stretch (read back or not) not settled yet."""
-        return len(self.foreign)
-
     def close(self) -> None:
         for run in self.runs:
             run.close()
+
+
+def _is_json_object(body: bytes) -> bool:
+    if body[:1] != b"{":
+        return False
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False

@@ -1,35 +1,19 @@
-"""The memory window: with a spill, a backend outage longer than the buffer goes to disk, not
-to ``dropped_full``.  This is the buffer's *overflow* (the protocol ``_buffer.Overflow``).
+"""The memory window: with a spill, an outage longer than the buffer goes to disk, not to
+``dropped_full``.  This is the buffer's *overflow* (the protocol ``_holdings.Overflow``).
 
-Without a spill the buffer's queue is the whole story: when it is full the policy applies.
-With one, the queue (and what is in flight) keeps only a *window*, half of
-``max_events`` / ``max_bytes``; when an event does not fit in it the buffer *overflows*:
-
-* from then on every accepted event is appended (by ``emit``, O(1), in memory, under the
-  buffer's one lock, as ever) to a second, small deque, the *overflow*, never to the queue;
-* the sidecar's spill, at its next tick (woken early by ``emit`` once the overflow holds
-  ``wake_at`` events), writes the overflow to its segment and *releases* what was written:
-  the events leave memory, and only their count stays, ``disk`` (the *stretch*: the sequence
-  numbers right after the queue's last);
-* as the worker takes from the queue and the window has room again, the spill reads the
-  stretch back from disk, in order, a window's worth at a time, and appends it to the queue;
-  once the stretch is empty the overflow (what the disk did not take: full, or failing) joins
-  the queue in memory; once both are empty the overflow ends and ``emit`` appends to the queue
-  again.
-
-Events adopted from a dead owner join the stretch too (their files read in place), ahead of
-anything accepted after them.  So the order is always queue < stretch (on disk) < overflow by
-sequence number: per-run order holds because the numbers do, and ``emit`` never touches the
-disk nor does more than one append.  Memory holds at most ``max_events`` / ``max_bytes`` (the
-queue's window, in flight, the overflow); the disk holds the stretch.  Only when the overflow
-is full (the disk full, failing, or the sidecar behind by half the buffer) does the policy
-apply, counted ``dropped_spill_full`` when the disk reached ``max_spill_bytes``, else
-``dropped_full``; ``drop_oldest`` then evicts the oldest queued events (never those of the
-stretch: they are the next to go, and on disk).
-
-The fast paths of ``Buffer.put`` are unchanged: they compare against ``room_events`` and
-``room_bytes``, which are ``max_events`` / ``max_bytes`` without a spill, the window with one,
-and 0 / -1 while overflowing (every ``emit`` then takes the slow path, which comes here).
+With a spill, the queue (and what is in flight) keeps only a *window*, half of ``max_events`` /
+``max_bytes``.  When an event does not fit, the buffer *overflows*: ``emit`` appends every event
+(O(1), in memory, under the buffer's lock, as ever) to a second, small deque, the overflow,
+never to the queue.  The sidecar writes the overflow to disk and *releases* it: only its count
+stays, ``disk`` (the *stretch*, the numbers right after the queue's last, with the events of dead
+owners adopted ahead of it: ``_stretch``), read back as the queue has room.  Once the stretch is
+empty the overflow (what the disk did not take) joins the queue, and the overflow ends.  So the
+order is queue < stretch < overflow by number, and each run's order holds.  Only when the
+overflow is full (the disk full or failing, or the sidecar behind by half the buffer) does the
+policy apply, counted ``dropped_spill_full`` when the disk holds ``max_spill_bytes``, else
+``dropped_full``; ``drop_oldest`` evicts the oldest queued events, never the stretch's.  The fast
+paths of ``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1
+while overflowing (every ``emit`` then takes the slow path, which comes here).
 """
 
 from __future__ import annotations
@@ -65,8 +49,7 @@ class Window:
         self.share_bytes = max(1, buf.max_bytes // 2)
         self.wake_at = max(1, min(64, buf.max_events // 16))
         self.active = False
-        #: False while the disk fails or is full: then, unless already overflowing, the buffer
-        #: is memory only.
+        #: False while the disk fails or is full: then, unless overflowing, memory only.
         self.usable = True
         self.events: deque[Any] = deque()
         self.sizes: deque[int] = deque()
