@@ -1,11 +1,8 @@
 """This owner's log on disk: its segments (appended to within ``max_spill_bytes``, a failing disk
-counted, warned about and tried again later), its settlements, and the files that can go.
-
-Records go on disk whole or not at all, as far as a reader can tell: a write the disk cuts short
-(ENOSPC, EFBIG, EIO) is cut back to its last whole record (or, if even that fails, the segment is
-closed with the torn bytes at its end, which readers skip), and the caller learns exactly which
-records are on disk.  No buffer here: the spill hands it events and settlements, and the lock to
-hold around its bookkeeping.
+counted, warned about and tried again later), its settlements, and the files that can go.  A
+write the disk cuts short (ENOSPC, EFBIG, EIO) closes its segment, the torn bytes at its end
+(which readers skip), and the caller learns exactly which records are on disk, whole.  No buffer
+here: the spill hands it events and settlements, and the lock to hold around its bookkeeping.
 """
 
 from __future__ import annotations
@@ -20,13 +17,14 @@ from itertools import accumulate
 from typing import Any
 
 from .._log import RateLimitedLog
-from .._serde import SerializedEvent
+from .._serde import SerializedEvent, serialize
+from .._slices import Slicer
 from ._format import encode_event, encode_settle, file_header
 from ._owners import Home
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
 
-__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer"]
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer", "serialized"]
 
 #: A segment is closed (and a new one begun) past this size (or an eighth of max_spill_bytes).
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -44,6 +42,24 @@ _FIXES = {
     errno.EROFS: "the filesystem is read-only: point spill_dir at a writable one",
     errno.EIO: "an I/O error: check the disk",
 }
+
+
+def serialized(
+    events: list[tuple[int, Any]], slicer: Slicer | None
+) -> list[tuple[int, Any, SerializedEvent | None]]:
+    """``(number, event, its serialized form)`` of each, None for one that cannot be: in slices
+    (the GIL handed back to the application's threads between two, ``_slices``)."""
+    if slicer is not None:
+        slicer.begin()
+    out: list[tuple[int, Any, SerializedEvent | None]] = []
+    for seq, event in events:
+        if slicer is not None:
+            slicer.checkpoint()
+        try:
+            out.append((seq, event, event if event.__class__ is SerializedEvent else serialize(event)))
+        except Exception:
+            out.append((seq, event, None))
+    return out
 
 
 class Writer:
@@ -101,8 +117,11 @@ class Writer:
             while wrote < len(data):
                 wrote += os.write(self.fd, data[wrote:])
         except OSError as exc:
-            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)  # whole ones
-            self._cut(wrote, ends[fit - 1] if fit else 0)
+            # Cut short: the whole records are on disk, and nothing is appended after a torn one.
+            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)
+            if self.current is not None:
+                self._grow(self.current, wrote)
+                self.rotate()
             self.failed(exc)
             if not fit:
                 return 0
@@ -116,21 +135,6 @@ class Writer:
     def _grow(self, segment: SegFile, nbytes: int) -> None:
         segment.size += nbytes
         self.disk_bytes += nbytes
-
-    def _cut(self, wrote: int, keep: int) -> None:
-        """A write cut short after ``wrote`` bytes: back to the ``keep`` that are whole records
-        (or, if the disk will not, the segment closed with a torn tail)."""
-        segment = self.current
-        if segment is None:
-            return
-        try:
-            if wrote > keep:
-                os.ftruncate(self.fd, segment.size + keep)
-        except OSError:
-            self._grow(segment, wrote)  # the torn bytes stay: readers skip them
-            self.rotate()
-            return
-        self._grow(segment, keep)
 
     def _segment(self) -> SegFile:
         if self.current is None:

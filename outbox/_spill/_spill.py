@@ -18,9 +18,9 @@ from typing import Any
 from .._buffer import Buffer, Reason
 from .._log import RateLimitedLog, logger
 from .._numbering import DELIVERED
-from .._serde import SerializedEvent, serialize, weight
+from .._serde import SerializedEvent, weight
 from .._slices import Slicer
-from ._disk import Disk
+from ._disk import Disk, serialized
 from ._format import HEADER
 from ._owners import Home, dead_owners
 from ._ranges import Ranges
@@ -228,16 +228,8 @@ class Spill:
             todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
             todo = [(seq, event) for seq, event in todo if seq not in foreign]
         most = room // HEADER + 1 if room > 0 else 0
-        batch: list[tuple[int, Any, SerializedEvent]] = []
-        if slicer is not None:
-            slicer.begin()
-        for seq, event in todo[:most]:
-            if slicer is not None:
-                slicer.checkpoint()
-            try:
-                batch.append((seq, event, event if event.__class__ is SerializedEvent else serialize(event)))
-            except Exception:
-                continue  # the intake counts it invalid_event when it takes it; never on disk
+        # (One that cannot be serialized is never on disk: the intake counts it invalid_event.)
+        batch = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
         wrote = self.disk.append([(seq, ser) for seq, _, ser in batch], buf.lock, lambda: self._settle(buf))
         with buf.lock:
             _in_place_locked(buf, batch)

@@ -19,9 +19,9 @@ import orjson
 
 from .._buffer import Buffer, Reason
 from .._log import RateLimitedLog
-from .._serde import SerializedEvent, serialize, weight
+from .._serde import SerializedEvent, weight
 from .._slices import Slicer
-from ._disk import Disk
+from ._disk import Disk, serialized
 from ._format import Event, NotOurs, SegmentReader
 from ._ranges import Ranges
 from ._window import Window
@@ -32,7 +32,6 @@ __all__ = ["Item", "Run", "Span", "Stretch"]
 Item = tuple[str, int, SerializedEvent | None]
 #: After a read of the stretch failed, seconds before the next try.
 READ_AGAIN_AFTER = 1.0
-#: What an event that cannot be serialized is written as (read back, counted invalid_event).
 _UNWRITABLE = SerializedEvent(b"", None, None)
 
 
@@ -87,9 +86,7 @@ class Run:
     def _gaps(self, n: int) -> list[Item]:
         out: list[Item] = []
         for stream, numbers in self.todo.items():
-            while numbers and len(out) < n:
-                seq = numbers.first()
-                assert seq is not None
+            while (seq := numbers.first()) is not None and len(out) < n:
                 numbers.remove(seq, seq + 1)
                 out.append((stream, seq, None))
         return out
@@ -170,19 +167,10 @@ class Stretch:
                 return
             start = buf.next_seq - len(window.events)
             events = list(window.events)
-        if slicer is not None:
-            slicer.begin()
-        serialized = []
-        for offset, event in enumerate(events):
-            if slicer is not None:
-                slicer.checkpoint()
-            try:
-                ser = event if event.__class__ is SerializedEvent else serialize(event)
-            except Exception:  # read back, counted invalid_event
-                ser = _UNWRITABLE
-            serialized.append((start + offset, ser))
-        wrote = disk.append(serialized, buf.lock, drain)
-        self.stuck = wrote < len(serialized)
+        # (One that cannot be serialized is written with no body: read back, invalid_event.)
+        done = serialized(list(enumerate(events, start)), slicer)
+        wrote = disk.append([(seq, ser or _UNWRITABLE) for seq, _, ser in done], buf.lock, drain)
+        self.stuck = wrote < len(done)
         writer = disk.writer
         with buf.lock:
             if buf.finalized or buf.next_seq - len(window.events) != start:

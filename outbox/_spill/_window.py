@@ -45,8 +45,7 @@ class Window:
     )
 
     def __init__(self, buf: Buffer) -> None:
-        self.share_events = max(1, buf.max_events // 2)
-        self.share_bytes = max(1, buf.max_bytes // 2)
+        self.share_events, self.share_bytes = max(1, buf.max_events // 2), max(1, buf.max_bytes // 2)
         self.wake_at = max(1, min(64, buf.max_events // 16))
         self.active = False
         #: False while the disk fails or is full: then, unless overflowing, memory only.
@@ -118,12 +117,8 @@ class Window:
         )
 
     def room(self, buf: Buffer) -> tuple[int, int]:
-        """What the queue's window has room for, by count and by bytes: what reading the
-        stretch back may bring (nothing while in flight fills its bytes)."""
-        return (
-            self.share_events - len(buf.queue) - buf.in_flight,
-            self.share_bytes - buf.held_bytes_locked(),
-        )
+        """What the queue's window has room for, by count and by bytes (the stretch read back)."""
+        return self.share_events - len(buf.queue) - buf.in_flight, self.share_bytes - buf.held_bytes_locked()
 
     def _fits(self, buf: Buffer, price: int) -> bool:
         held = buf.held_bytes_locked() + self.bytes(buf.estimate)
@@ -154,8 +149,10 @@ class Window:
             take += 1
         if not take:
             return 0
-        events = [self.events.popleft() for _ in range(take)]
-        sizes = [self.sizes.popleft() for _ in range(take)]
+        events, sizes = (
+            [self.events.popleft() for _ in range(take)],
+            [self.sizes.popleft() for _ in range(take)],
+        )
         self.exact_bytes -= sum(sizes)
         self.exact_count -= take - sizes.count(0)
         buf.rejoin_locked(events, sizes)  # (one recount for all of them)
