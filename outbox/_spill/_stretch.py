@@ -218,8 +218,7 @@ class Stretch:
         with buf.lock:
             if buf.finalized or window.disk != disk:
                 return
-            first = buf.next_seq - buf.beyond  # the stretch's first number
-            self.spans.append(Span(first, [(stream, seq) for stream, seq, _ in items], len(items)))
+            self.remember(buf.next_seq - buf.beyond, items)  # (from the stretch's first number)
             run.remaining -= len(items)
             if not run.remaining:
                 self.runs.popleft()
@@ -252,6 +251,10 @@ class Stretch:
         if events:
             buf.rejoin_locked(events, [weight(e) for e in events])
         return bad
+
+    def remember(self, first: int, items: list[Item]) -> None:
+        """``items`` read back are numbered here from ``first``: where each came from."""
+        self.spans.append(Span(first, [(stream, seq) for stream, seq, _ in items], len(items)))
 
     def origins(self, first: int, end: int) -> list[tuple[str, int]]:
         """Where the events numbered ``[first, end)`` here came from (spans forgotten once all

@@ -52,11 +52,11 @@ def install_audit(path: str) -> None:
         say("S")
         return entries
 
-    taken = _stretch.Stretch.taken
+    remember = _stretch.Stretch.remember
 
-    def audited_taken(self, run, first, items):  # type: ignore[no-untyped-def]
+    def audited_remember(self, first, items):  # type: ignore[no-untyped-def]
         say(f"T {first} " + " ".join(f"{stream}:{seq}" for stream, seq, _ in items))
-        taken(self, run, first, items)
+        remember(self, first, items)
 
     append = _disk.Disk.append
 
@@ -81,7 +81,7 @@ def install_audit(path: str) -> None:
 
     Journal.note = audited_note  # type: ignore[method-assign]
     Journal.take = audited_take  # type: ignore[method-assign]
-    _stretch.Stretch.taken = audited_taken  # type: ignore[method-assign]
+    _stretch.Stretch.remember = audited_remember  # type: ignore[method-assign]
     _disk.Disk.append = audited_append  # type: ignore[method-assign]
     _disk.Disk.write_settlements = audited_write  # type: ignore[method-assign]
     _disk.Disk.drop_all = audited_drop  # type: ignore[method-assign]
