@@ -208,10 +208,16 @@ class Disk:
             self.make_room()
         wrote, segment = self.writer.append(records), self.writer.last
         if wrote and segment is not None:
+            runs: list[list[int]] = []
+            for seq, _ in events[:wrote]:  # (ranges of consecutive numbers)
+                if runs and runs[-1][1] == seq:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([seq, seq + 1])
             with lock:
-                for seq, _ in events[:wrote]:
-                    self.own.written(seq, seq + 1)
-                    segment.numbers.add(seq, seq + 1)
+                for first, end in runs:
+                    self.own.written(first, end)
+                    segment.numbers.add(first, end)
             self.written += wrote
             self.marks.append((events[wrote - 1][0], at))
         if wrote < len(events):

@@ -49,6 +49,11 @@ _EVENT, _SETTLE, _RANGE = struct.Struct(">BQdHH"), struct.Struct(">BBHI"), struc
 #: The smallest event record: what a record costs beyond its JSON.
 HEADER = FRAME.size + _EVENT.size
 _NONE = 0xFFFF
+_CHUNK = 256 * 1024
+# (Bound once: the reader runs for every record read back.  NamedTuples built without their
+# Python-level __new__.)
+_FRAME_SIZE, _unpack_frame, _crc32, _view = FRAME.size, FRAME.unpack_from, zlib.crc32, memoryview
+_EVENT_SIZE, _unpack_event, _new = _EVENT.size, _EVENT.unpack_from, tuple.__new__
 #: A record's payload never exceeds this (an event larger than any batch is never spilled).
 MAX_PAYLOAD = 1 << 30
 #: What a settlement says became of its events (code 0: a checkpoint, or an outcome unknown).
@@ -104,25 +109,38 @@ def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> b
     return _frame(b"".join((head, name, *(_RANGE.pack(a, b) for a, b in ranges))))
 
 
-def _decode(payload: bytes) -> Event | Settle | None:
-    """The record a sound payload holds (None: a kind or layout we do not know)."""
-    if payload[:1] == b"\x01" and len(payload) >= _EVENT.size:
-        _, seq, at, *sizes = _EVENT.unpack_from(payload)
-        pos, texts = _EVENT.size, []
-        for size in sizes:
-            texts.append(None if size == _NONE else payload[pos : pos + size].decode(errors="replace"))
-            pos += 0 if size == _NONE else size
-        return Event(seq, at, SerializedEvent(payload[pos:], *texts)) if pos <= len(payload) else None
-    if payload[:1] == b"\x03" and len(payload) >= _SETTLE.size:
-        _, code, name_len, n = _SETTLE.unpack_from(payload)
-        pos = _SETTLE.size + name_len
-        if pos + n * _RANGE.size != len(payload):
+_NO_BODY = SerializedEvent(b"", None, None)
+
+
+def _decode(data: bytes, start: int, end: int, bodies: bool) -> Event | Settle | None:
+    """The record a sound payload (``data[start:end]``) holds (None: a kind or layout we do not
+    know); without ``bodies``, an event's number and time only."""
+    kind = data[start]
+    if kind == 1 and end - start >= _EVENT_SIZE:
+        _, seq, at, run_len, key_len = _unpack_event(data, start)
+        if not bodies:
+            return _new(Event, (seq, at, _NO_BODY))
+        pos = start + _EVENT_SIZE
+        run_id = key = None
+        if run_len != _NONE:
+            run_id, pos = str(data[pos : pos + run_len], "utf-8", "replace"), pos + run_len
+        if key_len != _NONE:
+            key, pos = str(data[pos : pos + key_len], "utf-8", "replace"), pos + key_len
+        return (
+            _new(Event, (seq, at, _new(SerializedEvent, (data[pos:end], run_id, key))))
+            if pos <= end
+            else None
+        )
+    if kind == 3 and end - start >= _SETTLE.size:
+        _, code, name_len, n = _SETTLE.unpack_from(data, start)
+        pos = start + _SETTLE.size + name_len
+        if pos + n * _RANGE.size != end:
             return None
         try:
-            stream = payload[_SETTLE.size : pos].decode()
+            stream = data[start + _SETTLE.size : pos].decode()
         except UnicodeDecodeError:
             return None
-        ranges = [_RANGE.unpack_from(payload, pos + i * _RANGE.size) for i in range(n)]
+        ranges = [_RANGE.unpack_from(data, pos + i * _RANGE.size) for i in range(n)]
         return Settle(
             stream, OUTCOMES[code] if code < len(OUTCOMES) else "settled", [r for r in ranges if r[0] < r[1]]
         )
@@ -134,16 +152,25 @@ class NotOurs(Exception):
 
 
 class SegmentReader:
-    """The records of one segment, in order, read with ``os.pread`` on a bare file descriptor
-    (no buffered file object whose lock a fork could copy held): one record, or a 64 KiB chunk
-    while resynchronizing after a damaged one, in memory at most.
+    """The records of one segment, in order, read in chunks of ``_CHUNK`` bytes with ``os.pread``
+    on a bare file descriptor (no buffered file object whose lock a fork could copy held): a
+    chunk, or one record if it is larger, in memory at most.  Without ``bodies``, events come
+    without their JSON (a replay needs only their numbers).
 
     :meth:`next` returns a record, an ``int`` (the offset of a stretch of bytes that is not a
     sound record: torn or corrupt; reading goes on after it), or None at the end of what is
     written (:meth:`tail_left` then tells a torn tail from a clean end)."""
 
-    def __init__(self, path: str) -> None:
-        self.path, self.fd, self.offset, self.stream = path, -1, 0, ""
+    def __init__(self, path: str, bodies: bool = True) -> None:
+        self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
+        self._chunk, self._at = b"", 0  # the bytes read ahead, from file offset _at
+
+    def _have(self, n: int) -> int:
+        """Where ``n`` bytes from ``offset`` are in the chunk (read anew if need be)."""
+        start = self.offset - self._at
+        if start < 0 or start + n > len(self._chunk):
+            self._chunk, self._at, start = os.pread(self.fd, max(n, _CHUNK), self.offset), self.offset, 0
+        return start
 
     def open(self) -> str:
         """Open the file and read its header; returns its stream.
@@ -168,23 +195,31 @@ class SegmentReader:
 
     def next(self) -> Event | Settle | int | None:
         """The next record (see the class docstring).  Raises OSError if the disk fails."""
-        head = os.pread(self.fd, FRAME.size, self.offset)
-        if len(head) < FRAME.size:
-            return None
-        magic, length, crc = FRAME.unpack(head)
-        if magic == MAGIC and length <= MAX_PAYLOAD:
-            payload = os.pread(self.fd, length, self.offset + FRAME.size)
-            if len(payload) < length:
+        chunk, pos = self._chunk, self.offset - self._at
+        if pos < 0 or pos + _FRAME_SIZE > len(chunk):
+            pos = self._have(_FRAME_SIZE)
+            chunk = self._chunk
+            if pos + _FRAME_SIZE > len(chunk):
                 return None
-            record = _decode(payload) if zlib.crc32(payload) == crc else None
+        magic, length, crc = _unpack_frame(chunk, pos)
+        if magic == MAGIC and length <= MAX_PAYLOAD:
+            start = pos + _FRAME_SIZE
+            end = start + length
+            if end > len(chunk):
+                pos = self._have(_FRAME_SIZE + length)
+                chunk, start, end = self._chunk, pos + _FRAME_SIZE, pos + _FRAME_SIZE + length
+                if end > len(chunk):
+                    return None
+            good = _crc32(_view(chunk)[start:end]) == crc
+            record = _decode(chunk, start, end, self.bodies) if good else None
             if record is not None:
-                self.offset += FRAME.size + length
+                self.offset += _FRAME_SIZE + length
                 return record
         bad, pos = self.offset, self.offset + 1
         while True:  # on to the next magic (or the end)
-            chunk = os.pread(self.fd, 65536, pos)
+            chunk = os.pread(self.fd, _CHUNK, pos)
             found = chunk.find(MAGIC)
-            if found >= 0 or len(chunk) < 65536:
+            if found >= 0 or len(chunk) < _CHUNK:
                 # (The last bytes may begin a magic whose rest is still being written.)
                 self.offset = pos + found if found >= 0 else max(pos, pos + len(chunk) - len(MAGIC) + 1)
                 return bad

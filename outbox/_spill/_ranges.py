@@ -54,6 +54,10 @@ class Ranges:
             ends.append(end)
             self.size += end - first
             return
+        if first == ends[-1]:  # (the common case: the next numbers)
+            ends[-1] = end
+            self.size += end - first
+            return
         i = bisect_left(ends, first)  # the first range that ends at or after ``first``
         j = bisect_right(starts, end)  # ranges from i to j touch or overlap [first, end)
         if i == j:
@@ -71,6 +75,10 @@ class Ranges:
         if first >= end:
             return 0
         starts, ends = self._starts, self._ends
+        if starts and starts[0] == first and end < ends[0]:  # (the common case: the oldest first)
+            starts[0] = end
+            self.size -= end - first
+            return end - first
         i = bisect_right(ends, first)  # the first range that ends after ``first``
         j = bisect_left(starts, end)  # ranges from i to j overlap [first, end)
         if i >= j:
@@ -87,6 +95,18 @@ class Ranges:
         ends[i:j] = pieces_e
         self.size -= removed
         return removed
+
+    def take(self, x: int) -> bool:
+        """Take ``x`` out if it is in the set; returns whether it was (O(1) for the first)."""
+        starts = self._starts
+        if starts and starts[0] == x:
+            if x + 1 < self._ends[0]:
+                starts[0] = x + 1
+            else:
+                del starts[0], self._ends[0]
+            self.size -= 1
+            return True
+        return bool(self.remove(x, x + 1))
 
     def overlaps(self, first: int, end: int) -> bool:
         """Whether any integer of ``[first, end)`` is in the set."""

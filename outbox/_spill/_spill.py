@@ -224,9 +224,12 @@ class Spill:
             numbers, queue, foreign = buf.numbers, buf.queue, self.stretch.foreign
             n = len(queue)
             end = numbers.end(n)
-            index = numbers.index_from(max(self.written_upto, numbers.head), n)
-            todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
-            todo = [(seq, event) for seq, event in todo if seq not in foreign]
+            start = max(self.written_upto, numbers.head)
+            todo = []
+            if foreign.outside(start, end):  # (events read back from the stretch: written already)
+                index = numbers.index_from(start, n)
+                todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
+                todo = [(seq, event) for seq, event in todo if seq not in foreign]
         most = room // HEADER + 1 if room > 0 else 0
         # (One that cannot be serialized is never on disk: the intake counts it invalid_event.)
         batch = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]

@@ -97,7 +97,7 @@ class Streams:
             warn("spill: " + what + "; skipped", *args)
 
         for path in paths:
-            reader = SegmentReader(path)
+            reader = SegmentReader(path, bodies=False)
             try:
                 seg = SegFile(path, reader.open(), os.fstat(reader.fd).st_size)
                 numbers = present.setdefault(seg.stream, Ranges())

@@ -102,19 +102,17 @@ class Run:
                     continue
                 self.reader = reader
             record = self.reader.next()
-            if record is None:
+            if record.__class__ is Event:
+                numbers = self.todo.get(self.reader.stream)
+                if numbers is not None and numbers.take(record.seq):
+                    return self.reader.stream, record
+            elif record is None:
                 if self.index >= len(self.paths) - 1:
                     return None  # the end of what is written: more may be appended
                 self.close()
                 self.index += 1
-                continue
-            if isinstance(record, int):
+            elif isinstance(record, int):
                 self.damaged += 1
-            elif isinstance(record, Event):
-                numbers = self.todo.get(self.reader.stream)
-                if numbers is not None and record.seq in numbers:
-                    numbers.remove(record.seq, record.seq + 1)
-                    return self.reader.stream, record
         return None
 
 
