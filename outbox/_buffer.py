@@ -298,14 +298,8 @@ class Buffer(Holdings):
         if window is None:
             return self.queue_locked(event, nbytes)
         result = window.put(self, event, nbytes)
-        price = nbytes or self.estimate
-        if (
-            not result
-            and self.policy is Policy.DROP_OLDEST
-            and price <= self.max_bytes
-            and self._evict_for(price)
-        ):
-            result = window.put(self, event, nbytes)
+        if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or self.estimate):
+            result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
         return result
 
     def queue_locked(self, event: Any, nbytes: int) -> int:
@@ -351,12 +345,9 @@ class Buffer(Holdings):
         self.count_locked(reason, n)
 
     def _evict_for(self, nbytes: int) -> bool:
-        """Under ``drop_oldest``: evict the oldest queued events until one of ``nbytes`` fits."""
-        queue = self.queue
-        evicted = 0
-        reason = self.full_reason
-        while queue and not self.has_room_locked(nbytes):
-            self._popleft_locked(reason)
+        queue, reason, evicted = self.queue, self.full_reason, 0
+        while queue and nbytes <= self.max_bytes and not self.has_room_locked(nbytes):
+            self._popleft_locked(reason)  # (nothing is evicted for an event that never fits)
             evicted += 1
         if evicted:
             self.count_locked(reason, evicted)
@@ -380,16 +371,6 @@ class Buffer(Holdings):
 
     def count_locked(self, reason: str, n: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
-
-    def retire_beyond_locked(self, n: int, reason: str) -> int:
-        """The ``n`` events accepted beyond the queue, right after it (the stretch's first),
-        are lost (counted under ``reason``): their numbers are retired.  Returns the first."""
-        first = self.numbers.retire_next(len(self.queue), n)
-        self.beyond -= n
-        self.note_locked(first, first + n, reason)
-        self.count_locked(reason, n)
-        self._recompute_locked()
-        return first
 
     # -- worker's side --------------------------------------------------------------------
 

@@ -267,6 +267,16 @@ class Holdings:
         dead owner into the stretch): they have the next sequence numbers."""
         self.beyond += n
 
+    def retire_beyond_locked(self, n: int, reason: str) -> int:
+        """The ``n`` events accepted beyond the queue, right after it (the stretch's first),
+        are lost (the caller counts them under ``reason``): their numbers are retired.
+        Returns the first."""
+        first = self.numbers.retire_next(len(self.queue), n)
+        self.beyond -= n
+        self.note_locked(first, first + n, reason)
+        self._recompute_locked()
+        return first
+
     def rejoin_locked(self, events: Iterable[Any], sizes: list[int]) -> None:
         """Events accepted beyond the queue (the overflow's, or read back from the spill) join
         the queue's tail, oldest first, at ``sizes`` (0: an object, at the estimate)."""

@@ -31,7 +31,8 @@ class Stats:
     retried: int
     #: Events lost, by reason: ``dropped_full``, ``after_close``, ``dropped_shutdown``,
     #: ``rejected_by_backend``, ``too_large``, ``invalid_event``, ``disabled``,
-    #: ``dropped_reentrant``, ``worker_stopped``.
+    #: ``dropped_reentrant``, ``worker_stopped``; with a spill also ``spilled_at_close`` (handed
+    #: on to the next outbox, not lost), ``dropped_spill_full`` and ``spill_lost``.
     dropped: Mapping[str, int]
     #: Events waiting in the buffer.
     queued_events: int
@@ -58,17 +59,20 @@ class Stats:
     #: their cap), ``dead_letter_error`` (a write failed: a full disk, a removed folder).  The
     #: events themselves are counted in ``dropped`` under their own reasons either way.
     dead_letter: Mapping[str, int] = field(default_factory=dict)
-    #: With a ``spill_dir``: ``spilled_events`` (written and not yet settled),
-    #: ``spilled_bytes`` and ``segments`` (this outbox's files), ``written`` (events written in
-    #: all), ``recovered`` (events of dead
-    #: processes adopted), ``recovering`` (read, waiting for room), ``not_spilled_full`` and
+    #: With a ``spill_dir``: ``spilled_events`` (on disk, not settled: this outbox's and those
+    #: it adopted), ``spilled_bytes`` and ``segments`` (the files it holds), ``written`` (events
+    #: written in all), ``recovered`` (events of processes that are gone, adopted),
+    #: ``recovering`` (of those, not read back yet), ``owners_adopted``, ``owners_left`` (gone
+    #: processes whose files could not be taken over), ``not_spilled_full`` and
     #: ``not_spilled_failed`` (accepted events the disk refused: ``max_spill_bytes`` reached, or
-    #: the disk failed; they are still held in memory, and written later if they are still
-    #: queued when it has room again), ``oldest_age`` (seconds since the oldest
-    #: unsettled event was written), ``overflow_events`` and ``stretch_events`` (the memory
-    #: window: accepted beyond the queue, in memory and on disk only), ``unreadable`` (events of
-    #: the stretch that could not be read back), ``failed_<errno>`` (failed writes by error,
-    #: such as ``failed_enospc``).  Empty without a spill.
+    #: the disk failed; still held in memory, written later if still queued when it has room
+    #: again), ``failed_<errno>`` (failed writes by error, such as ``failed_enospc``),
+    #: ``overflow_events`` and ``stretch_events`` (the memory window: accepted beyond the queue,
+    #: in memory and on disk only), ``corrupt_records``, ``torn_records``, ``unreadable_files``,
+    #: ``foreign_files`` (what a replay could not use), ``lost_records`` and ``invalid_bodies``
+    #: (events read back that were not there, or not JSON: counted ``spill_lost`` and
+    #: ``invalid_event``), ``oldest_age`` (seconds since the oldest unsettled event of this
+    #: outbox's was written).  Empty without a spill.
     spill: Mapping[str, float] = field(default_factory=dict)
 
     @property

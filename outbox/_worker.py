@@ -247,9 +247,10 @@ class Worker:
                     set(self._in_flight), timeout=_ON_THE_WIRE, return_when=asyncio.FIRST_COMPLETED
                 )
                 continue
+            spill = self.spill  # (events on disk to read back, or dead owners' to take in)
+            busy = self.buffer.beyond or (spill is not None and spill.has_pending())
             if self.closing and (
-                now >= self._deadline
-                or not (self._in_flight or self.backlog or self.buffer.queue or self._spill_busy())
+                now >= self._deadline or not (self._in_flight or self.backlog or self.buffer.queue or busy)
             ):
                 # Done, or out of time: the deadline's cancellation ends the drain too, but
                 # asyncio.wait_for (3.11) can swallow a cancellation that races its timeout.
@@ -300,11 +301,6 @@ class Worker:
             self.spill.cover(buf, items)
         self.backlog.add(items)
         return True
-
-    def _spill_busy(self) -> bool:
-        """Whether the spill still holds events to read back, or dead owners' to adopt."""
-        spill = self.spill
-        return spill is not None and bool(self.buffer.beyond or spill.has_pending())
 
     def _roomy(self, window: int, window_bytes: int) -> bool:
         """Whether the buffer has room to spare for a window taken ahead: less than half full,
@@ -408,7 +404,7 @@ class Worker:
             buf.record_answer_locked(len(settled.delivered), retries)
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
-            if buf.journal is not None:
+            if buf.journal is not None:  # (the spill's log of what became of each number)
                 buf.note_each_locked((item.seq for item in settled.delivered), DELIVERED)
                 for item, outcome in settled.rejected:
                     buf.note_locked(item.seq, item.seq + 1, outcome.reason or Reason.REJECTED_BY_BACKEND)

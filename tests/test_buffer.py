@@ -240,6 +240,7 @@ def test_the_spill_windows_changes_to_the_accounts_go_through_the_buffer():
         buf.went_beyond_locked(3)
         assert (buf.accepted, buf.next_seq, len(buf.queue)) == (3, 3, 0)
         assert buf.retire_beyond_locked(1, Reason.DROPPED_FULL) == 0  # the first is lost
+        buf.count_locked(Reason.DROPPED_FULL)
         assert (buf.beyond, buf.next_seq, buf.dropped) == (2, 3, {"dropped_full": 1})
         buf.rejoin_locked([b'{"a":1}', {"eventType": "START"}], [7, 0])  # a text, an object
         assert (buf.beyond, buf.accepted, list(buf.sizes)) == (0, 3, [7, 0])

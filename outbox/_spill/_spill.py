@@ -293,6 +293,7 @@ class Spill:
             lost = window.disk if window is not None else 0
             if lost and window is not None:
                 buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
+                buf.count_locked(Reason.SPILL_LOST, lost)
                 window.disk = 0
                 window.settle(buf)
             if buf.journal is not None:

@@ -244,7 +244,9 @@ class Stretch:
                 self.lost += 1
             else:
                 self.invalid += 1
-            buf.retire_beyond_locked(1, Reason.SPILL_LOST if event is None else Reason.INVALID_EVENT)
+            reason = Reason.SPILL_LOST if event is None else Reason.INVALID_EVENT
+            buf.retire_beyond_locked(1, reason)
+            buf.count_locked(reason)
             bad += 1
         if events:
             buf.rejoin_locked(events, [weight(e) for e in events])
