@@ -1,5 +1,6 @@
-""".ci/run, played through with stand-ins: a clone without the Marquez peer stops at once, saying
-what to set.
+""".ci/run, played through with stand-ins: the README's test command is what it runs (and times
+in its log), the slow tests once on 3.11, the end-to-end suite beside the other Pythons; and a
+clone without the Marquez peer stops at once, saying what to set.
 
 Every Python is a stand-in on PATH that records its arguments (and makes a virtual environment
 of stand-ins): what is tested is .ci/run's own order and commands, not the suites."""
@@ -58,6 +59,45 @@ def run_ci(tmp_path: Path, **variables: str) -> tuple[subprocess.CompletedProces
     )
     calls = log.read_text().splitlines() if log.exists() else []
     return done, calls
+
+
+def test_ci_runs_and_times_the_readmes_test_command_then_the_slow_tests(tmp_path):
+    peer = tmp_path / "peers" / "marquez"
+    peer.mkdir(parents=True)
+    (peer / "start.sh").write_text("exit 0\n")
+    done, calls = run_ci(tmp_path, MARQUEZ_PEER_DIR=str(peer))
+    assert done.returncode == 0, done.stdout + done.stderr
+    readme = re.search(r"<!-- test-command -->\n```sh\n(.*)\n```", (ROOT / "README.md").read_text())
+    assert readme
+    installs, pytest = readme[1].rsplit(" && ", 1)
+    assert installs == "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]'"
+    assert pytest == '.venv/bin/python -m pytest -q -n 4 -m "not slow"'
+    durations = "--durations=8 --durations-min=10"
+    # In order, on 3.11: the README's install steps, ruff, mypy, its pytest command as written
+    # (the log's slowest tests added), then the slow tests in the same workers.
+    on_311 = [call for call in calls if call.startswith((".venv/", "python3 ")) and "--version" not in call]
+    assert on_311[:2] == ["python3 -m venv .venv", ".venv/bin/pip install -q -e .[test]"]
+    assert on_311[2:6] == [
+        ".venv/bin/ruff check .",
+        ".venv/bin/ruff format --check .",
+        ".venv/bin/mypy ",
+        f".venv/bin/python -m pytest -q -n 4 -m not slow {durations}",
+    ]
+    assert on_311[6] == f".venv/bin/python -m pytest -q -n 4 -m slow --dist loadgroup {durations}"
+    assert ".venv/bin/python -m pytest -m e2e tests/e2e -q" in calls  # beside the others
+    for version in ("3.12", "3.13"):
+        runs = [call for call in calls if call.startswith(f".venv-{version}/bin/python -m pytest")]
+        assert runs == [
+            f".venv-{version}/bin/python -m pytest -q -n 4 -m not slow -n 3 --dist loadgroup {durations}"
+        ]
+    assert not any(" -m slow" in call for call in calls if call.startswith(".venv-"))
+    # The log says how long the README's command took, its install and its pytest apart.
+    assert re.search(
+        r"^== the README's test command as written: \dm\d\ds \(its install \dm\d\ds, its pytest \dm\d\ds\)",
+        done.stdout,
+        re.M,
+    ), done.stdout
+    assert "== .ci/run passed in" in done.stdout
 
 
 def test_ci_stops_at_once_without_the_marquez_peer_saying_what_to_set(tmp_path):
