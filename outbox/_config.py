@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 import ssl
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ConfigError
-from ._log import logger
+from ._log import never_silent
 
 __all__ = [
     "OUTBOX_VARIABLES",
@@ -170,10 +171,11 @@ _warned_unknown: set[str] = set()
 
 
 def warn_once(message: str) -> None:
-    """A configuration warning, logged once per process (from_env may run many times)."""
+    """A configuration warning, logged once per process (from_env may run many times), and
+    never silent: on stderr when the application configured no logging."""
     if message not in _warned_unknown:
         _warned_unknown.add(message)
-        logger.warning("%s", message)
+        never_silent(logging.WARNING, "%s", message)
 
 
 def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -194,7 +196,7 @@ def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[st
                 hint = (
                     f"did you mean {close[0]}?" if close else f"the settings are {', '.join(sorted(known))}"
                 )
-                logger.warning("%s is not a lineage-outbox setting (ignored); %s", var, hint)
+                never_silent(logging.WARNING, "%s is not a lineage-outbox setting (ignored); %s", var, hint)
             continue
         keyword, parse = OUTBOX_VARIABLES[var]
         settings[keyword] = parse(var, environ[var])
@@ -235,7 +237,8 @@ def _find_yaml(environ: Mapping[str, str]) -> str | None:
         if path and os.path.isfile(path) and os.access(path, os.R_OK):
             return path
         if path and path is named:
-            logger.error(
+            never_silent(
+                logging.ERROR,
                 "OPENLINEAGE_CONFIG=%r is not a readable file; ignored (the next configuration "
                 "rule applies): point it at an openlineage.yml or unset it",
                 named,
@@ -252,13 +255,14 @@ def _load_yaml(path: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             content = yaml.safe_load(f)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        logger.error("cannot read the OpenLineage config file %s (ignored): %s", path, exc)
+        never_silent(logging.ERROR, "cannot read the OpenLineage config file %s (ignored): %s", path, exc)
         return {}
     if content is None:
-        logger.error("the OpenLineage config file %s is empty (ignored)", path)
+        never_silent(logging.ERROR, "the OpenLineage config file %s is empty (ignored)", path)
         return {}
     if not isinstance(content, dict):
-        logger.error(
+        never_silent(
+            logging.ERROR,
             "the OpenLineage config file %s must hold a mapping, not %s (ignored)",
             path,
             type(content).__name__,
@@ -342,9 +346,10 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
             http["auth"] = _api_key_auth(environ)
             origins["auth"] = "OPENLINEAGE_API_KEY"
         return ResolvedTransport(http, origins)
-    logger.warning(
+    never_silent(
+        logging.WARNING,
         "no OpenLineage transport is configured (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__TYPE, "
-        "openlineage.yml); lineage events will be printed to the console"
+        "openlineage.yml); lineage events will be printed to the console",
     )
     return ResolvedTransport({"type": "console"}, {"type": "the default"})
 

@@ -101,6 +101,7 @@ class Member:
             log_prefix=f"composite member {name!r} of {outbox_name!r}: ",
             dead_letter=shape.dead_letter,
             members=self.members,
+            tells_losses=False,  # the outbox's close warns of every member's losses
         )
 
     def take(self, batch: Sequence[SerializedEvent]) -> None:

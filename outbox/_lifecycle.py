@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._log import logger
+from ._log import never_silent
 from ._metrics import forget_after_fork as metrics_after_fork
 
 if TYPE_CHECKING:
@@ -79,19 +79,18 @@ def no_longer_closes_at_exit(sidecar: Sidecar) -> None:
 
 def close_all(sidecars: list[Sidecar], why: str = "at exit") -> None:
     """Close several sidecars at once: every deadline starts now, so the whole takes one
-    ``shutdown_timeout`` (the longest), not their sum."""
+    ``shutdown_timeout`` (the longest), not their sum.  Each one's close warns of what it did
+    not deliver (``Sidecar.finish``)."""
     now = time.monotonic()
     deadlines = []
     for sidecar in sidecars:
         deadline = now + sidecar.shutdown_timeout
-        sidecar.request_close(deadline)
+        sidecar.request_close(deadline, why)
         deadlines.append(deadline)
     for sidecar, deadline in zip(sidecars, deadlines, strict=True):
         if sidecar.worker is not None:
             sidecar.wait(deadline)
-        report = sidecar.finish()
-        if report.lost:
-            logger.warning("outbox %r closed %s: %s", sidecar.name, why, report)
+        sidecar.finish()
 
 
 def _close_all_at_exit(where: str = "this process") -> None:
@@ -100,7 +99,7 @@ def _close_all_at_exit(where: str = "this process") -> None:
     try:
         close_all(sidecars)
     except Exception as exc:  # never fail interpreter exit
-        logger.warning("closing the outboxes at exit failed: %r", exc)
+        never_silent(logging.WARNING, "closing the outboxes at exit failed: %r", exc)
     _warn_of_unclosed(where)
 
 
@@ -122,7 +121,8 @@ def _warn_of_unclosed(where: str) -> None:
         except Exception:  # never fail interpreter exit
             continue
         if held:
-            logger.warning(
+            never_silent(
+                logging.WARNING,
                 "outbox %r: %s (pid %d) ends with %d event(s) not delivered, and close_at_exit=False: "
                 "they are lost; call close() before it ends",
                 sidecar.name,

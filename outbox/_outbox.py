@@ -279,7 +279,7 @@ class Outbox(Assembly):
             return sidecar.report
         timeout = self._shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        sidecar.request_close(deadline)
+        sidecar.request_close(deadline, "by aclose()")
         if sidecar.worker is not None:
             await sidecar.wait_async(deadline)
         return sidecar.finish()

@@ -13,15 +13,16 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._buffer import Buffer, Reason
 from ._deadletter import DeadLetter
 from ._lifecycle import no_longer_closes_at_exit, started
-from ._log import logger
+from ._log import logger, never_silent
 from ._slices import install
 from ._spill import Spill
 from ._stats import CloseReport, Stats
@@ -71,6 +72,7 @@ class Sidecar:
         members: FanOut | None = None,
         spill: Spill | None = None,
         log_prefix: str = "",
+        tells_losses: bool = True,
     ) -> None:
         self.buffer = buffer
         self.log_prefix = log_prefix
@@ -97,6 +99,11 @@ class Sidecar:
         self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.report: CloseReport | None = None
         self.close_started: float | None = None
+        #: How the close came (``at exit``, ``on signal 15``, ...), for the loss warning.
+        self.closed_why = "by close()"
+        #: Whether its close warns of what it did not deliver (a composite member's losses
+        #: are in its outbox's warning).
+        self.tells_losses = tells_losses
         self.deadline = _INF
         #: Why the worker stopped without being closed (None while it runs or was closed).
         self.stopped: str | None = None
@@ -269,7 +276,8 @@ class Sidecar:
                 _count_held_locked(buf, held, kept, Reason.WORKER_STOPPED)
                 held -= min(held, kept)
                 buf.close_locked(Reason.WORKER_STOPPED)
-            logger.error(
+            never_silent(
+                logging.ERROR,
                 "the outbox's worker stopped (%s): %d held event(s) lost, lineage refused from now on",
                 self.stopped,
                 held + self._stop_lost,
@@ -303,12 +311,15 @@ class Sidecar:
     def on_own_loop(self) -> bool:
         return self.loop_thread == threading.get_ident() and not self.finished.done()
 
-    def request_close(self, deadline: float) -> None:
+    def request_close(self, deadline: float, why: str | None = None) -> None:
         """Refuse new events and ask the worker to drain until ``deadline`` (a
-        ``time.monotonic()`` value).  The earliest deadline asked for wins.  Never waits."""
+        ``time.monotonic()`` value).  The earliest deadline asked for wins.  Never waits.
+        ``why`` says how the close came (``at exit``), for the loss warning; the first says."""
         with self._lock:
             if self.close_started is None:
                 self.close_started = time.monotonic()
+                if why is not None:
+                    self.closed_why = why
             self.deadline = min(self.deadline, deadline)
             if self.state in (State.NEW, State.RUNNING):
                 self.state = State.CLOSING
@@ -402,6 +413,8 @@ class Sidecar:
             self.report = report
             self.state = State.CLOSED
         no_longer_closes_at_exit(self)
+        if self.tells_losses:
+            _tell_losses(self.name, self.closed_why, report)
         return report
 
     def _on_disk_locked(self) -> int:
@@ -424,7 +437,7 @@ class Sidecar:
         deadline = time.monotonic() + self.shutdown_timeout
         # On the sidecar's own loop: a finalizer may run while this thread holds locks.
         with contextlib.suppress(RuntimeError):  # its loop is closed: nothing is left to drain
-            loop.call_soon_threadsafe(self.request_close, deadline)
+            loop.call_soon_threadsafe(self.request_close, deadline, "when it was collected without close()")
 
     def last_error(self) -> str | None:
         if self.stopped is not None:
@@ -463,6 +476,50 @@ def _count_held_locked(buf: Buffer, held: int, on_disk: int, reason: str) -> Non
         buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
     if held > kept:
         buf.count_locked(reason, held - kept)
+
+
+#: Counted in ``dropped`` but not lost: lineage was turned off (``OPENLINEAGE_DISABLED``).
+_NOT_LOST = frozenset({Reason.DISABLED})
+#: A fan-out member's accounts that are not loss reasons (``_fanout.Member.stats``).
+_MEMBER_ACCOUNTS = frozenset({"emitted", "delivered", "retried", "queued_events", "in_flight"})
+
+
+def _losses(emitted: int, delivered: int, counts: Mapping[str, int]) -> str | None:
+    lost = {reason: n for reason, n in counts.items() if n and reason not in _NOT_LOST}
+    if not lost:
+        return None
+    reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(lost.items()))
+    return (
+        f"{emitted} lineage event(s) emitted, {delivered} delivered, "
+        f"{sum(lost.values())} not delivered ({reasons})"
+    )
+
+
+def _tell_losses(name: str, why: str, report: CloseReport) -> None:
+    """A loss is never silent: one warning for the outbox's close, with the counts and each
+    loss's reason (its own, then its composite members'), and where they are kept.  None when
+    everything was delivered."""
+    parts = []
+    own = _losses(report.emitted, report.delivered, report.undelivered)
+    if own is not None:
+        parts.append(own)
+    for member, counts in report.members.items():
+        if "emitted" not in counts:
+            continue  # a failover chain's member: its rejections are not losses by themselves
+        reasons = {key: n for key, n in counts.items() if key not in _MEMBER_ACCOUNTS}
+        lost = _losses(counts["emitted"], counts.get("delivered", 0), reasons)
+        if lost is not None:
+            parts.append(f"composite member {member!r}: {lost}")
+    if parts:
+        where = "Outbox.stats()" if own is not None else "Outbox.stats().members"
+        never_silent(
+            logging.WARNING,
+            "outbox %r closed %s: %s; %s counts every loss by reason",
+            name,
+            why,
+            "; ".join(parts),
+            where,
+        )
 
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:

@@ -12,6 +12,7 @@ previous handler or the default action.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._lifecycle import WeakCall, close_all, hold_weakly
-from ._log import logger
+from ._log import logger, never_silent
 from ._threads import block_async_signals
 
 if TYPE_CHECKING:
@@ -126,7 +127,9 @@ class _Closer:
             try:
                 _close_for(registration)
             except BaseException as exc:  # the signal must be handed on whatever happens
-                logger.error("closing the outboxes on signal %d failed: %r", registration.signum, exc)
+                never_silent(
+                    logging.ERROR, "closing the outboxes on signal %d failed: %r", registration.signum, exc
+                )
             registration.done = True
             # To the main thread itself: it runs Python's handlers, and a signal sent to it
             # interrupts whatever system call it is blocked in.  Again until handled: one

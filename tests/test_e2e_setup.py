@@ -6,6 +6,7 @@ Maven, the JVM and the Marquez scripts are played by small stand-ins on PATH: wh
 the harness's own output and order, not the peers (the e2e suite runs the real ones)."""
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -132,3 +133,80 @@ def test_the_lines_reach_the_terminal_past_pytests_capture(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[e2e set-up] building the peer (up to 600 s)" in done.stdout
     assert "hidden by the capture" not in done.stdout
+
+
+def test_a_kafka_named_by_the_environment_is_used_as_it_is(tools):
+    said: list[str] = []
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        servers = f"127.0.0.1:{listening.getsockname()[1]}"
+        kafka = peers.ExternalKafka(servers, said.append).start()
+        assert kafka.external
+        assert kafka.bootstrap_servers == servers
+        kafka.remove()  # never stopped: nothing happens
+    assert said == [f"using the Kafka at {servers} (KAFKA_BOOTSTRAP_SERVERS)"]  # no jars resolved
+    assert not peers.CACHE.exists()
+    with pytest.raises(RuntimeError, match=rf"KAFKA_BOOTSTRAP_SERVERS='{servers}': nothing answers there"):
+        peers.ExternalKafka(servers, said.append).start(timeout=5)
+
+
+STRANGER = """
+def test_kafka(apache_kafka):
+    pass
+
+def test_owned_kafka(owned_kafka):
+    pass
+
+def test_marquez(marquez):
+    pass
+"""
+
+
+def run_like_a_stranger(tmp_path, **variables: str) -> str:
+    """The e2e suite's fixtures in a pytest run with no peer: no Maven on PATH, no jars cached,
+    no Marquez scripts; the summary of what was skipped, and why."""
+    tests = Path(__file__).parent
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
+        "from e2e.conftest import apache_kafka, marquez, owned_kafka, say  # noqa: F401\n"
+    )
+    (tmp_path / "test_stranger.py").write_text(STRANGER)
+    (tmp_path / "bin").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARQUEZ_", "KAFKA_", "CI"))}
+    env |= {
+        "PATH": str(tmp_path / "bin"),
+        "OUTBOX_PEERS_CACHE": str(tmp_path / "cache"),
+        "MARQUEZ_PEER_DIR": str(tmp_path / "no-such-folder"),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        **variables,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_without_peers_the_suite_is_skipped_saying_how_to_run_it(tmp_path):
+    summary = run_like_a_stranger(tmp_path)
+    assert "3 skipped" in summary
+    kafka = [line for line in summary.splitlines() if "Kafka could not start here" in line]
+    assert len(kafka) == 2, summary  # the two tests that need Kafka
+    assert "it needs Java 17+ and Maven, or set KAFKA_BOOTSTRAP_SERVERS to a running Kafka" in kafka[0]
+    assert "docs/development.md, 'End to end against real peers'" in kafka[0]
+    marquez = [line for line in summary.splitlines() if "no Marquez" in line]
+    assert len(marquez) == 1, summary
+    assert "set MARQUEZ_URL to a running Marquez, or MARQUEZ_PEER_DIR to the peer scripts" in marquez[0]
+    assert "docs/development.md, 'End to end against real peers'" in marquez[0]
+
+
+def test_with_a_kafka_of_ones_own_only_the_restarts_are_skipped(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        servers = f"127.0.0.1:{listening.getsockname()[1]}"
+        summary = run_like_a_stranger(tmp_path, KAFKA_BOOTSTRAP_SERVERS=servers)
+    assert "1 passed, 2 skipped" in summary
+    assert "KAFKA_BOOTSTRAP_SERVERS names a Kafka the suite does not own: it cannot restart it" in summary

@@ -24,7 +24,14 @@ from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport
 
 from support.chaos import Pulse, running_time
-from support.helpers import ScriptedTransport, refused_port, run_event, run_script, wait_until
+from support.helpers import (
+    ScriptedTransport,
+    close_account,
+    refused_port,
+    run_event,
+    run_script,
+    wait_until,
+)
 
 GRACE = 0.5  # what close() may take beyond its deadline
 TESTS = os.path.dirname(os.path.abspath(__file__))  # (for children that time with support.chaos)
@@ -443,10 +450,9 @@ def test_sigterm_while_the_main_thread_emits_flushes_and_counts_every_event(tmp_
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert took <= 2 + 1
     # The closer's report: everything emitted was delivered or counted; nothing vanished.
-    line = next(line for line in result.stderr.splitlines() if "closed on signal" in line)
-    emitted = int(line.split("emitted=")[1].split(",")[0])
-    delivered = int(line.split("delivered=")[1].split(",")[0])
-    undelivered = eval(line.split("undelivered=")[1].split(", duration")[0])
+    account = close_account(result.stderr, f"on signal {signal.SIGTERM.value}")
+    assert account is not None, result.stderr
+    emitted, delivered, undelivered = account
     after_close = undelivered.pop("after_close", 0)  # refused once close began: not emitted
     assert after_close > 0  # the main thread went on emitting while the closer closed
     assert emitted == delivered + sum(undelivered.values())

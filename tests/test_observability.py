@@ -137,9 +137,10 @@ def test_a_dead_backend_gives_a_bounded_number_of_warnings(caplog):
             outbox.emit(run_event(n=i))
         assert wait_until(lambda: transport.calls >= 50, 10)
         outbox.close(0.1)
-    # One line per kind of trouble (retry, circuit, shutdown), not one per attempt or event.
+    # One line per kind of trouble (retry, circuit, losses since the last report, what the
+    # worker held at close, the close's own account), not one per attempt or event.
     # (Only the outbox's own lines: asyncio may log, here, about another test's garbage.)
     ours = [r for r in caplog.records if r.name == "outbox" or r.name.startswith("outbox.")]
     assert transport.calls >= 50
-    assert len(ours) <= 4, [r.getMessage() for r in ours]
+    assert len(ours) <= 5, [r.getMessage() for r in ours]
     assert any("retrying" in r.getMessage() for r in ours)

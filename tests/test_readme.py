@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,11 @@ def block_after(marker: str) -> str:
     return match.group(1)
 
 
-def run_python(code: str, cwd: Path) -> str:
-    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60)
+def run_python(code: str, cwd: Path, path: Path | None = None) -> str:
+    env = {**os.environ, "PYTHONPATH": str(path)} if path is not None else None
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60, env=env
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -88,6 +92,55 @@ def test_from_env_example(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "1"]
     assert json.loads((tmp_path / "out.jsonl").read_text())["eventType"] == "START"
+
+
+def test_the_install_commands_build_a_wheel_that_installs_and_imports(tmp_path):
+    """The README's install block, as a user runs it from their project's folder: the wheel it
+    builds is the one it names, and holds the typed package.  (Built from a copy of the
+    checkout, so that parallel runs do not share its build folder; without build isolation and
+    dependencies, so that no registry is needed.)"""
+    lines = [line.split("#")[0].strip() for line in block_after("install-commands").splitlines()]
+    from_checkout, build, install = lines
+    assert from_checkout == "pip install /path/to/lineage-outbox"
+    wheel = install.removeprefix("pip install ")
+    checkout = tmp_path / "lineage-outbox"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (checkout / name).write_bytes((ROOT / name).read_bytes())
+    shutil.copytree(ROOT / "outbox", checkout / "outbox", ignore=shutil.ignore_patterns("__pycache__"))
+    project = tmp_path / "project"
+    project.mkdir()
+    command = build.replace("/path/to/lineage-outbox", str(checkout)).replace("python3", sys.executable)
+    done = subprocess.run(
+        [*command.split(), "--no-build-isolation", "-q"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [p.name for p in (project / "dist").iterdir()] == [Path(wheel).name]
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), wheel],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = run_python("import outbox, pathlib; print(pathlib.Path(outbox.__file__).parent)", tmp_path, site)
+    assert found.strip() == str(site / "outbox")
+    assert (site / "outbox" / "py.typed").exists()
+    assert (site / "outbox" / "transports" / "http.py").exists()
+
+
+def test_the_first_screen_says_what_dataengine_is_and_how_to_install():
+    first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:45])
+    said = first_screen.index("DataEngine")
+    assert first_screen[said:].startswith("DataEngine, the function service of VAST Cluster")
+    assert "<!-- install-commands -->" in first_screen
+    assert "A loss is never silent" in first_screen
 
 
 def test_the_readme_front_page_fits_two_screens():

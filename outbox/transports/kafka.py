@@ -18,6 +18,7 @@ import contextlib
 import copy
 import difflib
 import json
+import logging
 import ssl
 import time
 import zlib
@@ -26,7 +27,7 @@ from typing import Any
 
 from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
-from .._log import RateLimitedLog, limit_library_logs, logger
+from .._log import RateLimitedLog, limit_library_logs, never_silent
 from .._slices import checkpoint
 from .._threads import read_when_done
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
@@ -141,7 +142,8 @@ class KafkaTransport:
         self.partitioner = partitioner_of(config)
         ignored = without_effect(config)
         if ignored:
-            logger.warning(
+            never_silent(
+                logging.WARNING,
                 "Kafka settings with no effect in lineage-outbox (aiokafka has no equivalent): %s",
                 ", ".join(with_suggestion(key) for key in ignored),
             )

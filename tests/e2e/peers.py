@@ -3,7 +3,8 @@
 Apache Kafka 4.x: the broker's jars resolved from Maven Central with Maven (cached in the
 local Maven repository and in ``$OUTBOX_PEERS_CACHE``, default ``~/.cache/lineage-outbox``),
 KRaft mode, one process as broker and controller, storage formatted first, logs kept in a
-temporary folder that survives a restart.
+temporary folder that survives a restart; or any running Kafka named by
+``KAFKA_BOOTSTRAP_SERVERS`` (which the suite then neither starts nor stops).
 
 Marquez 0.51.1: through the scripts of ``../shared/peers/marquez`` beside the checkout (or
 ``$MARQUEZ_PEER_DIR``), which build it from its sources with Maven (cached) and run it with a
@@ -96,8 +97,36 @@ def maven_classpath(group: str, artifact: str, version: str, say: Say = say_to_s
     return f"{lib}/*"
 
 
+class ExternalKafka:
+    """The Kafka ``KAFKA_BOOTSTRAP_SERVERS`` names, started by the user: used as it is, never
+    stopped or restarted (the tests that restart the broker are skipped)."""
+
+    external = True
+
+    def __init__(self, bootstrap_servers: str, say: Say = say_to_stderr) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.say = say
+
+    def start(self, timeout: float = 30.0) -> ExternalKafka:
+        """Check that the first server listens, so that a wrong address fails once, saying so."""
+        host, _, port = self.bootstrap_servers.split(",")[0].strip().rpartition(":")
+        self.say(f"using the Kafka at {self.bootstrap_servers} (KAFKA_BOOTSTRAP_SERVERS)")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(
+                f"KAFKA_BOOTSTRAP_SERVERS={self.bootstrap_servers!r}: nothing answers there ({exc})"
+            ) from None
+        return self
+
+    def remove(self) -> None:
+        pass
+
+
 class ApacheKafka:
     """One KRaft node (broker and controller) on free loopback ports."""
+
+    external = False
 
     def __init__(self, say: Say = say_to_stderr) -> None:
         self.say = say

@@ -43,7 +43,8 @@ def test_acks_all_and_the_idempotent_producer(apache_kafka):
         assert [r["event"]["eventType"] for r in mine] == ["START", "RUNNING", "COMPLETE"]
 
 
-def test_broker_restart_loses_nothing_acknowledged(apache_kafka):
+def test_broker_restart_loses_nothing_acknowledged(owned_kafka):
+    apache_kafka = owned_kafka
     topic = f"e2e-restart-{uuid.uuid4().hex[:8]}"
     create_topic(apache_kafka.bootstrap_servers, topic, partitions=1)
     config = {
@@ -116,11 +117,12 @@ def first_seen_in_order(numbers: list[int]) -> bool:
 
 
 @pytest.mark.parametrize("crash", ["killed", "stopped"])
-def test_per_run_order_holds_across_a_broker_crash_and_restart(apache_kafka, crash):
+def test_per_run_order_holds_across_a_broker_crash_and_restart(owned_kafka, crash):
     """Three long runs emitted at a steady pace while the broker crashes and comes back: each
     outbox batch spans several producer batches per partition (batch.size 4 KiB), the
     producer is not idempotent (the default), and every run's events must be in the topic,
     first occurrences in order (before: offsets 350-699 of a run were written before 0-349)."""
+    apache_kafka = owned_kafka
     topic = f"e2e-order-{uuid.uuid4().hex[:8]}"
     create_topic(apache_kafka.bootstrap_servers, topic, partitions=3)
     config = {

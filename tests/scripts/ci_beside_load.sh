@@ -13,6 +13,12 @@ dir=${2:-/tmp/outbox-ci-beside-load}
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 clone=/tmp/outbox-ci-beside-load-clone
 mkdir -p "$dir"
+# The clone does not stand beside ../shared: hand .ci/run the Marquez peer scripts that stand
+# beside this repository (unless MARQUEZ_PEER_DIR or MARQUEZ_URL says otherwise).
+if [ -z "${MARQUEZ_PEER_DIR:-}${MARQUEZ_URL:-}" ] && [ -f "$repo/../shared/peers/marquez/start.sh" ]; then
+  MARQUEZ_PEER_DIR=$(cd "$repo/../shared/peers/marquez" && pwd)
+  export MARQUEZ_PEER_DIR
+fi
 echo "$(git -C "$repo" rev-parse --short HEAD): $runs runs of .ci/run beside two busy processes" >>"$dir/summary"
 for i in $(seq "$runs"); do
   log="$dir/run-$i.log"

@@ -13,7 +13,6 @@ interleaving.  A failure prints the seed and the steps taken.
 from __future__ import annotations
 
 import argparse
-import ast
 import faulthandler
 import os
 import random
@@ -44,7 +43,7 @@ from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
 
-from support.helpers import run_event
+from support.helpers import close_account, run_event
 
 GRACE = 0.5  # what close() may take beyond its deadline
 SLACK = 0.25  # scheduling noise on a shared, busy machine
@@ -631,11 +630,12 @@ class Chaos:
         check(proc.returncode == -signal.SIGTERM, f"SIGTERM child exited {proc.returncode}: {err[-1500:]}")
         check(took <= shutdown + 1.0 + SLACK, f"SIGTERM child ended {took:.2f} s after the signal")
         lines = [line for line in err.splitlines() if "closed on signal" in line]
-        if lines:  # logged when something was lost; check that the report adds up
+        if lines:  # logged when something was lost; check that the account adds up
             text = lines[0]
-            emitted = int(text.split("emitted=")[1].split(",")[0])
-            delivered = int(text.split("delivered=")[1].split(",")[0])
-            undelivered = ast.literal_eval(text.split("undelivered=")[1].split(", duration")[0])
+            account = close_account(text, f"on signal {signal.SIGTERM.value}")
+            check(account is not None, f"SIGTERM report unreadable: {text}")
+            assert account is not None
+            emitted, delivered, undelivered = account
             undelivered.pop("after_close", None)
             check(emitted == delivered + sum(undelivered.values()), f"SIGTERM report not exact: {text}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import sys
 import threading
@@ -195,3 +196,17 @@ def refused_port() -> int:
     held.bind(("127.0.0.1", 0))
     _HELD_PORTS.append(held)
     return int(held.getsockname()[1])
+
+
+def close_account(log: str, why: str) -> tuple[int, int, dict[str, int]] | None:
+    """(emitted, delivered, not delivered by reason) from the warning a close logs when it did
+    not deliver everything (``outbox 'name' closed at exit: ...``); None when there is none."""
+    said = re.search(
+        rf"closed {re.escape(why)}: (\d+) lineage event\(s\) emitted, (\d+) delivered, "
+        r"\d+ not delivered \(([^)]*)\)",
+        log,
+    )
+    if said is None:
+        return None
+    undelivered = {reason: int(n) for reason, n in (part.split(": ") for part in said[3].split(", "))}
+    return int(said[1]), int(said[2]), undelivered
