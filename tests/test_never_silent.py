@@ -249,7 +249,9 @@ def test_a_spill_directory_that_fails_is_said_once(tmp_path):
     assert failed_twice == "True", result.stderr
     lines = ours(result.stderr)
     assert len(lines) == 2, result.stderr  # the first failure, then the loss at exit
-    assert lines[0].startswith(f"lineage-outbox warning: spill: writing to {tmp_path / 'spill'} failed")
+    # (The owner's directory in it: spill/OWNER.)
+    assert lines[0].startswith(f"lineage-outbox warning: spill: writing to {tmp_path / 'spill'}/"), lines[0]
+    assert " failed (Not a directory)" in lines[0], lines[0]
     assert f"{emitted} not delivered (dropped_shutdown: {emitted})" in lines[1]
     assert result.stderr.splitlines() == lines
 
@@ -261,3 +263,29 @@ def test_every_key_said_once_on_stderr_is_one_the_library_logs():
     source = "".join(p.read_text() for p in package.rglob("*.py") if p.name != "_log.py")
     for key in FIRST_NEVER_SILENT:
         assert f'"{key}"' in source, key
+
+
+def test_a_spill_directory_removed_under_a_running_outbox_is_said_once(tmp_path):
+    code = f"""
+    import time
+    spill = {str(tmp_path / "spill")!r}
+    outbox = Outbox(HttpTransport("http://127.0.0.1:{refused_port()}", timeout=0.5), spill_dir=spill,
+                    shutdown_timeout=0.5, close_at_exit=False, max_events=100)
+    for n in range(60):
+        outbox.emit(event(n))
+    deadline = time.monotonic() + 30
+    while outbox.stats().spill["spilled_events"] < 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    shutil.rmtree(spill)
+    for n in range(60, 70):
+        outbox.emit(event(n))
+    while not os.path.isdir(spill) and time.monotonic() < deadline:  # made again when noticed
+        time.sleep(0.01)
+    print(os.path.isdir(spill))
+    """
+    result = child(code, tmp_path)
+    assert result.stdout.split() == ["True"], result.stderr
+    lines = ours(result.stderr)
+    removed = [line for line in lines if "were removed under it" in line]
+    assert len(removed) == 1, result.stderr
+    assert str(tmp_path / "spill") in removed[0]

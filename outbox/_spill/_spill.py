@@ -11,12 +11,13 @@ newer events (``_stretch``).  Nothing here runs on ``emit``'s path.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from typing import Any
 
 from .._buffer import Buffer, Reason
-from .._log import RateLimitedLog, logger
+from .._log import RateLimitedLog, logger, never_silent
 from .._numbering import DELIVERED
 from .._serde import SerializedEvent, weight
 from .._slices import Slicer
@@ -173,8 +174,6 @@ class Spill:
             if not force and now < self._last_tick + self.interval:
                 return
             self._last_tick, stretch.stuck = now, False
-            if self.home.vanished():
-                self._start_over(buf)
             # Settled files go first: their room is this write's (after an outage that filled
             # the disk, the backend's catching up frees it).
             self._settle(buf)
@@ -212,7 +211,13 @@ class Spill:
         fresh = [(item.seq, item.event) for item in items if item.seq >= upto and item.seq not in foreign]
         self.written_upto = max(upto, items[-1].seq + 1)
         if fresh:
-            self.disk.append(fresh, buf.lock, lambda: self._settle(buf))
+            self._append(buf, fresh)
+
+    def _append(self, buf: Buffer, events: list[tuple[int, SerializedEvent]]) -> int:
+        """This owner's events to disk (its directory made again first, if it vanished)."""
+        if self.home.vanished():
+            self._start_over(buf)
+        return self.disk.append(events, buf.lock, lambda: self._settle(buf))
 
     # -- writing and settling ---------------------------------------------------------------
 
@@ -233,7 +238,7 @@ class Spill:
         most = room // HEADER + 1 if room > 0 else 0
         # (One that cannot be serialized is never on disk: the intake counts it invalid_event.)
         batch = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
-        wrote = self.disk.append([(seq, ser) for seq, _, ser in batch], buf.lock, lambda: self._settle(buf))
+        wrote = self._append(buf, [(seq, ser) for seq, _, ser in batch])
         with buf.lock:
             _in_place_locked(buf, batch)
         refused = batch[wrote][0] if wrote < len(batch) else todo[most][0] if len(todo) > most else None
@@ -248,6 +253,8 @@ class Spill:
             self._write_queued(buf, slicer)
             if self._unwritten(buf):
                 return
+        if self.home.vanished():
+            self._start_over(buf)
         self.stretch.release(buf, slicer, self.disk, lambda: self._settle(buf))
 
     def _unwritten(self, buf: Buffer) -> bool:
@@ -302,7 +309,8 @@ class Spill:
             self.written_upto = buf.head_seq
         if not self._vanished:
             self._vanished = True
-            logger.warning(
+            never_silent(
+                logging.WARNING,
                 "spill: this outbox's files in %s were removed under it: %d event(s) only on disk are "
                 "lost (counted spill_lost); the rest are written again",
                 self.directory,
@@ -338,7 +346,8 @@ class Spill:
             disk.drop_all()
         left = self.left()
         if any(left.values()):
-            logger.warning(
+            never_silent(
+                logging.WARNING,
                 "spill: %d event(s) of processes that are gone were not taken in by the close's "
                 "deadline, and %d such process(es)' files could not be taken over: left in %s",
                 left["events"],
