@@ -20,7 +20,16 @@ from typing import Any
 
 from ._holdings import _INF, FIRST_ESTIMATE, Entry, Holdings, is_exact
 
-__all__ = ["FIRST_ESTIMATE", "SIDE_MAX", "Buffer", "Entry", "Policy", "Reason", "is_exact"]
+__all__ = [
+    "FIRST_ESTIMATE",
+    "SIDE_MAX",
+    "Buffer",
+    "Entry",
+    "Policy",
+    "Reason",
+    "count_held_locked",
+    "is_exact",
+]
 
 # The most events parked by re-entrant emits (signal handlers) until the lock is free.
 SIDE_MAX = 1024
@@ -475,6 +484,16 @@ class Buffer(Holdings):
         if left:
             self.dropped[was] = left
         self.count_locked(now, n)
+
+
+def count_held_locked(buf: Buffer, held: int, on_disk: int, reason: str) -> None:
+    """``held`` events left at the end (a close, a stopped worker): ``on_disk`` of them handed
+    on in the spill directory (``spilled_at_close``), the rest lost under ``reason``."""
+    kept = min(held, on_disk)
+    if kept:
+        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
+    if held > kept:
+        buf.count_locked(reason, held - kept)
 
 
 def _counters(buf: Buffer) -> dict[str, Any]:

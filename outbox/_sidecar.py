@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._buffer import Buffer, Reason
+from ._buffer import Buffer, Reason, count_held_locked
 from ._deadletter import DeadLetter
 from ._lifecycle import no_longer_closes_at_exit, started
 from ._log import logger, never_silent
@@ -273,7 +273,7 @@ class Sidecar:
             with buf.lock:
                 kept = 0 if buf.finalized else self._on_disk_locked()
                 held = 0 if buf.finalized else buf.clear_locked()
-                _count_held_locked(buf, held, kept, Reason.WORKER_STOPPED)
+                count_held_locked(buf, held, kept, Reason.WORKER_STOPPED)
                 held -= min(held, kept)
                 buf.close_locked(Reason.WORKER_STOPPED)
             never_silent(
@@ -397,7 +397,7 @@ class Sidecar:
             buf.fold_side_locked()
             kept = self._on_disk_locked()
             held = buf.clear_locked()
-            _count_held_locked(buf, held, kept, Reason.DROPPED_SHUTDOWN)
+            count_held_locked(buf, held, kept, Reason.DROPPED_SHUTDOWN)
             buf.close_locked(final=True)
             dropped = dict(buf.dropped)
             report = CloseReport(
@@ -466,16 +466,6 @@ class Sidecar:
             dead_letter=self.dead_letter.counts() if self.dead_letter is not None else {},
             spill=self.spill.stats() if self.spill is not None else {},
         )
-
-
-def _count_held_locked(buf: Buffer, held: int, on_disk: int, reason: str) -> None:
-    """``held`` events left at the end: ``on_disk`` of them handed on in the spill directory,
-    the rest lost under ``reason``."""
-    kept = min(held, on_disk)
-    if kept:
-        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
-    if held > kept:
-        buf.count_locked(reason, held - kept)
 
 
 #: Counted in ``dropped`` but not lost: lineage was turned off (``OPENLINEAGE_DISABLED``).

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ._backlog import Settled
-from ._buffer import Buffer, Reason
+from ._buffer import Buffer, Reason, count_held_locked
 from ._deadletter import DeadLetter
 from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
@@ -466,28 +465,7 @@ class Worker:
         buf = self.buffer
         on_disk = self.spill.close(buf) if self.spill is not None else 0
         self.backlog.drain()
-        with buf.lock:
-            n = 0 if buf.finalized else buf.clear_locked()
-            kept = min(n, on_disk)
-            if n:
-                _count_held_locked(buf, n, kept)
-        if n:
-            note = _kept(n, kept)
-            self.log.log(logging.WARNING, "shutdown", "%d lineage event(s) undelivered at close%s", n, note)
-
-
-def _count_held_locked(buf: Buffer, n: int, kept: int) -> None:
-    """``n`` events held at close, ``kept`` of them in the spill directory for the next process."""
-    if kept:
-        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
-    if n > kept:
-        buf.count_locked(Reason.DROPPED_SHUTDOWN, n - kept)
-    buf.notify_locked()
-
-
-def _kept(n: int, kept: int) -> str:
-    if not kept:
-        return ""
-    if kept == n:
-        return ", kept in the spill directory for the next process"
-    return f", {kept} of them kept in the spill directory for the next process ({n - kept} were not on disk)"
+        with buf.lock:  # (the close's account, one line, says what became of them: _sidecar)
+            if not buf.finalized:
+                count_held_locked(buf, buf.clear_locked(), on_disk, Reason.DROPPED_SHUTDOWN)
+                buf.notify_locked()

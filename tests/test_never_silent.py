@@ -235,23 +235,24 @@ def test_a_spill_directory_that_fails_is_said_once(tmp_path):
     outbox = Outbox(HttpTransport("http://127.0.0.1:{refused_port()}"), spill_dir="spill",
                     spill_interval=0.01, shutdown_timeout=0.5)
     shutil.rmtree("spill")
-    open("spill", "w").close()  # the directory is now a file: every write fails
-    # Until the disk has failed twice (it is tried again some seconds after a failure).
+    open("spill", "w").close()  # the directory is now a file: it cannot be made again
+    # Until making it again has failed twice (tried again some seconds after a failure).
     n, deadline = 0, time.monotonic() + 60
-    while outbox.stats().spill.get("failed_enotdir", 0) < 2 and time.monotonic() < deadline:
+    while outbox.stats().spill.get("failed_eexist", 0) < 2 and time.monotonic() < deadline:
         outbox.emit(event(n))
         n += 1
         time.sleep(0.02)
-    print(outbox.stats().spill.get("failed_enotdir", 0) >= 2, n)
+    print(outbox.stats().spill.get("failed_eexist", 0) >= 2, n)
     """
     result = child(code, tmp_path)
     failed_twice, emitted = result.stdout.split()
     assert failed_twice == "True", result.stderr
     lines = ours(result.stderr)
-    assert len(lines) == 2, result.stderr  # the first failure, then the loss at exit
-    # (The owner's directory in it: spill/OWNER.)
-    assert lines[0].startswith(f"lineage-outbox warning: spill: writing to {tmp_path / 'spill'}/"), lines[0]
-    assert " failed (Not a directory)" in lines[0], lines[0]
+    assert len(lines) == 2, result.stderr  # the directory gone, then the loss at exit
+    assert lines[0].startswith(
+        f"lineage-outbox warning: spill: this outbox's files in {tmp_path / 'spill'} "
+    ), lines[0]
+    assert "were removed under it" in lines[0], lines[0]
     assert f"{emitted} not delivered (dropped_shutdown: {emitted})" in lines[1]
     assert result.stderr.splitlines() == lines
 

@@ -94,7 +94,7 @@ class Home:
             raise ConfigError(
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
                 "directory on local disk (it is made if missing)"
-            ) from None
+            ) from exc
         self.lock_fd = fd
         st = os.stat(self.path)
         self.identity = (st.st_dev, st.st_ino)

@@ -11,17 +11,19 @@ newer events (``_stretch``).  Nothing here runs on ``emit``'s path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
 from typing import Any
 
 from .._buffer import Buffer, Reason
+from .._errors import ConfigError
 from .._log import RateLimitedLog, logger, never_silent
 from .._numbering import DELIVERED
 from .._serde import SerializedEvent, weight
 from .._slices import Slicer
-from ._disk import Disk, serialized
+from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
 from ._owners import Home, dead_owners
 from ._ranges import Ranges
@@ -61,7 +63,8 @@ class Spill:
         self.recovered = self.owners_adopted = 0
         self._pending: list[Run] = []  # adopted, not yet in the stretch
         self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
-        self._closed = self._vanished = self._scan_now = False
+        self._closed = self._gone = self._scan_now = False
+        self._retry_home_at = 0.0  # (a vanished directory that could not be made again)
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         if adopt:
@@ -215,8 +218,10 @@ class Spill:
 
     def _append(self, buf: Buffer, events: list[tuple[int, SerializedEvent]]) -> int:
         """This owner's events to disk (its directory made again first, if it vanished)."""
-        if self.home.vanished():
-            self._start_over(buf)
+        if self.home.vanished() and not self._start_over(buf):
+            if events:
+                self.disk.refused(events[0][0], events[-1][0] + 1, len(events))
+            return 0
         return self.disk.append(events, buf.lock, lambda: self._settle(buf))
 
     # -- writing and settling ---------------------------------------------------------------
@@ -253,9 +258,8 @@ class Spill:
             self._write_queued(buf, slicer)
             if self._unwritten(buf):
                 return
-        if self.home.vanished():
-            self._start_over(buf)
-        self.stretch.release(buf, slicer, self.disk, lambda: self._settle(buf))
+        if not self.home.vanished() or self._start_over(buf):
+            self.stretch.release(buf, slicer, self.disk, lambda: self._settle(buf))
 
     def _unwritten(self, buf: Buffer) -> bool:
         """Whether queued events of this owner are not written yet (read without the lock)."""
@@ -279,43 +283,54 @@ class Spill:
                         by.setdefault((stream, outcome), Ranges()).add(seq, seq + 1)
             self.disk.settled(by)
 
-    def _start_over(self, buf: Buffer) -> None:
-        """This owner's directory was removed (or replaced) under it: what was only on disk
-        (the stretch) is counted lost; what is in memory is written again, to a new one."""
+    def _start_over(self, buf: Buffer) -> bool:
+        """This owner's directory was removed (or replaced) under it: its files are gone.  What
+        was only on disk (the stretch) is counted lost, the rest stays in memory; a new directory
+        is made (tried again ``RETRY_AFTER`` later, the outbox in memory meanwhile).  Returns
+        whether there is one to write to."""
+        if time.monotonic() < self._retry_home_at:
+            return False
         window = self.stretch.window
-        try:
-            home = Home(self.directory)
-        except Exception as exc:
-            self.log.error(
-                "spill-vanished", "spill: %s vanished and cannot be made again: %s", self.directory, exc
-            )
+        lost = 0
+        if not self._gone:  # (once per directory lost)
+            self._gone = True
+            self.home.release()
+            self.disk.drop_all()
+            self.stretch.close()
             with buf.lock:
-                if window is not None:
-                    window.usable = False
-            return
-        self.home.release()
-        self.disk.writer.rotate()
-        self.stretch.close()
-        with buf.lock:
-            lost = window.disk if window is not None else 0
-            if lost and window is not None:
-                buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
-                buf.count_locked(Reason.SPILL_LOST, lost)
-                window.disk = 0
-                window.settle(buf)
-            if buf.journal is not None:
-                buf.journal.take()  # (about files that are gone)
-            self._begin(home, window)
-            self.written_upto = buf.head_seq
-        if not self._vanished:
-            self._vanished = True
+                lost = window.disk if window is not None else 0
+                if lost and window is not None:
+                    buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
+                    buf.count_locked(Reason.SPILL_LOST, lost)
+                    window.disk = 0
+                    window.settle(buf)
+                if buf.journal is not None:
+                    buf.journal.take()  # (about files that are gone)
+                self.stretch = Stretch(self.home.owner)
+                self.stretch.window = window
             never_silent(
                 logging.WARNING,
                 "spill: this outbox's files in %s were removed under it: %d event(s) only on disk are "
-                "lost (counted spill_lost); the rest are written again",
+                "lost (counted spill_lost); the rest are written again once it can make a new one",
                 self.directory,
                 lost,
             )
+        try:
+            home = Home(self.directory)
+        except ConfigError as exc:  # (counted by errno, as a failed write: failed_eexist, ...)
+            code = getattr(exc.__cause__, "errno", None) or 0
+            name = errno.errorcode.get(code, "EOTHER")
+            self.disk.writer.failures[name] = self.disk.writer.failures.get(name, 0) + 1
+            self._retry_home_at = time.monotonic() + RETRY_AFTER
+            with buf.lock:
+                if window is not None:
+                    window.usable = False
+            return False
+        with buf.lock:
+            self._begin(home, window)
+            self.written_upto = buf.head_seq
+        self._gone = False
+        return True
 
     # -- the end ------------------------------------------------------------------------------
 
