@@ -6,6 +6,7 @@ import uuid
 import orjson
 import pytest
 
+from e2e.peers import serving
 from outbox import Outbox
 from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink
@@ -83,7 +84,7 @@ def test_forward_from_apache_kafka(apache_kafka):
     import asyncio
     import threading
 
-    with Sink() as sink:
+    with serving(Sink()) as sink:
         forwarder = Forwarder(
             {"bootstrap.servers": apache_kafka.bootstrap_servers},
             topic,
