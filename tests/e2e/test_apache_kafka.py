@@ -1,5 +1,8 @@
 """End to end against Apache Kafka 4.x in KRaft mode, started by the harness."""
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -233,3 +236,41 @@ def test_a_producer_batch_the_broker_finds_too_large_is_split_and_only_the_large
     for run in runs:
         mine = sorted((r for r in records if r["event"]["run"]["runId"] == run), key=lambda r: r["offset"])
         assert [r["event"]["n"] for r in mine] == list(range(15))
+
+
+def test_the_forward_benchmark_on_apache_kafka(tmp_path):
+    """The command that prints the forward figures of docs/backends.md, small: it starts an
+    Apache Kafka of its own (holding a new group back until its members joined, which the
+    session's broker does not), then 1 and 2 forwarders, then 2 with one killed (SIGKILL)
+    mid-stream.  It exits 0 only when every event of every run arrived, the kill came
+    mid-stream and the copies stayed within what was uncommitted."""
+    figures = tmp_path / "forward.json"
+    command = [
+        sys.executable,
+        "-m",
+        "outbox.tools.benchmarks",
+        "forward",
+        "--events",
+        "20000",
+        "--forwarders",
+        "1",
+        "2",
+        "--repeat",
+        "1",
+        "--json",
+        str(figures),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "events/s (median)" in done.stdout
+    results = json.loads(figures.read_text())
+    for count in ("1", "2"):
+        [run] = results["throughput"][count]["runs"]
+        assert run["lost"] == 0, run
+        assert run["per_s"] > 0, run
+    [killed] = results["killed"]
+    assert killed["lost"] == 0, killed
+    assert len(killed["killed_partitions"]) == 6, killed  # half of the 12
+    assert killed["left_at_kill"] > 0, killed  # killed mid-stream: the other resumed its records
+    assert killed["copies_of_uncommitted"] <= killed["uncommitted_at_kill"], killed
+    assert killed["duplicates"] <= killed["bound"], killed
