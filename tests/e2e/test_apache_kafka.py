@@ -242,8 +242,9 @@ def test_the_forward_benchmark_on_apache_kafka(tmp_path):
     """The command that prints the forward figures of docs/backends.md, small: it starts an
     Apache Kafka of its own (holding a new group back until its members joined, which the
     session's broker does not), then 1 and 2 forwarders, then 2 with one killed (SIGKILL)
-    mid-stream.  It exits 0 only when every event of every run arrived, the kill came
-    mid-stream and the copies stayed within what was uncommitted."""
+    mid-stream, waiting for the answer to a request the server took.  It exits 0 only when
+    every event of every run arrived, the kill came mid-stream and the copies stayed within
+    what was uncommitted."""
     figures = tmp_path / "forward.json"
     command = [
         sys.executable,
@@ -272,5 +273,7 @@ def test_the_forward_benchmark_on_apache_kafka(tmp_path):
     assert killed["lost"] == 0, killed
     assert len(killed["killed_partitions"]) == 6, killed  # half of the 12
     assert killed["left_at_kill"] > 0, killed  # killed mid-stream: the other resumed its records
-    assert killed["copies_of_uncommitted"] <= killed["uncommitted_at_kill"], killed
+    # Killed while the server held the answer to its request: those records were delivered
+    # and not committed, and are all the copies of its records there may be.
+    assert 0 < killed["copies_of_uncommitted"] <= killed["uncommitted_at_kill"] <= 1000, killed
     assert killed["duplicates"] <= killed["bound"], killed

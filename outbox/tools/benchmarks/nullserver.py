@@ -11,7 +11,10 @@ which events arrived, how often and from whom: ``GET /count`` then adds ``events
 as the occurrences of ``"eventTime"`` in the bodies: a byte count, not a parse), ``by`` (the
 same, by bearer token), ``first`` and ``last`` (``time.monotonic()`` of the first and last
 body), and ``GET /bodies`` answers
-one line per body, ``TIME<tab>WHO<tab>BODY`` (the bodies are JSON of one line).
+one line per body, ``TIME<tab>WHO<tab>BODY`` (the bodies are JSON of one line).  After
+``GET /hold/WHO``, requests from WHO are read, counted and kept as usual, but never answered
+(``held`` in ``GET /count`` counts them): a backend that took the events and whose answer never
+came back, as a client killed while it waits sees it.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ _OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
 async def _serve(host: str, port: int, keep: bool) -> None:
     counts: dict[str, Any] = {"requests": 0, "bytes": 0}
     if keep:
-        counts.update(events=0, first=0.0, last=0.0, by={})
+        counts.update(events=0, first=0.0, last=0.0, by={}, held=0)
     kept: list[bytes] = []
+    hold: set[bytes] = set()
 
     def answer(writer: asyncio.StreamWriter, body: bytes) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
@@ -50,6 +54,9 @@ async def _serve(host: str, port: int, keep: bool) -> None:
                     answer(writer, json.dumps(counts).encode())
                 elif head.startswith(b"GET /bodies"):
                     answer(writer, b"".join(kept))
+                elif head.startswith(b"GET /hold/"):
+                    hold.add(head.split(b" ", 2)[1].removeprefix(b"/hold/"))
+                    answer(writer, b"")
                 else:
                     counts["requests"] += 1
                     counts["bytes"] += length
@@ -61,6 +68,9 @@ async def _serve(host: str, port: int, keep: bool) -> None:
                         counts["first"] = counts["first"] or now
                         counts["last"] = now
                         kept.append(b"%r\t%s\t%s\n" % (now, who, body))
+                        if who in hold:
+                            counts["held"] += 1
+                            await asyncio.Event().wait()  # taken, never answered
                     writer.write(_OK)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
