@@ -4,21 +4,21 @@ Apache Kafka 4.x (one KRaft node, started here from its jars as the e2e suite st
 the one ``--bootstrap-servers`` names), a topic of ``--partitions`` (12) partitions, and a
 does-no-work HTTP server (``nullserver --keep``, a process of its own).
 
-Throughput, for each count of ``--forwarders`` (1, 2 and 4): that many ``outbox forward``
-processes in one consumer group, let settle on the empty topic (the group stable, every
-partition assigned), then ``--events`` events produced by this process (aiokafka, acks=all).
-The figure is the events divided by the time from the start of production to the server's
-last arrival, the median of ``--repeat`` runs, each on a topic and group of its own; each run
-checks that every event arrived.
+Throughput, for each count of ``--forwarders`` (1, 2 and 4): ``--events`` events produced to
+a topic of their own (this process, aiokafka, acks=all), then that many ``outbox forward``
+processes started in a group of their own.  The broker started here holds a new group back 3 s
+(``group.initial.rebalance.delay.ms``), so that the forwarders join one generation rather than
+the first taking every partition before the others arrive.  The figure is every arrival over
+the time from the server's first arrival to its last (the server's clock), the median of
+``--repeat`` runs; each run checks that every event arrived.
 
 A forwarder killed: ``--kill-forwarders`` (2) forwarders, and once one of them has delivered a
 third of its share (mid-stream, whatever the rate), the server takes its next request and
 never answers it, and it gets SIGKILL while it waits: the worst moment, a whole poll's records
-delivered and not committed (killed at a moment of its own, it is most often between a commit
-and its next delivery, and costs no copy at all).  Its partitions wait for
-the group's session to expire (``--session-timeout``), then the others resume each at the
-group's committed offset.  What
-the run checks:
+delivered and not committed (killed as soon as the server had counted its third, it had always
+just committed, and its own records cost no copy).  Its partitions wait for the group's
+session to expire (``--session-timeout``), then the others resume each at the group's
+committed offset.  What the run checks:
 
 * nothing lost: every event produced arrived at least once;
 * duplicates bounded by what was uncommitted: a copy is sent only for a record delivered but
@@ -42,6 +42,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -351,6 +352,7 @@ def forward_run(
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(10)
+    shutil.rmtree(logs, ignore_errors=True)  # kept only when a run failed (its errors name it)
     # The rate: every arrival, over the time from the first to the last (the server's clock).
     # The broker started here holds a new group back until its members have joined (above):
     # nothing is consumed before every forwarder owns its share.
