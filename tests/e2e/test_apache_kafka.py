@@ -148,6 +148,8 @@ def stream_across_a_restart(apache_kafka, crash: str, config: dict, per_run: int
     acked_before: set[tuple[str, int]] = set()
     for n in range(per_run):
         if n == per_run // 3:
+            # Records acknowledged before the restart: at once here, unless the machine is slow.
+            assert wait_until(lambda: len(transport.acked) >= per_run // 3, 30)
             acked_before = transport.acked_before(time.monotonic())
             apache_kafka.kill() if crash == "killed" else apache_kafka.stop()
         if n == 2 * per_run // 3:
@@ -188,7 +190,7 @@ def test_records_acknowledged_before_a_broker_restart_survive_it(apache_kafka, c
     config = {"acks": "all", "enable.idempotence": "true", "request.timeout.ms": 5000}
     # send_timeout 1.5 s: sends cut off while the broker is away, so events are handed over again.
     restart = stream_across_a_restart(apache_kafka, crash, config, per_run=900, send_timeout=1.5)
-    assert len(restart.acked_before) >= 3 * 300 // 2, len(restart.acked_before)  # half of it, at least
+    assert len(restart.acked_before) >= 300, len(restart.acked_before)
     restart.check()
     handed_again = restart.transport.handed_again
     print(f"{crash}: {restart.duplicates} duplicate(s), {handed_again} event(s) handed over again")
@@ -200,10 +202,10 @@ def test_records_acknowledged_before_a_broker_restart_survive_it(apache_kafka, c
 def test_per_run_order_holds_across_a_broker_crash_and_restart(apache_kafka, crash):
     """Three long runs emitted at a steady pace while the broker crashes and comes back: each
     outbox batch spans several producer batches per partition (batch.size 4 KiB), the
-    producer is not idempotent (acks=1), and every run's events must be in the topic,
+    producer is not idempotent (the default), and every run's events must be in the topic,
     first occurrences in order (before: offsets 350-699 of a run were written before 0-349).
     Its own retries may write a batch twice: the copies are counted, not bounded."""
-    config = {"acks": "1", "batch.size": 4096, "request.timeout.ms": 1000}
+    config = {"batch.size": 4096, "request.timeout.ms": 1000}
     restart = stream_across_a_restart(apache_kafka, crash, config, per_run=1500, send_timeout=1.5)
     restart.check()
     print(f"{crash}: {restart.duplicates} duplicate(s), {restart.transport.handed_again} handed over again")
