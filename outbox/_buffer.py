@@ -486,14 +486,17 @@ class Buffer(Holdings):
         self.count_locked(now, n)
 
 
-def count_held_locked(buf: Buffer, held: int, on_disk: int, reason: str) -> None:
-    """``held`` events left at the end (a close, a stopped worker): ``on_disk`` of them handed
-    on in the spill directory (``spilled_at_close``), the rest lost under ``reason``."""
+def count_held_locked(buf: Buffer, on_disk: int, reason: str) -> int:
+    """The events still held at the end (a close, a stopped worker) are let go: ``on_disk`` of
+    them handed on in the spill directory (``spilled_at_close``), the rest lost under ``reason``.
+    Returns how many were lost."""
+    held = buf.clear_locked()
     kept = min(held, on_disk)
     if kept:
         buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
     if held > kept:
         buf.count_locked(reason, held - kept)
+    return held - kept
 
 
 def _counters(buf: Buffer) -> dict[str, Any]:

@@ -271,10 +271,8 @@ class Sidecar:
             self.stopped = why or "the worker ended without being closed"
             buf = self.buffer
             with buf.lock:
-                kept = 0 if buf.finalized else self._on_disk_locked()
-                held = 0 if buf.finalized else buf.clear_locked()
-                count_held_locked(buf, held, kept, Reason.WORKER_STOPPED)
-                held -= min(held, kept)
+                on_disk = 0 if buf.finalized else _on_disk(self.spill, buf)
+                held = 0 if buf.finalized else count_held_locked(buf, on_disk, Reason.WORKER_STOPPED)
                 buf.close_locked(Reason.WORKER_STOPPED)
             never_silent(
                 logging.ERROR,
@@ -395,9 +393,7 @@ class Sidecar:
             if self.report is not None:
                 return self.report
             buf.fold_side_locked()
-            kept = self._on_disk_locked()
-            held = buf.clear_locked()
-            count_held_locked(buf, held, kept, Reason.DROPPED_SHUTDOWN)
+            count_held_locked(buf, _on_disk(self.spill, buf), Reason.DROPPED_SHUTDOWN)
             buf.close_locked(final=True)
             dropped = dict(buf.dropped)
             report = CloseReport(
@@ -416,15 +412,6 @@ class Sidecar:
         if self.tells_losses:
             _tell_losses(self.name, self.closed_why, report)
         return report
-
-    def _on_disk_locked(self) -> int:
-        """Of the events held, how many the spill holds on disk (handed on, not lost)."""
-        buf = self.buffer
-        return (
-            self.spill.on_disk(buf.journal.entries if buf.journal is not None else None)
-            if self.spill is not None
-            else 0
-        )
 
     def close_in_background(self) -> None:
         """The outbox was dropped without ``close()``: drain within ``shutdown_timeout``
@@ -466,6 +453,12 @@ class Sidecar:
             dead_letter=self.dead_letter.counts() if self.dead_letter is not None else {},
             spill=self.spill.stats() if self.spill is not None else {},
         )
+
+
+def _on_disk(spill: Spill | None, buf: Buffer) -> int:
+    """Of the events ``buf`` holds, how many ``spill`` holds on disk (handed on, not lost):
+    for a report made without the worker, under the buffer's lock."""
+    return spill.on_disk(buf.journal.entries if buf.journal is not None else None) if spill is not None else 0
 
 
 #: Counted in ``dropped`` but not lost: lineage was turned off (``OPENLINEAGE_DISABLED``).

@@ -467,5 +467,5 @@ class Worker:
         self.backlog.drain()
         with buf.lock:  # (the close's account, one line, says what became of them: _sidecar)
             if not buf.finalized:
-                count_held_locked(buf, buf.clear_locked(), on_disk, Reason.DROPPED_SHUTDOWN)
+                count_held_locked(buf, on_disk, Reason.DROPPED_SHUTDOWN)
                 buf.notify_locked()

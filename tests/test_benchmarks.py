@@ -21,6 +21,48 @@ def test_the_does_no_work_server_answers_and_counts():
         assert httpx.get(f"{url}/count").json() == {"requests": 1, "bytes": 5}
 
 
+def test_the_does_no_work_server_keeps_each_body_with_its_time_and_sender():
+    """``--keep``, for the forward benchmark: which events arrived, how often, from whom; and
+    a sender held: its request taken, kept and counted, never answered."""
+    from outbox.tools.benchmarks.forward import NullServer
+
+    with NullServer() as server:
+        batch = b'[{"eventTime": "t", "n": 1}, {"eventTime": "t", "n": 2}]'
+        for body, who in ((batch, "forwarder-0"), (b'{"eventTime": "t", "n": 1}', "forwarder-1")):
+            answer = httpx.post(
+                f"{server.url}/api/v1/lineage/batch", content=body, headers={"Authorization": f"Bearer {who}"}
+            )
+            assert answer.status_code == 200
+        counts = server.count()
+        assert (counts["requests"], counts["events"]) == (2, 3)
+        assert counts["by"] == {"forwarder-0": 2, "forwarder-1": 1}
+        assert 0 < counts["first"] <= counts["last"]
+        arrivals = server.arrivals()
+    assert [(who, n) for _, who, n in arrivals] == [
+        ("forwarder-0", 1),
+        ("forwarder-0", 2),
+        ("forwarder-1", 1),
+    ]
+    assert arrivals[0][0] == counts["first"]
+    assert arrivals[-1][0] == counts["last"]
+
+
+def test_the_forward_benchmark_fails_a_run_that_lost_copied_too_much_or_killed_too_late():
+    from outbox.tools.benchmarks.forward import Run, check
+
+    killed = {"killed_partitions": [0, 2], "left_at_kill": 500, "uncommitted_at_kill": 40}
+    assert check(Run(2, 1000, **killed, copies_of_uncommitted=40, duplicates=40, bound=1040)) == []
+    assert check(Run(2, 1000, lost=1)) == ["1 event(s) lost"]
+    assert check(Run(2, 1000, duplicates=5)) == []  # no kill: a rebalance's copies are allowed
+    over = check(Run(2, 1000, **killed, copies_of_uncommitted=41, duplicates=41, bound=1040))
+    assert over == ["41 copies of the killed forwarder's 40 uncommitted records"]
+    over = check(Run(2, 1000, **killed, copies_of_uncommitted=40, duplicates=1041, bound=1040))
+    assert over == ["1041 duplicates, over the bound of 1040"]
+    late = check(Run(2, 1000, **{**killed, "left_at_kill": 0}, bound=1040))
+    assert len(late) == 1
+    assert late[0].startswith("the forwarder was killed once its share was done, not mid-stream")
+
+
 def test_healthy_delivers_every_event_with_and_without_lanes():
     for server in (throughput.NULL_SERVER, throughput.SINK):
         for k in (1, 8):

@@ -12,8 +12,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e import peers
+
+from outbox.tools import apache_kafka
 
 FAKE_MVN = """#!/bin/sh
 for arg in "$@"; do
@@ -23,17 +26,52 @@ mkdir -p "$dir" && touch "$dir/kafka.jar"
 """
 
 FAKE_JAVA = """#!{python}
-import re, signal, socket, sys, time, uuid
+# Kafka as the harness sees it: StorageTool, then a node that speaks enough of the protocol
+# (ApiVersions v0, Metadata v0-v1) to be asked for metadata.  As a KRaft node does before it
+# has registered with its controller, it answers the first fake.empty.answers Metadata
+# requests with no broker (controller -1); then broker 1, the controller.  Each answer is
+# a line in fake-answers.log beside the properties.
+import os, re, signal, socket, struct, sys, threading, uuid
 args = sys.argv[1:]
 if "kafka.tools.StorageTool" in args:
     print(uuid.uuid4()) if "random-uuid" in args else None
     sys.exit(0)
+from aiokafka.protocol.admin import ApiVersionResponse_v0
+from aiokafka.protocol.metadata import MetadataResponse_v0, MetadataResponse_v1
 properties = open(args[-1]).read()
+setting = lambda key, default: (re.findall(rf"^{{re.escape(key)}}=(.*)$", properties, re.M) or [default])[-1]
 port = int(re.search(r"^listeners=PLAINTEXT://127.0.0.1:(\\d+)", properties, re.M).group(1))
+empty = int(setting("fake.empty.answers", "0"))
+answers = open(os.path.join(os.path.dirname(args[-1]), "fake-answers.log"), "a", buffering=1)
+lock = threading.Lock()
+
+def serve(conn):
+    global empty
+    with conn:
+        while True:
+            size = conn.recv(4, socket.MSG_WAITALL)
+            if len(size) < 4:
+                return
+            request = conn.recv(struct.unpack(">i", size)[0], socket.MSG_WAITALL)
+            api_key, version, correlation = struct.unpack(">hhi", request[:8])
+            if api_key == 18:
+                body = ApiVersionResponse_v0(0, [(18, 0, 0), (3, 0, 1)]).encode()
+            else:
+                with lock:
+                    ready, empty = empty <= 0, empty - 1
+                brokers = [(1, "127.0.0.1", port, None)] if ready else []
+                answers.write("broker\\n" if ready else "empty\\n")
+                if version == 0:
+                    body = MetadataResponse_v0([b[:3] for b in brokers], []).encode()
+                else:
+                    body = MetadataResponse_v1(brokers, 1 if ready else -1, []).encode()
+            message = struct.pack(">i", correlation) + body
+            conn.sendall(struct.pack(">i", len(message)) + message)
+
 server = socket.create_server(("127.0.0.1", port))
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 while True:
-    time.sleep(1)
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
 """
 
 
@@ -46,7 +84,7 @@ def tools(tmp_path, monkeypatch):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(peers, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(apache_kafka, "CACHE", tmp_path / "cache")
     return bin_dir
 
 
@@ -59,7 +97,10 @@ def test_kafka_says_each_long_step_before_it_begins(tools):
     try:
         kafka.start(timeout=30)
         assert [line.split(" ", 1)[0] for line in said] == ["resolving", "formatting", "starting"]
-        assert f"waiting up to 30 s for it to listen on {kafka.bootstrap_servers}" in said[-1]
+        assert (
+            f"waiting up to 30 s for it to listen on {kafka.bootstrap_servers} and answer metadata "
+            "with a broker and a controller" in said[-1]
+        )
     finally:
         kafka.remove()
     assert said[-1].startswith(f"stopping Apache Kafka on {kafka.bootstrap_servers}")
@@ -68,6 +109,54 @@ def test_kafka_says_each_long_step_before_it_begins(tools):
     again = peers.ApacheKafka(said.append)
     assert said == []
     again.remove()
+
+
+def test_kafka_is_used_only_once_its_metadata_names_a_broker_and_a_controller(tools):
+    """The race CI met: the port open, the metadata still without a broker (aiokafka's admin
+    client then failed creating a topic).  start() returns only after the answer with one."""
+    kafka = peers.ApacheKafka(lambda line: None, properties={"fake.empty.answers": "5"})
+    try:
+        kafka.start(timeout=60)
+        answers = (kafka.dir / "fake-answers.log").read_text().split()
+        assert answers == ["empty"] * 5 + ["broker"]
+        assert apache_kafka.metadata_answer(kafka.bootstrap_servers) == (
+            True,
+            "metadata with brokers [1] and controller 1",
+        )
+    finally:
+        kafka.remove()
+
+
+def test_kafka_that_never_serves_metadata_is_an_error_naming_it_and_its_last_answer(tools):
+    kafka = peers.ApacheKafka(lambda line: None, properties={"fake.empty.answers": "1000000"})
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            kafka.start(timeout=3)
+        message = str(raised.value)
+        assert message.startswith(
+            f"Apache Kafka {apache_kafka.KAFKA_VERSION} on {kafka.bootstrap_servers} did not answer "
+            "metadata with a broker and a controller within"
+        ), message
+        assert "it last answered: metadata with brokers none and controller -1" in message
+        # What it waited for is stopped: nothing listens on its port any more.
+        assert apache_kafka.metadata_answer(kafka.bootstrap_servers, timeout=1)[0] is False
+        assert "ConnectionRefusedError" in apache_kafka.metadata_answer(kafka.bootstrap_servers, 1)[1]
+    finally:
+        kafka.remove()
+
+
+def test_an_http_peer_that_does_not_answer_200_is_an_error_naming_it_and_its_last_answer():
+    from outbox.tools.sink import Sink
+
+    with Sink() as sink, pytest.raises(RuntimeError) as raised:
+        peers.wait_for_http("outbox sink", f"{sink.url}/api/v1/nowhere", 1.0)  # a route it lacks
+    message = str(raised.value)
+    assert message.startswith(f"outbox sink did not answer GET {sink.url}/api/v1/nowhere with 200 within 1 s")
+    assert "it last answered: 404" in message
+    with pytest.raises(RuntimeError, match=r"it last answered: ConnectError"):
+        peers.wait_for_http("outbox sink", f"{sink.url}/api/v1/events", 0.5)  # stopped now
+    with peers.serving(Sink()) as serving:
+        assert httpx.get(f"{serving.url}/api/v1/events").json() == []
 
 
 START_SH = """#!/bin/sh
@@ -144,7 +233,7 @@ def test_a_kafka_named_by_the_environment_is_used_as_it_is(tools):
         assert kafka.bootstrap_servers == servers
         kafka.remove()  # never stopped: nothing happens
     assert said == [f"using the Kafka at {servers} (KAFKA_BOOTSTRAP_SERVERS)"]  # no jars resolved
-    assert not peers.CACHE.exists()
+    assert not apache_kafka.CACHE.exists()
     with pytest.raises(RuntimeError, match=rf"KAFKA_BOOTSTRAP_SERVERS='{servers}': nothing answers there"):
         peers.ExternalKafka(servers, said.append).start(timeout=5)
 

@@ -161,6 +161,7 @@ def test_custom_transport_example(tmp_path):
         "bench-command",
         "sink-command",
         "forward-command",
+        "forward-bench-command",
         "e2e-command",
         "quick-bench-command",
         "check-command",

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from e2e.peers import CACHE
+from e2e.peers import CACHE, wait_for_http
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "requirements-openmetadata.txt"
@@ -167,6 +167,11 @@ class FakeOpenMetadata:
 
     def __enter__(self) -> FakeOpenMetadata:
         self._thread.start()
+        try:  # used once it answers, as the connector's first call does
+            wait_for_http("the fake OpenMetadata server", f"{self.url}/api/v1/system/version", 30)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,59 +1,51 @@
-"""Real peers for the end-to-end suite, installed and started on loopback.
+"""Real peers for the end-to-end suite, installed and started on loopback, each used only
+once it answers its own protocol (not once its port is open).
 
-Apache Kafka 4.x: the broker's jars resolved from Maven Central with Maven (cached in the
-local Maven repository and in ``$OUTBOX_PEERS_CACHE``, default ``~/.cache/lineage-outbox``),
-KRaft mode, one process as broker and controller, storage formatted first, logs kept in a
-temporary folder that survives a restart; or any running Kafka named by
-``KAFKA_BOOTSTRAP_SERVERS`` (which the suite then neither starts nor stops).
+Apache Kafka 4.x (``outbox.tools.apache_kafka``): the broker's jars resolved from Maven Central
+with Maven (cached in the local Maven repository and in ``$OUTBOX_PEERS_CACHE``, default
+``~/.cache/lineage-outbox``), KRaft mode, one process as broker and controller, storage
+formatted first, logs kept in a temporary folder that survives a restart; ready once a Metadata
+request names a broker and a controller; or any running Kafka named by ``KAFKA_BOOTSTRAP_SERVERS``
+(which the suite then neither starts nor stops).
 
 Marquez 0.51.1: through the scripts of ``../shared/peers/marquez`` beside the checkout (or
 ``$MARQUEZ_PEER_DIR``), which build it from its sources with Maven (cached) and run it with a
 throwaway PostgreSQL on free loopback ports; or any running Marquez named by ``MARQUEZ_URL``
-(which the suite then neither starts nor stops).
+(which the suite then neither starts nor stops); ready once its API lists namespaces.
+
+``outbox sink`` (``serving``): ready once it answers an HTTP request.
 
 Each long step (resolving jars with Maven, building Marquez, starting and stopping a peer) says
 what it waits for first, through ``say`` (the conftest passes one that reaches the terminal
-past pytest's capture).
+past pytest's capture).  A peer that is not ready in time is an error naming it and what it
+answered last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from outbox.tools.broker import start_server, stop_process
-
-KAFKA_VERSION = "4.4.0"
-CACHE = Path(os.environ.get("OUTBOX_PEERS_CACHE", Path.home() / ".cache" / "lineage-outbox"))
-
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>lineage-outbox.peers</groupId>
-  <artifactId>{artifact}-runtime</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>
-  </dependencies>
-</project>
-"""
-
+from outbox.tools.apache_kafka import (  # noqa: F401 - the suite's names for them
+    CACHE,
+    KAFKA_VERSION,
+    ApacheKafka,
+    maven_classpath,
+    say_to_stderr,
+)
+from outbox.tools.sink import Sink
 
 Say = Callable[[str], None]
-
-
-def say_to_stderr(line: str) -> None:
-    print(f"[e2e set-up] {line}", file=sys.stderr, flush=True)
 
 
 def _free_port() -> int:
@@ -62,39 +54,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def maven_classpath(group: str, artifact: str, version: str, say: Say = say_to_stderr) -> str:
-    """The runtime jars of ``group:artifact:version`` and its dependencies, resolved once."""
-    lib = CACHE / f"{artifact}-{version}" / "lib"
-    done = lib.parent / "resolved"
-    if not done.exists():
-        if shutil.which("mvn") is None:
-            raise RuntimeError("the e2e suite needs Maven (mvn) to resolve the peers' jars")
-        say(
-            f"resolving {group}:{artifact}:{version} and its dependencies with Maven (a first run "
-            f"downloads them from Maven Central, which can take minutes; kept in {lib})"
-        )
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        (lib.parent / "pom.xml").write_text(_POM.format(group=group, artifact=artifact, version=version))
-        result = subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "-f",
-                str(lib.parent / "pom.xml"),
-                "dependency:copy-dependencies",
-                f"-DoutputDirectory={lib}",
-                "-DincludeScope=runtime",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
+def wait_for_http(name: str, url: str, timeout: float, log_tail: Callable[[], str] = lambda: "") -> None:
+    """Wait until a GET of ``url`` answers 200.
+
+    Raises:
+        RuntimeError: not by ``timeout`` seconds; it names the peer, the URL and what it
+            answered last (a status and the start of its body, or the connection's error).
+    """
+    deadline = time.monotonic() + timeout
+    last = "nothing yet"
+    while True:
+        try:
+            answer = httpx.get(url, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+            if answer.status_code == 200:
+                return
+            last = f"{answer.status_code} {answer.text[:200]!r}"
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if time.monotonic() >= deadline:
             raise RuntimeError(
-                f"mvn could not resolve {group}:{artifact}:{version}:\n{result.stdout[-3000:]}"
+                f"{name} did not answer GET {url} with 200 within {timeout:g} s; it last answered: "
+                f"{last}{log_tail()}"
             )
-        done.write_text("ok\n")
-    return f"{lib}/*"
+        time.sleep(0.2)
 
 
 class ExternalKafka:
@@ -123,109 +105,12 @@ class ExternalKafka:
         pass
 
 
-class ApacheKafka:
-    """One KRaft node (broker and controller) on free loopback ports."""
-
-    external = False
-
-    def __init__(self, say: Say = say_to_stderr) -> None:
-        self.say = say
-        self.port = _free_port()
-        self.controller_port = _free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
-        self.log_path = self.dir / "kafka.log"
-        self._process: subprocess.Popen[bytes] | None = None
-        self._classpath = maven_classpath("org.apache.kafka", "kafka_2.13", KAFKA_VERSION, say)
-        self._java = shutil.which("java") or "java"
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _properties(self) -> Path:
-        path = self.dir / "server.properties"
-        path.write_text(
-            "\n".join(
-                [
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                    "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    f"log.dirs={self.dir / 'data'}",
-                    "num.partitions=3",
-                    "offsets.topic.replication.factor=1",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    "auto.create.topics.enable=true",
-                ]
-            )
-            + "\n"
-        )
-        return path
-
-    def start(self, timeout: float = 90.0) -> ApacheKafka:
-        properties = self._properties()
-        if not (self.dir / "data").exists():
-            self.say(f"formatting Kafka {KAFKA_VERSION}'s storage in {self.dir / 'data'} (two JVM starts)")
-            cluster = (
-                subprocess.run(
-                    [self._java, "-cp", self._classpath, "kafka.tools.StorageTool", "random-uuid"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                .stdout.strip()
-                .splitlines()[-1]
-            )
-            subprocess.run(
-                [
-                    self._java,
-                    "-cp",
-                    self._classpath,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--standalone",
-                    "-t",
-                    cluster,
-                    "-c",
-                    str(properties),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-        command = [self._java, "-Xmx512m", "-cp", self._classpath, "kafka.Kafka", str(properties)]
-        self.say(
-            f"starting Apache Kafka {KAFKA_VERSION}: waiting up to {timeout:g} s for it to listen on "
-            f"{self.bootstrap_servers} (log: {self.log_path})"
-        )
-        self._process = start_server(command, self.port, str(self.log_path), timeout, "Kafka")
-        return self
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM); the logs stay for the next start."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            self.say(f"stopping Apache Kafka on {self.bootstrap_servers}: up to 60 s for a clean shutdown")
-        stop_process(process, grace=60.0)
-
-    def kill(self) -> None:
-        """A crash (SIGKILL): no clean shutdown; the logs stay for the next start."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(30)
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+@contextlib.contextmanager
+def serving(sink: Sink, timeout: float = 30.0) -> Iterator[Sink]:
+    """``sink`` started, and used once it answers HTTP (its list of events); stopped after."""
+    with sink:
+        wait_for_http("outbox sink", f"{sink.url}/api/v1/events", timeout)
+        yield sink
 
 
 MARQUEZ_SCRIPTS = Path(
@@ -303,19 +188,9 @@ class Marquez:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def wait_ready(self, timeout: float) -> None:
+        """Until Marquez answers an API call (its namespaces), within ``timeout`` seconds."""
         self.say(f"waiting up to {timeout:g} s for Marquez at {self.url} to answer")
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/v1/namespaces", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Marquez at {self.url} did not answer in {timeout:.0f} s\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
+        wait_for_http("Marquez", f"{self.url}/api/v1/namespaces", timeout, lambda: f"\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():

@@ -19,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from e2e.peers import serving
 from outbox import LineageJob, Outbox, s3_dataset
 from outbox.tools.forward import Forwarder
 from outbox.tools.sink import Sink, SinkBehaviour
@@ -348,7 +349,7 @@ def probe_requests() -> dict[str, tuple[str, bytes, dict[str, str]]]:
 
 def test_the_marquez_flavour_of_outbox_sink_answers_as_marquez_does(marquez):
     requests = probe_requests()
-    with Sink(behaviour=SinkBehaviour(flavor="marquez")) as sink:
+    with serving(Sink(behaviour=SinkBehaviour(flavor="marquez"))) as sink:
         differences = []
         for name, (path, content, headers) in requests.items():
             real = httpx.post(marquez.url + path, content=content, headers=headers, timeout=30)

@@ -112,3 +112,44 @@ async def _committed(bootstrap: str, topic: str, group: str) -> int:
 def committed_offsets(bootstrap: str, topic: str, group: str) -> int:
     """The sum of the group's committed offsets over the topic's partitions."""
     return asyncio.run(_committed(bootstrap, topic, group))
+
+
+class Acknowledged:
+    """A real transport (a KafkaTransport), noting for each event the outbox hands it how
+    often it was handed over, and whether and when the transport answered it delivered: what
+    the outbox counts as delivered, event by event.  Events are named by (run id, ``n``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        #: (run id, n) -> time.monotonic() of the acknowledgement (the first, if ever twice).
+        self.acked: dict[tuple[str, int], float] = {}
+        #: (run id, n) -> how many sends it was handed to.
+        self.handed: dict[tuple[str, int], int] = {}
+
+    async def send(self, batch: Any, deadline: float) -> Any:
+        from outbox.transports import OutcomeKind
+
+        names = []
+        for event in batch:
+            plain = orjson.loads(event.body)
+            name = (plain["run"]["runId"], plain["n"])
+            self.handed[name] = self.handed.get(name, 0) + 1
+            names.append(name)
+        outcomes = await self.inner.send(batch, deadline)
+        now = time.monotonic()
+        for name, outcome in zip(names, outcomes, strict=True):
+            if outcome.kind is OutcomeKind.DELIVERED:
+                self.acked.setdefault(name, now)
+        return outcomes
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def acked_before(self, moment: float) -> set[tuple[str, int]]:
+        return {name for name, at in self.acked.items() if at < moment}
+
+    @property
+    def handed_again(self) -> int:
+        """Hand-overs beyond each event's first: the most copies the outbox itself could have
+        caused (a send that timed out or was cancelled after the broker had written it)."""
+        return sum(count - 1 for count in self.handed.values())

@@ -59,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         return tail.main(argv[1:])
+    if argv[:1] == ["forward"]:
+        # outbox forward at scale on Apache Kafka: a command of its own (its own options).
+        from outbox.tools.benchmarks import forward
+
+        return forward.main(argv[1:])
     if argv[:1] == ["instructions"]:
         # The caller's cost in instructions (callgrind): repeatable on a busy machine.
         from outbox.tools.benchmarks import instructions
@@ -122,7 +127,8 @@ def _parser() -> argparse.ArgumentParser:
         "(against the raw aiokafka producer), spill (events written to a spill directory per second, "
         "bytes on disk per event); 'python -m outbox.tools.benchmarks tail --help' for "
         "the tail in every backend state; 'python -m outbox.tools.benchmarks instructions --help' for "
-        "the caller's cost in instructions (repeatable on a busy machine)",
+        "the caller's cost in instructions (repeatable on a busy machine); "
+        "'python -m outbox.tools.benchmarks forward --help' for outbox forward at scale on Apache Kafka",
     )
     return parser
 
