@@ -99,7 +99,10 @@ class Streams:
         for path in paths:
             reader = SegmentReader(path, bodies=False)
             try:
-                seg = SegFile(path, reader.open(), os.fstat(reader.fd).st_size)
+                stream = reader.open()
+                if stream != os.path.basename(os.path.dirname(path)):
+                    raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
+                seg = SegFile(path, stream, os.fstat(reader.fd).st_size)
                 numbers = present.setdefault(seg.stream, Ranges())
                 while (record := reader.next()) is not None:
                     if isinstance(record, int):
@@ -149,10 +152,13 @@ class Streams:
         return any(seg.settles for seg in dead) and any(stream.live for stream in self.streams.values())
 
     def checkpoint(self) -> list[bytes]:
-        """Settlement records restating what is settled of every stream with live events."""
+        """Settlement records restating what is settled of every stream with live events, or
+        with event records in a file that may stay (the checkpoint's own, say: their
+        settlements may be in the files about to go)."""
         records = []
+        on_disk = {seg.stream for seg in self.files if seg.numbers}
         for name, stream in self.streams.items():
-            if stream.live:
+            if stream.live or name in on_disk:
                 top = max((seg.numbers.last() or 0 for seg in self.files if seg.stream == name), default=0)
                 ranges = stream.settled.clip(0, top + 1)
                 records += [

@@ -1,0 +1,306 @@
+"""The spill attacked as a hostile operator would: each test is one bug found, the smallest
+reproduction of it, with real outboxes, real files, a real ``outbox sink`` (no mocks).  The
+in-process one (a checkpoint) drives the spill's own parts on real files and reads the directory
+as a successor would at that instant: what a SIGKILL there would hand on (page cache: a dead
+process loses nothing written)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from outbox import Outbox
+from outbox._log import RateLimitedLog
+from outbox._serde import SerializedEvent
+from outbox._spill._disk import Disk
+from outbox._spill._format import FRAME, MAGIC, encode_event, file_header
+from outbox._spill._owners import Home
+from outbox._spill._ranges import Ranges
+from outbox._spill._streams import Streams, segment_paths
+from outbox.tools.sink import Sink, SinkBehaviour
+from outbox.transports import HttpTransport
+
+from support.helpers import run_event, wait_until
+from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
+
+
+def padded(n: int, pad: int = 500) -> dict:
+    event = run_event(run_id=RUNS[n % 4], n=n)
+    event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": "x" * pad}}
+    return event
+
+
+@pytest.fixture
+def tmpfs():
+    """A 1 MiB tmpfs (root only): a disk that fills."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = Path(tempfile.mkdtemp(prefix="spill-tmpfs-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def fill(disk: Path) -> None:
+    """Fill the filesystem of ``disk`` (a file of someone else's, until ENOSPC)."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- 1. a flipped bit in a record's length field: every later record of the file, silently --------
+
+
+def test_a_record_whose_length_field_is_damaged_costs_that_record_only(tmp_path):
+    """One bit flipped in the length field of the 11th of 60 records.  The reader takes the
+    record as running past the end of the file (a torn tail) and stops there: the 49 sound
+    records after it are neither delivered nor counted, the close says complete, and the file
+    is deleted.  (Operations: "the damaged records only, counted by kind".)"""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 60)
+    (home,) = owner_dirs(spill)
+    (segment,) = home.glob("*.seg")
+    data = bytearray(segment.read_bytes())
+    starts = [i for i in range(len(data)) if data.startswith(MAGIC, i)]
+    assert len(starts) == 60
+    _, length, _ = FRAME.unpack_from(data, starts[10])
+    struct.pack_into(">I", data, starts[10] + 4, length | 1 << 24)  # one bit: 16 MiB more
+    segment.write_bytes(bytes(data))
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
+        report = box.close(20)
+        stats = box.stats().spill
+        delivered = ns(sink)
+    damaged = stats["corrupt_records"] + stats["torn_records"]
+    counted = sum(report.undelivered.values())
+    # Every sound record delivered; what is not, counted.
+    assert len(set(delivered)) + max(damaged, counted) >= 60, (sorted(delivered), stats, report)
+
+
+# -- 2. a spill_dir replaced by a file: spilled_at_close for events on no disk -------------------
+
+
+def test_a_spill_dir_replaced_under_a_running_outbox_reports_nothing_on_disk_that_is_not(tmp_path):
+    """The directory is removed and a file put in its place: the outbox cannot make its
+    directory again ("vanished and cannot be made again"), yet goes on appending to the
+    segment it still has open (unlinked), counts those events live, and its close reports all
+    80 ``spilled_at_close`` ("handed on: the next outbox delivers exactly those") where no
+    file of it exists.  (Operations: "Nothing is reported spilled_at_close that is not on disk".)"""
+    spill = tmp_path / "spill"
+    box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=1)
+    for n in range(50):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == 50)
+    shutil.rmtree(spill)
+    spill.write_text("an operator's file where the directory was")
+    for n in range(50, 80):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    time.sleep(0.5)
+    report = box.close()
+    assert spill.is_file()  # nothing of the outbox is on any disk
+    assert report.undelivered.get("spilled_at_close", 0) == 0, report
+
+
+# -- 3. a full disk: delivered events handed on again by a clean close ----------------------------
+
+
+def test_a_clean_close_on_a_full_disk_hands_on_only_what_it_counts_spilled_at_close(tmpfs):
+    """200 events on disk, then the disk fills (someone else's file).  The backend takes some
+    of them (the settlements saying so cannot be written: ENOSPC), then fails again; the close
+    counts the rest ``spilled_at_close``.  The next outbox (room again) delivers the rest *and*
+    every event the first had delivered: duplicates with no crash, and more than
+    ``spilled_at_close``."""
+    spill = tmpfs / "spill"
+    behaviour = SinkBehaviour(fail_status=503)
+    with Sink(behaviour=behaviour) as sink:
+        box = Outbox(
+            HttpTransport(sink.url),
+            spill_dir=str(spill),
+            max_batch_events=10,
+            max_concurrency=1,
+            backoff_base=0.05,
+            backoff_cap=0.2,
+            shutdown_timeout=1,
+        )
+        for n in range(200):
+            assert box.emit(padded(n))
+        assert wait_until(lambda: box.stats().spill["written"] == 200)
+        fill(tmpfs)
+        for n in range(200, 220):  # the disk refuses them: the writer knows it is failing
+            assert box.emit(padded(n))
+        assert wait_until(lambda: box.stats().spill["not_spilled_failed"] > 0, 5), box.stats().spill
+        behaviour.fail_status = None
+        assert sink.wait_for(30, 20)
+        behaviour.fail_status = 503
+        time.sleep(0.5)
+        first = set(ns(sink))
+        handed_on = box.close().undelivered["spilled_at_close"]
+        os.unlink(tmpfs / "filler")
+        sink.clear()
+        behaviour.fail_status = None
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
+        second = ns(sink)
+    assert first
+    assert not set(second) & first, f"{len(set(second) & first)} delivered again, no crash"
+    assert len(second) == handed_on, (len(second), handed_on)
+
+
+# -- 4. a close that cannot write its losses deletes dead owners' files it says it leaves ---------
+
+
+def test_a_close_that_cannot_write_its_losses_leaves_the_dead_owners_it_had_not_taken_in(tmpfs):
+    """A full disk, the backend down, drop_oldest evicting (losses whose settlements cannot be
+    written), the memory window's overflow holding events.  A dead owner with 20 events shows
+    up; the close adopts it (a rename: no room needed) but cannot take it in (the overflow
+    holds events), and reports ``spill_left == {"events": 20}``: left for the next outbox.  But
+    its losses' settlements are unwritten, so it deletes "its files" (``drop_all``), and with
+    them the dead owner's: 20 events neither delivered nor counted by anyone."""
+    spill = tmpfs / "spill"
+    parked = tmpfs / "parked"  # (same filesystem: moved in later by a rename)
+    dead_owner(parked, 5000, 20)
+    (dead,) = parked.iterdir()
+    box = Outbox(
+        HttpTransport(refused_url(), timeout=0.5),
+        spill_dir=str(spill),
+        max_events=400,
+        max_batch_events=10,  # (the worker takes at most 128 in flight: the queue keeps some)
+        policy="drop_oldest",
+        shutdown_timeout=1,
+    )
+    for n in range(200):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == 200)
+    fill(tmpfs)
+    n = 200
+    deadline = time.monotonic() + 10
+    while not box.stats().spill.get("failed_enospc") and time.monotonic() < deadline:
+        box.emit(run_event(run_id=RUNS[n % 4], n=n))  # until a write fails: then none for 5 s
+        n += 1
+        time.sleep(0.005)
+    assert box.stats().spill.get("failed_enospc"), box.stats().spill
+    for n in range(n, n + 500):  # drop_oldest evicts: losses whose settlements wait
+        box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert box.stats().dropped.get("dropped_full"), box.stats()
+    assert box.stats().spill["overflow_events"] > 0
+    dead.rename(spill / dead.name)
+    report = box.close()
+    assert report.spill_left == {"events": 20, "owners": 0}, report
+    os.unlink(tmpfs / "filler")
+    with Sink() as sink:
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
+        delivered = ns(sink)
+    assert sorted(n for n in delivered if n >= 5000) == list(range(5000, 5020)), sorted(delivered)
+
+
+# -- 5. a checkpoint that forgets a stream with no live events -----------------------------------
+
+
+def test_a_checkpoint_restates_the_settlements_of_every_stream_whose_events_stay_on_disk(tmp_path):
+    """An outbox holding an adopted owner's live events, whose own events 5-24 (in a segment
+    that is the checkpoint's) are counted lost; the settlement saying so is in the next
+    segment.  ``make_room`` deletes that segment after a new checkpoint, which restates only
+    the streams with live events (the adopted one): until the next tick deletes the segment of
+    events 5-24, a SIGKILL hands them on, counted lost here and delivered by the successor
+    (and for as long as the disk fails, or at close if the adopted events are still live)."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)
+    (dead,) = owner_dirs(spill)
+    home = Home(str(spill))
+    disk = Disk(home, 64 * 1024, RateLimitedLog(30))  # segments of 8 KiB
+    adopted = os.path.join(home.path, dead.name)
+    os.rename(dead, adopted)  # as _adopt does
+    live = disk.streams.replay(segment_paths(adopted), print)
+    assert {name: list(numbers) for name, numbers in live.items()} == {dead.name: [(0, 5)]}
+    lock, me = threading.Lock(), home.owner
+
+    def events(first: int, end: int) -> list[tuple[int, SerializedEvent]]:
+        return [(i, SerializedEvent(b'{"n": %d, "p": "%s"}' % (i, b"x" * 500), RUNS[0], None)) for i in range(first, end)]
+
+    # Own events 0-4 lost, an adopted one delivered: their file goes, a checkpoint first.
+    disk.append(events(0, 5), lock, lambda: None)
+    disk.settled({(me, "dropped_full"): Ranges([(0, 5)]), (dead.name, "delivered"): Ranges([(0, 1)])})
+    disk.make_room()
+    # Own events 5-24 fill the checkpoint's segment past 8 KiB (it rotates), then are lost.
+    disk.append(events(5, 25), lock, lambda: None)
+    disk.settled({(me, "dropped_full"): Ranges([(5, 25)])})
+    disk.make_room()  # (one tick)
+    # What a successor hands on if this process is SIGKILLed now.
+    handed = Streams().replay(segment_paths(home.path), lambda *args: None)
+    assert not handed.get(me), f"counted lost, handed on: {handed.get(me)}"
+    home.release()
+
+
+# -- 6. an event larger than the spill: everything after it dropped_spill_full --------------------
+
+
+def test_one_event_the_spill_cannot_hold_does_not_make_it_refuse_every_later_one(tmp_path):
+    """During an outage, one event larger than max_spill_bytes (less the settlements' room)
+    reaches the head of the memory window's overflow: ``release`` writes nothing past it (the
+    records of a stream in number order), the overflow fills, and every later event is refused
+    ``dropped_spill_full`` (290 of 340 here) while the directory holds 25 KB of its 256 KiB."""
+    spill = tmp_path / "spill"
+    box = Outbox(
+        HttpTransport(refused_url(), timeout=0.5),
+        spill_dir=str(spill),
+        max_events=100,
+        max_spill_bytes=256 * 1024,
+        shutdown_timeout=1,
+        policy="drop_newest",
+    )
+    for n in range(60):
+        assert box.emit(run_event(run_id=RUNS[0], n=n))
+    time.sleep(0.3)
+    assert box.emit(padded(60, 300_000))
+    for n in range(61, 400):
+        box.emit(run_event(run_id=RUNS[0], n=n))
+        if n % 10 == 0:
+            time.sleep(0.02)
+    time.sleep(0.5)
+    stats = box.stats()
+    box.close()
+    assert stats.spill["spilled_bytes"] < 64 * 1024  # far from full
+    assert stats.dropped.get("dropped_spill_full", 0) <= 1, (stats.dropped, stats.spill)
+
+
+# -- 7. a segment of another owner's name: delivered and counted lost -----------------------------
+
+
+def test_a_segment_naming_another_owner_is_never_both_delivered_and_counted_lost(tmp_path):
+    """Two dead owners; in the first's directory, a segment whose (valid) header names the
+    second, holding numbers the second never wrote.  The successor delivers those 5 events
+    (from the first's run) and counts the same 5 ``spill_lost`` (the second's run is handed the
+    union of every replay's live numbers of that stream, ``Ranges(stream.live)``, and finds
+    them missing)."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 10)
+    dead_owner(spill, 100, 10)
+    first, second = owner_dirs(spill)
+    forged = b"".join(
+        encode_event(
+            1000 + i, 0.0, SerializedEvent(orjson.dumps(run_event(run_id=RUNS[0], n=9000 + i)), RUNS[0], None)
+        )
+        for i in range(5)
+    )
+    (first / "00000099.seg").write_bytes(file_header(second.name) + forged)
+    with Sink() as sink:
+        report = Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20)
+        delivered = ns(sink)
+    both = [n for n in delivered if n >= 9000]
+    assert not (both and report.undelivered.get("spill_lost")), (both, report.undelivered)
