@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
 from outbox import Outbox
 from outbox._log import RateLimitedLog
@@ -30,7 +31,6 @@ from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, wait_until
-from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
 
 def padded(n: int, pad: int = 500) -> dict:
@@ -195,8 +195,8 @@ def test_a_close_that_cannot_write_its_losses_leaves_the_dead_owners_it_had_not_
         n += 1
         time.sleep(0.005)
     assert box.stats().spill.get("failed_enospc"), box.stats().spill
-    for n in range(n, n + 500):  # drop_oldest evicts: losses whose settlements wait
-        box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    for k in range(n, n + 500):  # drop_oldest evicts: losses whose settlements wait
+        box.emit(run_event(run_id=RUNS[k % 4], n=k))
     assert box.stats().dropped.get("dropped_full"), box.stats()
     assert box.stats().spill["overflow_events"] > 0
     dead.rename(spill / dead.name)
@@ -231,7 +231,10 @@ def test_a_checkpoint_restates_the_settlements_of_every_stream_whose_events_stay
     lock, me = threading.Lock(), home.owner
 
     def events(first: int, end: int) -> list[tuple[int, SerializedEvent]]:
-        return [(i, SerializedEvent(b'{"n": %d, "p": "%s"}' % (i, b"x" * 500), RUNS[0], None)) for i in range(first, end)]
+        return [
+            (i, SerializedEvent(b'{"n": %d, "p": "%s"}' % (i, b"x" * 500), RUNS[0], None))
+            for i in range(first, end)
+        ]
 
     # Own events 0-4 lost, an adopted one delivered: their file goes, a checkpoint first.
     disk.append(events(0, 5), lock, lambda: None)
@@ -252,9 +255,11 @@ def test_a_checkpoint_restates_the_settlements_of_every_stream_whose_events_stay
 
 def test_one_event_the_spill_cannot_hold_does_not_make_it_refuse_every_later_one(tmp_path):
     """During an outage, one event larger than max_spill_bytes (less the settlements' room)
-    reaches the head of the memory window's overflow: ``release`` writes nothing past it (the
-    records of a stream in number order), the overflow fills, and every later event is refused
-    ``dropped_spill_full`` (290 of 340 here) while the directory holds 25 KB of its 256 KiB."""
+    reaches the head of the memory window's overflow.  It was: ``release`` wrote nothing past it
+    (the records of a stream in number order), the overflow filled, and every later event was
+    refused ``dropped_spill_full`` (290 of 340) while the directory held 25 KB of its 256 KiB.
+    Now a tombstone takes its place on disk: every later event is written, and whoever reads it
+    back counts that one event ``dropped_spill_full``, in its order."""
     spill = tmp_path / "spill"
     box = Outbox(
         HttpTransport(refused_url(), timeout=0.5),
@@ -266,17 +271,23 @@ def test_one_event_the_spill_cannot_hold_does_not_make_it_refuse_every_later_one
     )
     for n in range(60):
         assert box.emit(run_event(run_id=RUNS[0], n=n))
-    time.sleep(0.3)
+    assert wait_until(lambda: box.stats().spill["written"] == 60)
     assert box.emit(padded(60, 300_000))
     for n in range(61, 400):
-        box.emit(run_event(run_id=RUNS[0], n=n))
+        assert box.emit(run_event(run_id=RUNS[0], n=n))
         if n % 10 == 0:
             time.sleep(0.02)
-    time.sleep(0.5)
+    assert wait_until(lambda: box.stats().spill["written"] == 400), box.stats().spill
     stats = box.stats()
-    box.close()
-    assert stats.spill["spilled_bytes"] < 64 * 1024  # far from full
-    assert stats.dropped.get("dropped_spill_full", 0) <= 1, (stats.dropped, stats.spill)
+    assert stats.dropped == {}, stats.dropped
+    assert stats.spill["spilled_bytes"] < 256 * 1024
+    assert box.close().undelivered == {"spilled_at_close": 400}
+    with Sink() as sink:
+        successor = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
+        report = successor.close(20)
+        delivered = ns(sink)
+    assert delivered == [*range(60), *range(61, 400)]
+    assert report.undelivered == {"dropped_spill_full": 1}, report
 
 
 # -- 7. a segment of another owner's name: delivered and counted lost -----------------------------

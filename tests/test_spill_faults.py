@@ -177,10 +177,14 @@ def test_a_directory_that_refuses_new_files_is_counted_as_eacces_warned_once_and
         # (5 s) later, not at every interval.
         assert spill_stats["failed_eacces"] <= 2 * (1 + took / RETRY_AFTER), (spill_stats, took)
         # (Beside the backend's own: "could not deliver ... retrying".)
+        # And, at the close, that what it delivered could not be written down: its files stay
+        # (they cannot be deleted either), and the next outbox would deliver those again.
         warnings = [line for line in err.splitlines() if line.startswith("WARNING spill")]
-        assert len(warnings) == 1, err
+        assert len(warnings) == 2, err
         for part in ("spill: writing to", str(spill), "Permission denied", "make the directory writable"):
             assert part in warnings[0], warnings
+        for part in ("were delivered, but that could not be written down", "EACCES", "delivers them again"):
+            assert part in warnings[1], warnings
         assert stats["dropped"] == {}, stats
         assert stats["delivered"] == stats["emitted"] > 10, stats
         delivered = sorted({e["n"] for e in sink.events})

@@ -12,6 +12,7 @@ import errno
 import os
 import time
 from collections import deque
+from collections.abc import Collection
 from contextlib import AbstractContextManager
 from itertools import accumulate
 from typing import Any
@@ -19,20 +20,23 @@ from typing import Any
 from .._log import RateLimitedLog
 from .._serde import SerializedEvent, serialize
 from .._slices import Slicer
-from ._format import encode_event, encode_settle, file_header
+from ._format import encode_event, encode_settle, file_header, record_size
 from ._owners import Home
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
 
-__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer", "serialized"]
+__all__ = ["RESERVE", "RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer", "serialized"]
 
 #: A segment is closed (and a new one begun) past this size (or an eighth of max_spill_bytes).
 SEGMENT_BYTES = 4 * 1024 * 1024
 #: Seconds before writing again after the disk failed.
 RETRY_AFTER = 5.0
 #: Bytes of max_spill_bytes only settlements may use (or an eighth of a smaller one): a full
-#: spill still takes the records that say its events were settled.
+#: spill still takes the records that say its events were settled.  So does a full *disk*: the
+#: owner keeps that many bytes allocated in a file of its own (``RESERVE``), deleted the moment a
+#: settlement finds the disk full, and allocated again once it has room.
 SETTLE_ROOM = 64 * 1024
+RESERVE = "reserve"
 _FIXES = {
     errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
     errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
@@ -82,19 +86,52 @@ class Writer:
         self.fd, self.number, self.retry_at, self.disk_bytes = -1, 0, -float("inf"), 0
         self.failures: dict[str, int] = {}
         self.full = False  # the last append found max_bytes reached
+        self.reserved = False  # RESERVE is allocated
+        self.full_disk = False  # the last failed write failed for want of disk space
+        self.keep_reserve()
 
     @property
     def failing(self) -> bool:
         """Whether the disk failed less than ``RETRY_AFTER`` ago."""
         return time.monotonic() < self.retry_at
 
+    def holds(self, event: SerializedEvent) -> bool:
+        """Whether the spill could ever hold ``event``'s record (an empty one of the stream)."""
+        return record_size(event) <= self.max_bytes - self.settle_room - len(file_header(self.stream))
+
     def room(self) -> int:
         """Bytes the next append may write of events: none while the disk is failing."""
         return 0 if self.failing else max(0, self.max_bytes - self.disk_bytes - self.settle_room)
 
+    def keep_reserve(self) -> None:
+        """Allocate ``RESERVE`` if it is not (the disk has room for it again)."""
+        if self.reserved or self.failing:
+            return
+        path = os.path.join(self.directory, RESERVE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, self.settle_room)
+            finally:
+                os.close(fd)
+            self.reserved = True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
     def append(self, records: list[bytes], *, settles: bool = False) -> int:
         """Append ``records`` in order (``settles``: settlements, which may use the room kept for
-        them).  Returns how many of the first are on disk, whole."""
+        them, and the reserve's bytes once the disk is full).  Returns how many of the first
+        are on disk, whole."""
+        fit = self._append(records, settles)
+        if settles and fit < len(records) and self.reserved and self.full_disk:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.directory, RESERVE))
+            self.reserved, self.retry_at = False, -float("inf")
+            fit += self._append(records[fit:], settles)
+        return fit
+
+    def _append(self, records: list[bytes], settles: bool) -> int:
         if not records or self.failing:
             return 0
         room = self.max_bytes - self.disk_bytes - (0 if settles else self.settle_room)
@@ -165,6 +202,7 @@ class Writer:
     def failed(self, exc: OSError) -> None:
         """A write failed: counted by errno, warned about with the fix, tried again later."""
         self.retry_at = time.monotonic() + RETRY_AFTER
+        self.full_disk = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         name = errno.errorcode.get(exc.errno or 0, "EOTHER")
         self.failures[name] = self.failures.get(name, 0) + 1
         self.log.warning(
@@ -186,9 +224,8 @@ class Disk:
         self.streams = Streams(home.owner)
         self.own = self.streams.stream(home.owner)
         self.writer = Writer(home.path, home.owner, max_bytes, log, self.streams)
-        #: Settlement records not yet on disk; ``unsettled_losses``: some say "lost".
-        self.unsettled: list[bytes] = []
-        self.unsettled_losses = False
+        #: Settlement records not yet on disk: (record, its events, whether it says "lost").
+        self.unsettled: list[tuple[bytes, int, bool]] = []
         #: Events written in all; accepted events the disk refused, by why (each counted once).
         self.written, self.counted_upto = 0, 0
         self.not_spilled: dict[str, int] = {}
@@ -240,20 +277,28 @@ class Disk:
             pairs = list(ranges)
             for first, end in pairs:
                 self.streams.stream(stream).settle(first, end)
-            self.unsettled += [
-                encode_settle(stream, outcome, pairs[i : i + 4096]) for i in range(0, len(pairs), 4096)
-            ]
-            self.unsettled_losses = self.unsettled_losses or outcome != "delivered"
+            for i in range(0, len(pairs), 4096):
+                part = pairs[i : i + 4096]
+                record = encode_settle(stream, outcome, part)
+                self.unsettled.append((record, sum(b - a for a, b in part), outcome != "delivered"))
+
+    def unsettled_events(self, losses: bool) -> int:
+        """Events settled here (lost, or delivered) whose settlement is not on disk yet."""
+        return sum(n for _, n, lost in self.unsettled if lost == losses)
 
     def write_settlements(self) -> None:
         if self.unsettled:
-            del self.unsettled[: self.writer.append(self.unsettled, settles=True)]
-            self.unsettled_losses = self.unsettled_losses and bool(self.unsettled)
+            del self.unsettled[
+                : self.writer.append([record for record, _, _ in self.unsettled], settles=True)
+            ]
 
     def make_room(self) -> None:
-        """Write the settlements down, and delete the files that frees."""
+        """Write the settlements down, delete the files that frees, and allocate the reserve
+        again if it was used."""
         self.write_settlements()
         self.forget()
+        if not self.unsettled:
+            self.writer.keep_reserve()
 
     def forget(self) -> None:
         """Delete the files none of whose events is live; when their settlements may still be
@@ -277,12 +322,14 @@ class Disk:
         while self.marks and (lowest is None or self.marks[0][0] < lowest):
             self.marks.popleft()
 
-    def drop_all(self) -> None:
-        """Delete every file (nothing is handed on)."""
+    def drop_all(self, spare: Collection[str] = ()) -> None:
+        """Delete every file but the paths ``spare`` (nothing else is handed on)."""
         self.writer.rotate()
-        self.streams.forget(list(self.streams.files), self.home.path)
-        for stream in self.streams.streams.values():
-            stream.live = Ranges()
+        kept = {seg.stream for seg in self.streams.files if seg.path in spare}
+        self.streams.forget([seg for seg in self.streams.files if seg.path not in spare], self.home.path)
+        for name, stream in self.streams.streams.items():
+            if name not in kept:
+                stream.live = Ranges()
 
     def oldest_age(self) -> float:
         return max(0.0, time.time() - self.marks[0][1]) if self.marks else 0.0

@@ -19,7 +19,8 @@ stream (any stream: an adopter settles the events it adopted) are settled, deliv
 (the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating what is
 settled of a stream.  Numbers are never reused, so a settlement is a fact for ever, and replay is
 a union.  A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader
-looks for the next magic and goes on from there, never gluing a torn record to the next one.
+looks for the next magic and goes on from there, never gluing a torn record to the next one (a
+frame whose length runs past the end of the file is a torn tail only if no magic follows it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "encode_event",
     "encode_settle",
     "file_header",
+    "record_size",
 ]
 
 _FILE, _FILE_MAGIC = struct.Struct(">4sBBH"), b"OBXL"
@@ -101,6 +103,12 @@ def encode_event(seq: int, at: float, event: SerializedEvent) -> bytes:
     run_id, key = [b"" if v is None else v.encode()[: _NONE - 1] for v in (event.run_id, event.key)]
     sizes = [_NONE if v is None else len(b) for v, b in ((event.run_id, run_id), (event.key, key))]
     return _frame(b"".join((_EVENT.pack(1, seq, at, *sizes), run_id, key, event.body)))
+
+
+def record_size(event: SerializedEvent) -> int:
+    """The bytes of ``event``'s record (at most: run id and key as UTF-8, not cut)."""
+    extra = sum(len(v.encode()) for v in (event.run_id, event.key) if v is not None)
+    return HEADER + extra + len(event.body)
 
 
 def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> bytes:
@@ -202,26 +210,36 @@ class SegmentReader:
             if pos + _FRAME_SIZE > len(chunk):
                 return None
         magic, length, crc = _unpack_frame(chunk, pos)
+        # A frame that runs past the end of the file: cut short (the end of what is written),
+        # unless a record follows it (then its length field was damaged).
+        cut = False
         if magic == MAGIC and length <= MAX_PAYLOAD:
             start = pos + _FRAME_SIZE
             end = start + length
             if end > len(chunk):
-                pos = self._have(_FRAME_SIZE + length)
-                chunk, start, end = self._chunk, pos + _FRAME_SIZE, pos + _FRAME_SIZE + length
-                if end > len(chunk):
-                    return None
-            good = _crc32(_view(chunk)[start:end]) == crc
-            record = _decode(chunk, start, end, self.bodies) if good else None
-            if record is not None:
-                self.offset += _FRAME_SIZE + length
-                return record
+                cut = self.offset + _FRAME_SIZE + length > os.fstat(self.fd).st_size
+                if not cut:  # (never read more than the file holds)
+                    pos = self._have(_FRAME_SIZE + length)
+                    chunk, start, end = self._chunk, pos + _FRAME_SIZE, pos + _FRAME_SIZE + length
+                    cut = end > len(chunk)
+            if not cut:
+                good = _crc32(_view(chunk)[start:end]) == crc
+                record = _decode(chunk, start, end, self.bodies) if good else None
+                if record is not None:
+                    self.offset += _FRAME_SIZE + length
+                    return record
         bad, pos = self.offset, self.offset + 1
         while True:  # on to the next magic (or the end)
             chunk = os.pread(self.fd, _CHUNK, pos)
             found = chunk.find(MAGIC)
-            if found >= 0 or len(chunk) < _CHUNK:
+            if found >= 0:
+                self.offset = pos + found
+                return bad
+            if len(chunk) < _CHUNK:
+                if cut:
+                    return None  # nothing follows: a torn tail (``tail_left``)
                 # (The last bytes may begin a magic whose rest is still being written.)
-                self.offset = pos + found if found >= 0 else max(pos, pos + len(chunk) - len(MAGIC) + 1)
+                self.offset = max(pos, pos + len(chunk) - len(MAGIC) + 1)
                 return bad
             pos += len(chunk) - len(MAGIC) + 1
 

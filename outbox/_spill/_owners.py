@@ -116,9 +116,11 @@ class Home:
         self.lock_fd = -1
 
     def remove(self) -> None:
-        """Nothing is left: the directory goes (only if it holds nothing but the lock)."""
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(self.path, LOCK))
+        """Nothing is left: the directory goes (only if it holds nothing but the lock and the
+        settlements' reserve)."""
+        for name in (LOCK, "reserve"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.path, name))
         with contextlib.suppress(OSError):
             os.rmdir(self.path)
 

@@ -241,11 +241,16 @@ class Spill:
                 todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
                 todo = [(seq, event) for seq, event in todo if seq not in foreign]
         most = room // HEADER + 1 if room > 0 else 0
-        # (One that cannot be serialized is never on disk: the intake counts it invalid_event.)
-        batch = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
+        # (One that cannot be serialized is never on disk: the intake counts it invalid_event.
+        # One larger than the whole spill stays in memory only, counted not spilled.)
+        done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
+        batch = [item for item in done if self.disk.writer.holds(item[2])]
+        if len(batch) < len(done):
+            count = self.disk.not_spilled
+            count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
         wrote = self._append(buf, [(seq, ser) for seq, _, ser in batch])
         with buf.lock:
-            _in_place_locked(buf, batch)
+            _in_place_locked(buf, done)
         refused = batch[wrote][0] if wrote < len(batch) else todo[most][0] if len(todo) > most else None
         if refused is not None:
             self.disk.refused(refused, end)
@@ -348,7 +353,7 @@ class Spill:
         self.stretch.close()
         disk.writer.rotate()
         on_disk = self.on_disk()
-        if disk.unsettled_losses:
+        if disk.unsettled_events(losses=True):
             # A settlement of events counted lost could not be written: handing the files on
             # would have a successor deliver them.  Nothing is handed on.
             self.log.error(
@@ -358,7 +363,16 @@ class Spill:
                 self.directory,
             )
             on_disk = 0
-            disk.drop_all()
+            disk.drop_all(spare={path for run in self._pending for path in run.paths})
+        elif again := disk.unsettled_events(losses=False):
+            never_silent(
+                logging.WARNING,
+                "spill: %d event(s) were delivered, but that could not be written down in %s (%s): "
+                "the next outbox started with it delivers them again",
+                again,
+                self.directory,
+                ", ".join(sorted(disk.writer.failures)) or "the disk fails",
+            )
         left = self.left()
         if any(left.values()):
             never_silent(

@@ -99,10 +99,10 @@ class Streams:
         for path in paths:
             reader = SegmentReader(path, bodies=False)
             try:
-                stream = reader.open()
-                if stream != os.path.basename(os.path.dirname(path)):
+                named = reader.open()
+                if named != os.path.basename(os.path.dirname(path)):
                     raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
-                seg = SegFile(path, stream, os.fstat(reader.fd).st_size)
+                seg = SegFile(path, named, os.fstat(reader.fd).st_size)
                 numbers = present.setdefault(seg.stream, Ranges())
                 while (record := reader.next()) is not None:
                     if isinstance(record, int):
@@ -173,8 +173,8 @@ class Streams:
         for seg in dead:
             try:
                 os.unlink(seg.path)
-            except FileNotFoundError:
-                pass
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # (gone with its directory)
             except OSError:
                 continue  # (kept: tried again later)
             gone.add(id(seg))
@@ -192,8 +192,9 @@ class Streams:
             dirs.discard(path)
             if path in held or any(h.startswith(path + os.sep) for h in held):
                 continue
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(path, "lock"))
+            for name in ("lock", "reserve"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(path, name))
             with contextlib.suppress(OSError):
                 os.rmdir(path)
                 dirs.add(os.path.dirname(path))

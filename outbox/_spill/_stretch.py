@@ -32,7 +32,14 @@ __all__ = ["Item", "Run", "Span", "Stretch"]
 Item = tuple[str, int, SerializedEvent | None]
 #: After a read of the stretch failed, seconds before the next try.
 READ_AGAIN_AFTER = 1.0
-_UNWRITABLE = SerializedEvent(b"", None, None)
+#: An overflow event that cannot be written (it cannot be serialized, or is larger than the whole
+#: spill) is written as a *tombstone* in its place, a record whose body names why: read back, it is
+#: counted lost under that reason, in its order, and the events after it flow.
+_TOMBSTONES = {
+    reason: SerializedEvent(b"!" + reason.encode(), None, None)
+    for reason in (Reason.INVALID_EVENT, Reason.DROPPED_SPILL_FULL)
+}
+_REASONS = {tomb.body: reason for reason, tomb in _TOMBSTONES.items()}
 
 
 @dataclass(slots=True, eq=False)
@@ -165,9 +172,8 @@ class Stretch:
                 return
             start = buf.next_seq - len(window.events)
             events = list(window.events)
-        # (One that cannot be serialized is written with no body: read back, invalid_event.)
         done = serialized(list(enumerate(events, start)), slicer)
-        wrote = disk.append([(seq, ser or _UNWRITABLE) for seq, _, ser in done], buf.lock, drain)
+        wrote = disk.append([(seq, _writable(ser, disk)) for seq, _, ser in done], buf.lock, drain)
         self.stuck = wrote < len(done)
         writer = disk.writer
         with buf.lock:
@@ -242,9 +248,10 @@ class Stretch:
                 events = []
             if event is None:
                 self.lost += 1
+                reason = Reason.SPILL_LOST
             else:
-                self.invalid += 1
-            reason = Reason.SPILL_LOST if event is None else Reason.INVALID_EVENT
+                reason = _REASONS.get(event.body, Reason.INVALID_EVENT)
+                self.invalid += reason == Reason.INVALID_EVENT
             buf.retire_beyond_locked(1, reason)
             buf.count_locked(reason)
             bad += 1
@@ -280,6 +287,13 @@ class Stretch:
     def close(self) -> None:
         for run in self.runs:
             run.close()
+
+
+def _writable(ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
+    """What is written for an overflow event: itself, or its tombstone."""
+    if ser is None:
+        return _TOMBSTONES[Reason.INVALID_EVENT]
+    return ser if disk.writer.holds(ser) else _TOMBSTONES[Reason.DROPPED_SPILL_FULL]
 
 
 def _is_json_object(body: bytes) -> bool:

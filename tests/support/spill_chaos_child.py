@@ -75,8 +75,8 @@ def install_audit(path: str) -> None:
 
     drop = _disk.Disk.drop_all
 
-    def audited_drop(self):  # type: ignore[no-untyped-def]
-        drop(self)
+    def audited_drop(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        drop(self, *args, **kwargs)
         say("X")
 
     Journal.note = audited_note  # type: ignore[method-assign]
