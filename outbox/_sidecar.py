@@ -380,13 +380,15 @@ class Sidecar:
         started = self.close_started if self.close_started is not None else time.monotonic()
         if buf.owned():
             snap = buf.snapshot_unlocked()
+            undelivered = dict(snap["dropped"])
             return CloseReport(
                 emitted=snap["emitted"],
                 delivered=snap["delivered"],
-                undelivered=snap["dropped"],
+                undelivered=undelivered,
                 duration=time.monotonic() - started,
                 timed_out=True,
                 pending=snap["queued_events"] + snap["in_flight"],
+                disabled=undelivered.pop(Reason.DISABLED, 0),
             )
         members = self.members.finish() if self.members is not None else {}
         with self._lock, buf.lock:
@@ -396,6 +398,8 @@ class Sidecar:
             count_held_locked(buf, _on_disk(self.spill, buf), Reason.DROPPED_SHUTDOWN)
             buf.close_locked(final=True)
             dropped = dict(buf.dropped)
+            # Refused because lineage is disabled: neither emitted nor lost (CloseReport.disabled).
+            disabled = dropped.pop(Reason.DISABLED, 0)
             report = CloseReport(
                 emitted=buf.emitted,
                 delivered=buf.delivered,
@@ -405,6 +409,7 @@ class Sidecar:
                 or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
                 members=members,
                 spill_left=self.spill.left() if self.spill is not None else {},
+                disabled=disabled,
             )
             self.report = report
             self.state = State.CLOSED
