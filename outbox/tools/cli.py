@@ -91,6 +91,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     from ..transports._http_settings import header_problem
     from .sink import Sink, SinkBehaviour
 
@@ -137,11 +140,17 @@ def _sink(args: argparse.Namespace) -> int:
         return 1
     routes = ", ".join(f"POST {route}" for route in sink.served_routes())
     print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
+    # SIGTERM (a service manager, a container's stop) ends it as Ctrl-C does, summary included:
+    # the server's shutdown waits for serve_forever to return, so it runs on a thread of its own.
+    previous = signal.signal(
+        signal.SIGTERM, lambda signum, frame: threading.Thread(target=sink._server.shutdown).start()
+    )
     try:
         sink._server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sink._server.server_close()
     print(f"received {len(sink.events)} events", flush=True)
     return 0
