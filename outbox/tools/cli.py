@@ -20,6 +20,7 @@ __all__ = ["main"]
 
 if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
     from .forward import Forwarder
+    from .sink import Sink
 
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -91,9 +92,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from ..transports._http_settings import header_problem
     from .sink import Sink, SinkBehaviour
 
@@ -140,8 +138,18 @@ def _sink(args: argparse.Namespace) -> int:
         return 1
     routes = ", ".join(f"POST {route}" for route in sink.served_routes())
     print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
-    # SIGTERM (a service manager, a container's stop) ends it as Ctrl-C does, summary included:
-    # the server's shutdown waits for serve_forever to return, so it runs on a thread of its own.
+    _serve_until_stopped(sink)
+    print(f"received {len(sink.events)} events", flush=True)
+    return 0
+
+
+def _serve_until_stopped(sink: Sink) -> None:
+    """Serve until Ctrl-C or SIGTERM (a service manager, a container's stop): either ends it,
+    and the summary follows.  The server's shutdown waits for serve_forever to return, so
+    SIGTERM's handler runs it on a thread of its own."""
+    import signal
+    import threading
+
     previous = signal.signal(
         signal.SIGTERM, lambda signum, frame: threading.Thread(target=sink._server.shutdown).start()
     )
@@ -152,8 +160,6 @@ def _sink(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sink._server.server_close()
-    print(f"received {len(sink.events)} events", flush=True)
-    return 0
 
 
 def _forward(args: argparse.Namespace) -> int:
