@@ -329,7 +329,10 @@ def _add_demo(commands: Commands) -> None:
         "transport, closes it, and prints emit()'s cost, the close report and the first event.",
     )
     demo.add_argument(
-        "--runs", type=_args.run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
+        "--runs",
+        type=_args.run_count,
+        default=3,
+        help="runs to emit, 1 or more (START and COMPLETE each; default 3)",
     )
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
@@ -357,7 +360,8 @@ def _add_sink(commands: Commands) -> None:
         "--openmetadata-all-failed-status",
         type=_args.status,
         default=200,
-        help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
+        help="openmetadata: the status of a batch whose events all failed (default 200, as 2.0.7 answers; "
+        "newer: 400)",
     )
     sink.add_argument(
         "--openmetadata-tables",
@@ -367,7 +371,10 @@ def _add_sink(commands: Commands) -> None:
         "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
     )
     sink.add_argument(
-        "--delay", type=_args.seconds_or_zero, default=0.0, help="seconds to wait before each answer"
+        "--delay",
+        type=_args.seconds_or_zero,
+        default=0.0,
+        help="seconds to wait before each answer (default 0)",
     )
     sink.add_argument("--fail-status", type=_args.status, help="answer this HTTP status instead of accepting")
     sink.add_argument(
@@ -416,7 +423,7 @@ def _add_forward(commands: Commands) -> None:
         "--drain-timeout",
         type=_args.seconds_or_zero,
         default=10.0,
-        help="seconds to finish the batch at SIGTERM",
+        help="seconds to finish the batch at SIGTERM (default 10)",
     )
     fwd.add_argument(
         "--session-timeout",
