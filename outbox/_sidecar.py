@@ -380,33 +380,21 @@ class Sidecar:
         started = self.close_started if self.close_started is not None else time.monotonic()
         if buf.owned():
             snap = buf.snapshot_unlocked()
+            undelivered = dict(snap["dropped"])
             return CloseReport(
                 emitted=snap["emitted"],
                 delivered=snap["delivered"],
-                undelivered=snap["dropped"],
+                undelivered=undelivered,
                 duration=time.monotonic() - started,
                 timed_out=True,
                 pending=snap["queued_events"] + snap["in_flight"],
+                disabled=undelivered.pop(Reason.DISABLED, 0),
             )
         members = self.members.finish() if self.members is not None else {}
         with self._lock, buf.lock:
             if self.report is not None:
                 return self.report
-            buf.fold_side_locked()
-            count_held_locked(buf, _on_disk(self.spill, buf), Reason.DROPPED_SHUTDOWN)
-            buf.close_locked(final=True)
-            dropped = dict(buf.dropped)
-            report = CloseReport(
-                emitted=buf.emitted,
-                delivered=buf.delivered,
-                undelivered=dropped,
-                duration=time.monotonic() - started,
-                timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0
-                or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
-                members=members,
-                spill_left=self.spill.left() if self.spill is not None else {},
-            )
-            self.report = report
+            report = self.report = _account_locked(buf, self.spill, members, started)
             self.state = State.CLOSED
         no_longer_closes_at_exit(self)
         if self.tells_losses:
@@ -453,6 +441,30 @@ class Sidecar:
             dead_letter=self.dead_letter.counts() if self.dead_letter is not None else {},
             spill=self.spill.stats() if self.spill is not None else {},
         )
+
+
+def _account_locked(
+    buf: Buffer, spill: Spill | None, members: dict[str, dict[str, int]], started: float
+) -> CloseReport:
+    """The close's account, once the worker is done (or its deadline passed): what it still
+    holds is counted (on disk: handed on; else lost), and the buffer closed for good."""
+    buf.fold_side_locked()
+    count_held_locked(buf, _on_disk(spill, buf), Reason.DROPPED_SHUTDOWN)
+    buf.close_locked(final=True)
+    dropped = dict(buf.dropped)
+    # Refused because lineage is disabled: neither emitted nor lost (CloseReport.disabled).
+    disabled = dropped.pop(Reason.DISABLED, 0)
+    return CloseReport(
+        emitted=buf.emitted,
+        delivered=buf.delivered,
+        undelivered=dropped,
+        duration=time.monotonic() - started,
+        timed_out=dropped.get(Reason.DROPPED_SHUTDOWN, 0) > 0
+        or any(m.get(Reason.DROPPED_SHUTDOWN, 0) for m in members.values()),
+        members=members,
+        spill_left=spill.left() if spill is not None else {},
+        disabled=disabled,
+    )
 
 
 def _on_disk(spill: Spill | None, buf: Buffer) -> int:

@@ -114,9 +114,14 @@ class CloseReport:
     #: the deadline, and ``owners``, such processes whose files could not be taken over.  The
     #: next outbox started with the directory delivers them.
     spill_left: Mapping[str, int] = field(default_factory=dict)
+    #: Events ``emit`` refused because lineage is disabled (``OPENLINEAGE_DISABLED=true``):
+    #: an outbox that is disabled accepts nothing, so they are neither emitted nor lost (not
+    #: in ``undelivered``); ``stats().dropped["disabled"]`` counts the same.
+    disabled: int = 0
 
     @property
     def lost(self) -> int:
+        """Events emitted and not delivered, whatever the reason."""
         return sum(self.undelivered.values())
 
     @property

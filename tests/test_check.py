@@ -433,6 +433,8 @@ def test_an_events_file_is_judged_and_one_that_cannot_be_read_fails_naming_it(tm
 
 
 def test_a_probe_that_waits_says_what_it_waits_for():
+    """Each check's line comes as it is decided: the connection's before the answer's
+    "waiting" (#39: ``check --timeout 2`` printed "waiting" before "ok connect")."""
     with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="blackhole") as proxy:
         url = proxy.url
         status, lines = check({"OPENLINEAGE_URL": url}, "--timeout", "1.5")
@@ -441,7 +443,9 @@ def test_a_probe_that_waits_says_what_it_waits_for():
     assert answer.startswith("FAIL")
     waiting = [entry for entry in lines if "waiting" in entry]
     assert waiting == [f"...   waiting up to 1.5 s for the answer of POST {url}/api/v1/lineage"]
-    assert lines.index(waiting[0]) < lines.index(answer)
+    connect = line(lines, "connect")
+    assert connect.startswith("ok")
+    assert lines.index(connect) < lines.index(waiting[0]) < lines.index(answer), lines
 
 
 def test_an_api_key_a_header_cannot_carry_fails_the_config_check_naming_the_variable_only():

@@ -1,10 +1,12 @@
 """The ``outbox`` command's own arguments, refused as a user meets them: a process, its exit
 status and its message."""
 
+import argparse
 import os
 import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,32 @@ def test_sink_on_a_port_in_use_or_a_store_it_cannot_write_says_so_in_one_line(tm
     done = outbox("sink", "--port", "0", "--store", str(tmp_path / "missing" / "s.jsonl"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "outbox sink: --store: the folder of" in done.stderr
+
+
+def _every_option() -> list[tuple[str, Any]]:
+    """(command, option) for every option of ``outbox`` and its commands, ``outbox bench``'s
+    own parser included."""
+    from outbox.tools.bench import build_parser as bench_parser
+    from outbox.tools.cli import build_parser
+
+    parsers = [("outbox", build_parser())]
+    for action in parsers[0][1]._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += [(f"outbox {name}", sub) for name, sub in action.choices.items()]
+    parsers.append(("outbox bench", bench_parser()))
+    return [(command, action) for command, parser in parsers for action in parser._actions]
+
+
+def test_every_option_with_a_default_says_it_in_its_help():
+    """#39: ``bench --timeout``, ``--close-timeout`` and ``forward --drain-timeout`` (and three
+    more) had a default that their --help did not give."""
+    missing = []
+    for command, action in _every_option():
+        default = action.default
+        if not action.option_strings or default in (None, False, argparse.SUPPRESS):
+            continue  # flags, help, version, options without a default
+        said = action.help or ""
+        value = f"{default:g}" if isinstance(default, float | int) and not isinstance(default, bool) else None
+        if "default" not in said or (value is not None and value not in said):
+            missing.append(f"{command} {action.option_strings[-1]} (default {default!r}): {said}")
+    assert missing == []

@@ -178,10 +178,19 @@ def test_nothing_configured_falls_back_to_console_with_a_warning(caplog, capsys)
 
 @pytest.mark.parametrize("value", ["true", " TRUE ", "True"])
 def test_openlineage_disabled_accepts_nothing_and_counts_it(value):
+    """The close report of an outbox that is disabled says what it refused, apart: nothing was
+    emitted into it, nothing lost (#39: it read emitted=0 beside undelivered disabled: 1, lost
+    1 and not complete, as if an event had vanished)."""
     outbox = from_env({"OPENLINEAGE_DISABLED": value, "OPENLINEAGE_URL": "http://localhost:1"})
     assert outbox.emit({"eventType": "START"}) is False
-    assert outbox.stats().dropped == {"disabled": 1}
-    assert outbox.close(1).undelivered == {"disabled": 1}
+    assert outbox.emit({"eventType": "COMPLETE"}) is False
+    assert outbox.stats().dropped == {"disabled": 2}
+    report = outbox.close(1)
+    assert (report.emitted, report.delivered, dict(report.undelivered)) == (0, 0, {})
+    assert report.disabled == 2
+    assert report.lost == 0
+    assert report.complete
+    assert "disabled=2" in repr(report)
 
 
 def test_openlineage_disabled_false_is_not_disabled(tmp_path):

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +101,21 @@ def test_the_sink_command_prints_a_line_per_event(tmp_path):
     finally:
         process.terminate()
         process.wait(5)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_the_sink_command_prints_its_summary_when_stopped(stop):
+    """#39: SIGTERM (how a service manager or a container stops it) ended the sink without its
+    summary, which only Ctrl-C printed."""
+    process, _, url = start_sink_command("--quiet")
+    try:
+        assert httpx.post(f"{url}/api/v1/lineage", json=run_event()).status_code == 200
+        process.send_signal(stop)
+        out, _ = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 0, (process.returncode, out)
+    assert out.splitlines()[-1] == "received 1 events"
 
 
 def test_slow_switch_delays_answers():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import time
 from collections import deque
@@ -17,7 +18,7 @@ from contextlib import AbstractContextManager
 from itertools import accumulate
 from typing import Any
 
-from .._log import RateLimitedLog
+from .._log import RateLimitedLog, never_silent
 from .._serde import SerializedEvent, serialize
 from .._slices import Slicer
 from ._format import encode_event, encode_settle, file_header, record_size
@@ -285,6 +286,18 @@ class Disk:
     def unsettled_events(self, losses: bool) -> int:
         """Events settled here (lost, or delivered) whose settlement is not on disk yet."""
         return sum(n for _, n, lost in self.unsettled if lost == losses)
+
+    def tell_unsettled_deliveries(self) -> None:
+        """At the close: say once if delivered events' settlements could not be written."""
+        if again := self.unsettled_events(losses=False):
+            never_silent(
+                logging.WARNING,
+                "spill: %d event(s) were delivered, but that could not be written down in %s (%s): "
+                "the next outbox started with it delivers them again",
+                again,
+                self.home.root,
+                ", ".join(sorted(self.writer.failures)) or "the disk fails",
+            )
 
     def write_settlements(self) -> None:
         if self.unsettled:

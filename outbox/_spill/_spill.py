@@ -364,15 +364,8 @@ class Spill:
             )
             on_disk = 0
             disk.drop_all(spare={path for run in self._pending for path in run.paths})
-        elif again := disk.unsettled_events(losses=False):
-            never_silent(
-                logging.WARNING,
-                "spill: %d event(s) were delivered, but that could not be written down in %s (%s): "
-                "the next outbox started with it delivers them again",
-                again,
-                self.directory,
-                ", ".join(sorted(disk.writer.failures)) or "the disk fails",
-            )
+        else:
+            disk.tell_unsettled_deliveries()
         left = self.left()
         if any(left.values()):
             never_silent(

@@ -11,6 +11,9 @@ from typing import Any
 
 #: µs: what the plot's log axis shows for "no measurable cost".
 _FLOOR = 0.1
+#: A handler call is slow when it takes this much (ns) longer than the median call without
+#: lineage: a stall (a request waited for, the GIL held elsewhere, the scheduler).
+SLOW_NS = 1_000_000
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -32,6 +35,9 @@ class Result:
     invocation_us: dict[str, float] = field(default_factory=dict)
     baseline_us: dict[str, float] = field(default_factory=dict)
     overhead_us: float = math.nan
+    #: The share of handler calls (%) that were slow (``SLOW_NS`` beyond the median call
+    #: without lineage), ``off`` (without lineage) and ``on`` (with it), in the same process.
+    slow_pct: dict[str, float] = field(default_factory=dict)
     emitted: int = 0
     delivered: int = 0
     lost: dict[str, int] = field(default_factory=dict)
@@ -58,6 +64,11 @@ def summarize(contender: str, scenario: str, child: dict[str, Any], delivered: i
 
     invocation = stats(child["invocation_ns"])
     baseline = stats(child["baseline_invocation_ns"])
+    slow = baseline["p50"] * 1000 + SLOW_NS
+
+    def slow_pct(ns: Sequence[int]) -> float:
+        return 100 * sum(n > slow for n in ns) / len(ns) if ns else math.nan
+
     emitted = child["emitted"]
     lost = dict(child["lost_reported"])
     unaccounted = emitted - delivered - sum(v for k, v in lost.items() if k != "raised_in_handler")
@@ -71,6 +82,7 @@ def summarize(contender: str, scenario: str, child: dict[str, Any], delivered: i
         invocation_us=invocation,
         baseline_us=baseline,
         overhead_us=invocation["p50"] - baseline["p50"],
+        slow_pct={"off": slow_pct(child["baseline_invocation_ns"]), "on": slow_pct(child["invocation_ns"])},
         emitted=emitted,
         delivered=delivered,
         lost=lost,
@@ -121,6 +133,9 @@ def render(results: Sequence[Result], args: argparse.Namespace, console: Any = N
     console.print(_resources_table(results))
     console.print(
         "+lineage: the handler's median latency with lineage minus without, in the same process. "
+        "slow calls: the share of the handler's calls that took more than 1 ms longer than its median "
+        "call without lineage, without and with lineage (the rate at which something stalled it: a "
+        "request waited for, the GIL held elsewhere, the machine). "
         "blocked: killed after --timeout. counted loss: what the contender reported (raised_in_handler: "
         "exceptions the handler saw); silent loss: never arrived and never reported. "
         "*: delivered as the outbox reports it (its real backend was not counted)."
@@ -143,7 +158,7 @@ def _cost_table(results: Sequence[Result], events: int) -> Any:
         ("contender", "left"),
         ("+lineage\nµs p50", "right"),
         ("emit µs\np99", "right"),
-        ("handler p99\nms off/on", "right"),
+        ("slow calls\n% off/on", "right"),
         ("delivered", "right"),
         ("counted\nloss", "left"),
         ("silent\nloss", "right"),
@@ -168,7 +183,7 @@ def _cost_table(results: Sequence[Result], events: int) -> Any:
                 r.contender,
                 _fmt(r.overhead_us),
                 _fmt(r.emit_us.get("p99"), 0),
-                f"{_fmt(r.baseline_us['p99'] / 1000, 1)}/{_fmt(r.invocation_us['p99'] / 1000, 1)}",
+                f"{_fmt(r.slow_pct.get('off'))}/{_fmt(r.slow_pct.get('on'))}",
                 f"{r.delivered:,}" + ("*" if r.note else ""),
                 counted,
                 f"[red]{silent:,}[/]" if silent else "0",

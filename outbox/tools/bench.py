@@ -446,13 +446,13 @@ def _add_load(parser: argparse.ArgumentParser) -> None:
         "--close-timeout",
         type=_args.seconds_or_zero,
         default=5.0,
-        help="the close() deadline given to contenders, s",
+        help="the close() deadline given to contenders, s (default 5; 2 with --quick)",
     )
     parser.add_argument(
         "--timeout",
         type=_args.positive_seconds,
         default=60.0,
-        help="seconds before a contender counts as blocked",
+        help="seconds before a contender counts as blocked (default 60; 12 with --quick)",
     )
 
 

@@ -78,35 +78,45 @@ async def check_transport(
 ) -> list[Check]:
     """The checks of one transport (each member of a composite in turn).
 
-    ``say`` gets a line when a probe is still waiting after :data:`QUIET` seconds; ``events``
-    is a sample of the pipeline's events (or why it could not be read), judged against what
-    the backend needs."""
+    ``say`` gets each check's line as soon as it is decided, and a line when a probe is still
+    waiting after :data:`QUIET` seconds, in the order they happen (a probe's "waiting" line
+    after the lines of the checks before it); ``events`` is a sample of the pipeline's events
+    (or why it could not be read), judged against what the backend needs."""
     say = say or (lambda line: None)
     if isinstance(transport, HttpTransport):
         return await _check_http(transport, timeout, prefix, say, events)
     if isinstance(transport, KafkaTransport):
-        return await _check_kafka(transport, timeout, prefix, say)
+        return [_said(check, say) for check in await _check_kafka(transport, timeout, prefix, say)]
     if isinstance(transport, CompositeTransport):
         checks: list[Check] = []
         for name, member in transport.members.items():
             checks += await check_transport(member, timeout, f"{prefix}{name}/", say, events)
         return checks
+    return [_said(_check_local(transport, prefix), say)]
+
+
+def _check_local(transport: Any, prefix: str) -> Check:
+    """The one check of a transport with nothing to probe over the network."""
     if isinstance(transport, FileTransport):
-        return [_check_file(transport, prefix)]
+        return _check_file(transport, prefix)
     if isinstance(transport, ConsoleTransport):
-        return [Check(f"{prefix}reach", True, f"{transport!r}: events are printed to standard output")]
+        return Check(f"{prefix}reach", True, f"{transport!r}: events are printed to standard output")
     if isinstance(transport, OpenLineageTransportAdapter):
         # openlineage-python's own transport (datadog, a custom class, ...): it was built, and
         # check has no way to reach its backend without sending an event through it.
-        return [
-            Check(
-                f"{prefix}reach",
-                True,
-                f"{transport!r} was built; its backend is NOT reached by check (openlineage-python's "
-                "transport has no probe that writes nothing): send one event and look for it there",
-            )
-        ]
-    return [Check(f"{prefix}reach", True, f"{transport!r}: nothing to reach")]
+        return Check(
+            f"{prefix}reach",
+            True,
+            f"{transport!r} was built; its backend is NOT reached by check (openlineage-python's "
+            "transport has no probe that writes nothing): send one event and look for it there",
+        )
+    return Check(f"{prefix}reach", True, f"{transport!r}: nothing to reach")
+
+
+def _said(check: Check, say: Say) -> Check:
+    """``check``, its line said."""
+    say(check.line())
+    return check
 
 
 async def _waiting(probe: Awaitable[T], what: str, timeout: float, say: Say) -> T:
@@ -134,24 +144,24 @@ async def _check_http(
     host, port = url.hostname or "", url.port or (443 if secure else 80)
     proxy = environment_proxy(transport.url)
     # 1. A TCP connection (to the proxy, when the environment names one for this URL).
-    connect = await _check_connect(transport, proxy, host, port, timeout, prefix, say)
+    connect = _said(await _check_connect(transport, proxy, host, port, timeout, prefix, say), say)
     checks = [connect]
     if not connect.ok:
         return checks
     # 2. TLS, as the transport verifies it (its CA bundle, client certificate, verify=false).
     if secure and not proxy:
-        tls = await _check_tls(transport, host, port, timeout, prefix, say)
+        tls = _said(await _check_tls(transport, host, port, timeout, prefix, say), say)
         checks.append(tls)
         if not tls.ok:
             return checks
     # 3. An answer from the endpoint the events go to, to an event it must refuse.
-    answer = await _check_answer(transport, timeout, prefix, say)
+    answer = _said(await _check_answer(transport, timeout, prefix, say), say)
     checks.append(answer)
     # 4. The events, judged by what this backend needs (when it has needs of its own).
     if answer.ok:
         judged = _check_events(transport, prefix, events)
         if judged is not None:
-            checks.append(judged)
+            checks.append(_said(judged, say))
     return checks
 
 
@@ -555,9 +565,7 @@ def run(
         finally:
             await transport.aclose()
 
-    probed = asyncio.run(probe())
-    for check in probed:
-        say(check.line())
+    probed = asyncio.run(probe())  # (each check said as it was decided)
     checks = [config, *([spill] if spill is not None else []), *probed]
     failed = [c for c in checks if not c.ok]
     summary = f"{len(checks) - len(failed)} of {len(checks)} checks passed"

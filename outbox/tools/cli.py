@@ -20,6 +20,7 @@ __all__ = ["main"]
 
 if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
     from .forward import Forwarder
+    from .sink import Sink
 
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -137,14 +138,28 @@ def _sink(args: argparse.Namespace) -> int:
         return 1
     routes = ", ".join(f"POST {route}" for route in sink.served_routes())
     print(f"outbox sink ({args.flavor}) on {sink.url}: {routes}, GET /api/v1/events", flush=True)
+    _serve_until_stopped(sink)
+    print(f"received {len(sink.events)} events", flush=True)
+    return 0
+
+
+def _serve_until_stopped(sink: Sink) -> None:
+    """Serve until Ctrl-C or SIGTERM (a service manager, a container's stop): either ends it,
+    and the summary follows.  The server's shutdown waits for serve_forever to return, so
+    SIGTERM's handler runs it on a thread of its own."""
+    import signal
+    import threading
+
+    previous = signal.signal(
+        signal.SIGTERM, lambda signum, frame: threading.Thread(target=sink._server.shutdown).start()
+    )
     try:
         sink._server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sink._server.server_close()
-    print(f"received {len(sink.events)} events", flush=True)
-    return 0
 
 
 def _forward(args: argparse.Namespace) -> int:
@@ -314,7 +329,10 @@ def _add_demo(commands: Commands) -> None:
         "transport, closes it, and prints emit()'s cost, the close report and the first event.",
     )
     demo.add_argument(
-        "--runs", type=_args.run_count, default=3, help="runs to emit, 1 or more (START and COMPLETE each)"
+        "--runs",
+        type=_args.run_count,
+        default=3,
+        help="runs to emit, 1 or more (START and COMPLETE each; default 3)",
     )
     demo.add_argument("--file", help="where to write the events (default: a new temporary folder)")
     demo.set_defaults(func=_demo)
@@ -342,7 +360,8 @@ def _add_sink(commands: Commands) -> None:
         "--openmetadata-all-failed-status",
         type=_args.status,
         default=200,
-        help="openmetadata: the status of a batch whose events all failed (200 as 2.0.7; newer: 400)",
+        help="openmetadata: the status of a batch whose events all failed (default 200, as 2.0.7 answers; "
+        "newer: 400)",
     )
     sink.add_argument(
         "--openmetadata-tables",
@@ -352,7 +371,10 @@ def _add_sink(commands: Commands) -> None:
         "(repeatable); lineageEdgesCreated counts an edge only where both ends resolve to one",
     )
     sink.add_argument(
-        "--delay", type=_args.seconds_or_zero, default=0.0, help="seconds to wait before each answer"
+        "--delay",
+        type=_args.seconds_or_zero,
+        default=0.0,
+        help="seconds to wait before each answer (default 0)",
     )
     sink.add_argument("--fail-status", type=_args.status, help="answer this HTTP status instead of accepting")
     sink.add_argument(
@@ -401,7 +423,7 @@ def _add_forward(commands: Commands) -> None:
         "--drain-timeout",
         type=_args.seconds_or_zero,
         default=10.0,
-        help="seconds to finish the batch at SIGTERM",
+        help="seconds to finish the batch at SIGTERM (default 10)",
     )
     fwd.add_argument(
         "--session-timeout",
