@@ -228,11 +228,12 @@ class LineageJob:
         # The run facets every event carries, converted once.
         run = event_v2.Run(runId=str(uuid.UUID(int=0)), facets=dict(run_facets or {}))
         self.plain_run_facets: dict[str, Any] = to_plain(run).get("facets") or {}
-        # What every event of every run repeats, as JSON, spliced in by RunRecord.to_json.
-        self._facets_json = orjson.dumps(self.plain_run_facets)
+        # What every event of every run repeats, as JSON, spliced in by RunRecord.to_json
+        # (written by dumps: a value JSON cannot hold, a NaN, is refused here, by name).
+        self._facets_json = dumps(self.plain_run_facets)
         self._tail_json = (
             b'"job":'
-            + orjson.dumps(self.plain_job)
+            + dumps(self.plain_job)
             + b',"producer":'
             + orjson.dumps(self.producer)
             + b',"schemaURL":'

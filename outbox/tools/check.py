@@ -20,6 +20,7 @@ status is 0 when every check passed, 1 otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -384,16 +385,20 @@ def read_sample(path: str) -> list[Any] | str:
                 events.append(json.loads(raw))
             except json.JSONDecodeError as exc:
                 return f"{path} line {number} is not JSON ({exc.msg}); give JSON lines of events"
-    # A dead-letter line: its event; one that holds only event_repr (never serialized) is no sample.
-    dead = [isinstance(e, dict) and {"time", "reason"} <= e.keys() for e in events]
-    events = [
-        e["event"] if is_dead else e
-        for e, is_dead in zip(events, dead, strict=True)
-        if not is_dead or isinstance(e.get("event"), dict)
-    ]
-    if not events:
-        return f"{path} holds no event"
-    return events
+    # A dead-letter line: its event (in event, or as the text of event_text); one that holds
+    # only event_repr (never serialized), or text that is not a JSON object, is no sample.
+    events = [_held(e) if isinstance(e, dict) and {"time", "reason"} <= e.keys() else e for e in events]
+    events = [e for e in events if e is not None]
+    return events or f"{path} holds no event"
+
+
+def _held(record: dict[str, Any]) -> Any:
+    """The event a dead-letter record holds (a dict), or None."""
+    event, text = record.get("event"), record.get("event_text")
+    if event is None and isinstance(text, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            event = json.loads(text)
+    return event if isinstance(event, dict) else None
 
 
 def _check_file(transport: FileTransport, prefix: str) -> Check:
