@@ -477,6 +477,14 @@ def _text_event(covered: bytes) -> bytes | None:
         return None
     try:
         text = orjson.loads(covered[at + len(_TEXT_KEY) :])
+    except orjson.JSONDecodeError:
+        return None
+    return _object_text(text)
+
+
+def _object_text(text: Any) -> bytes | None:
+    """``text``'s bytes if it is the text of a JSON object."""
+    try:
         raw = text.encode() if isinstance(text, str) else None
         value = orjson.loads(raw) if raw is not None else None
     except (orjson.JSONDecodeError, UnicodeEncodeError):
@@ -485,8 +493,10 @@ def _text_event(covered: bytes) -> bytes | None:
 
 
 def _legacy_entry(line: bytes, number: int, value: dict[str, Any]) -> Entry:
-    event = value.get("event")
+    event, text = value.get("event"), value.get("event_text")
     body = orjson.dumps(event) if isinstance(event, dict) else None
+    if body is None:
+        body = _object_text(text)
     return Entry(number, _key(line), body, str(value["reason"]))
 
 
