@@ -100,9 +100,10 @@ def test_a_long_outage_at_4000_events_a_second_drops_nothing_while_the_disk_last
         n = 0
         total = int(rate * seconds)
         while n < total:
-            # At most 40 at once: a thread descheduled on a loaded machine does not catch up in
-            # one burst larger than the overflow (half the buffer) before the sidecar's turn.
-            due = min(int((time.monotonic() - start) * rate), total, n + 40)
+            # At most 400 at once: a thread descheduled on a loaded machine does not catch up in
+            # one burst larger than the overflow (half the buffer) before the sidecar's turn, and
+            # one whose every sleep lasts 30 ms (CI beside three suites) still keeps the rate.
+            due = min(int((time.monotonic() - start) * rate), total, n + 400)
             if held_in_memory(box)[0] > max_events * 3 // 4:
                 due = n  # the sidecar is behind: give it the CPU
                 gave_way += 1
