@@ -16,7 +16,12 @@ A handler thread runs ``invocations`` invocations; each one's lineage is timed:
   instead of an outbox: the least a pure-Python ``emit`` with a bound can do.
 
 Between invocations the handler does its own work: ``io`` sleeps ``work_us`` (a handler
-waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).
+waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).  The
+``mode`` changes what is timed: ``whole``, the handler's computing and its lineage together,
+invocations starting at ``rate`` a second; ``busy``, computing and lineage back to back, never a
+pause (what is dropped is the figure); ``full``, two emits with the buffer empty, then full of
+an outage's backlog (:func:`full_buffer`).  A helpers invocation's object key is made before
+the clock runs: the trigger gives it to a handler.
 Prints one JSON object: the sorted per-invocation samples' percentiles and the outbox's counts.
 """
 
@@ -125,49 +130,84 @@ def build_dicts(count: int, tag: str) -> list[tuple[Any, Any]]:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     os.environ.update(spec.get("env", {}))
+    mode = spec.get("mode", "lineage")
+    if mode == "full":
+        print(json.dumps(full_buffer(spec)))
+        return
     kind, threads, invocations = spec["kind"], spec["threads"], spec["invocations"]
-    work_s = spec["work_us"] / 1e6
-    cpu_work = spec["work"] == "cpu"
     warmup = spec.get("warmup", 10)
     per_thread = invocations + warmup
     lineage = [_pairs(kind, per_thread, f"t{t}") for t in range(threads)]
     outbox, target = _target(spec, kind, lineage, per_thread)
+    # ``whole``: the handler's own work (computing) is inside the timed part, and invocations
+    # start at ``rate`` a second (sleeping between them); ``busy``: back to back, never a pause.
+    whole, busy = mode == "whole", mode == "busy"
+    period_ns = int(1e9 / spec["rate"]) if whole else 0
     if kind == "helpers":
         job, attach, detach, s3_dataset = _helpers_kit(outbox)
+        # The objects' keys, as a handler gets them from its trigger (not lineage's work).
+        keys = [[f"t{t}/{i}.csv" for i in range(per_thread)] for t in range(threads)]
+    if (whole or busy) and outbox is not None:
+        # The sidecar started and its connection made before the clock runs (its imports and
+        # first request are a process's start, not the invocations').
+        with outbox.run(job, inputs=[s3_dataset("bench-src", "warm-up.csv")]):
+            pass
+        outbox.flush(30)
     gc.collect()
     barrier = threading.Barrier(threads)
     results: list[list[int]] = [[] for _ in range(threads)]
     firsts: list[int] = [0] * threads
     clock = time.perf_counter_ns
+    work_ns = int(spec["work_us"] * 1000)
+    work_s = spec["work_us"] / 1e6
+    cpu_work = spec["work"] == "cpu"
 
     def handler(t: int) -> None:
         pairs = lineage[t]
         samples = results[t]
         emit = target  # (a local: the call costs what a handler's would)
+        if kind == "helpers":
+            mine = keys[t]
         barrier.wait()
+        slot = clock()
         for i in range(per_thread):
+            t0 = clock()
+            if whole or busy:
+                until = t0 + work_ns
+                while clock() < until:
+                    pass
             if kind == "objects" or kind == "dicts":
                 start, complete = pairs[i]
-                t0 = clock()
+                if not whole:
+                    t0 = clock()
                 emit(start)
                 emit(complete)
                 t1 = clock()
             elif kind == "helpers":
                 token = attach(pairs[i])  # the runtime's span for this invocation
-                t0 = clock()
-                with outbox.run(job, inputs=[s3_dataset("bench-src", f"t{t}/{i}.csv")]):  # type: ignore[union-attr]
+                if not whole:
+                    t0 = clock()
+                with outbox.run(job, inputs=[s3_dataset("bench-src", mine[i])]):  # type: ignore[union-attr]
                     pass
                 t1 = clock()
                 detach(token)
             else:
-                t0 = clock()
+                if not whole:
+                    t0 = clock()
                 t1 = clock()
             if i == 0:
                 firsts[t] = t1 - t0
             if i >= warmup:
                 samples.append(t1 - t0)
-            if cpu_work:
-                until = t1 + spec["work_us"] * 1000
+            if busy:
+                continue
+            if whole:
+                slot += period_ns
+                pause = slot - clock()
+                if pause > 0:
+                    time.sleep(pause / 1e9)
+            elif cpu_work:
+                until = t1 + work_ns
                 while clock() < until:
                     pass
             else:
@@ -181,6 +221,59 @@ def main() -> None:
         w.join()
     elapsed = time.monotonic() - started
     print(json.dumps(_figures(results, firsts, elapsed, outbox, spec.get("close_timeout", 2.0))))
+
+
+def full_buffer(spec: dict[str, Any]) -> dict[str, Any]:
+    """Two emits per invocation against a refused backend, first with the buffer empty, then
+    with it full of an outage's backlog (``fill``: ``full``, the policy evicting or refusing
+    at every emit; ``nearly``: filled to what the timed invocations will still fit); the same
+    process, the same events."""
+    kind, invocations = spec["kind"], spec["invocations"]
+    warmup = spec.get("warmup", 10)
+    per_phase = invocations + warmup
+    pairs = _pairs(kind, 2 * per_phase, "t0")
+    outbox = _outbox(kind)
+    assert outbox is not None
+    clock = time.perf_counter_ns
+    work_s = spec["work_us"] / 1e6
+
+    def phase(first: int) -> list[int]:
+        emit = outbox.emit
+        samples = []
+        for i in range(first, first + per_phase):
+            start, complete = pairs[i]
+            t0 = clock()
+            emit(start)
+            emit(complete)
+            t1 = clock()
+            if i - first >= warmup:
+                samples.append(t1 - t0)
+            time.sleep(work_s)
+        return samples
+
+    gc.collect()
+    empty = phase(0)
+    max_events = int(os.environ.get("OUTBOX_MAX_EVENTS", "10000"))
+    stats = outbox.stats()
+    held = stats.queued_events + stats.in_flight
+    room = max_events + 1 - held if spec["fill"] == "full" else max_events - held - 2 * per_phase - 64
+    for i in range(max(0, room)):
+        outbox.emit(pairs[i % per_phase][i & 1])
+    time.sleep(0.3)  # the sidecar takes what it takes (a window), retries, and waits
+    stats = outbox.stats()
+    held_before = stats.queued_events + stats.in_flight
+    gc.collect()
+    full = phase(per_phase)
+    stats = outbox.stats()
+    out: dict[str, Any] = {
+        "empty": percentiles(empty),
+        "full": percentiles(full),
+        "held_before": held_before,
+        "held_after": stats.queued_events + stats.in_flight,
+        "dropped_while_full": dict(stats.dropped),
+    }
+    outbox.close(0.1)
+    return out
 
 
 def _target(
