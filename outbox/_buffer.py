@@ -97,6 +97,7 @@ class Buffer(Holdings):
         "block_timeout",
         "delivered",
         "dropped",
+        "evicts",
         "finalized",
         "flush_target",
         "full_reason",
@@ -124,6 +125,9 @@ class Buffer(Holdings):
         # What a refusal for room counts as (with a spill overflowing: ``dropped_spill_full``).
         self.full_reason = Reason.DROPPED_FULL
         self.policy = policy
+        self.full_fast = policy is not Policy.BLOCK
+        #: Full, an object makes room by evicting the oldest (drop_oldest), or is refused.
+        self.evicts = policy is Policy.DROP_OLDEST
         self.block_timeout = block_timeout
         # Re-entrant only so that the outbox can *detect* re-entry (``lock._is_owned()``) by a
         # signal handler or finalizer on a thread that holds it, and refuse instead of waiting
@@ -218,7 +222,39 @@ class Buffer(Holdings):
             if nbytes:
                 return self._put_text_locked(event, nbytes, n)
             if n >= self.object_room:
-                return self._put_slow_locked(event, nbytes)
+                if n != self.full_at:
+                    return self._put_slow_locked(event, nbytes)
+                # Full by count: the policy's answer in O(1), whatever the backlog.  Under
+                # drop_oldest the oldest queued event goes and this one takes its place (the
+                # accounts as they were, unless the oldest had an exact size); else refused.
+                reason = self.full_reason
+                dropped = self.dropped
+                dropped[reason] = dropped.get(reason, 0) + 1
+                if not self.evicts:
+                    self.refused += 1
+                    return 0
+                queue.popleft()
+                queue.append(event)
+                sizes = self.sizes
+                size = sizes.popleft()
+                sizes.append(0)
+                numbers = self.numbers
+                first = numbers.head
+                if numbers.jumps:
+                    numbers.advance(1)
+                else:
+                    numbers.head = first + 1
+                    numbers.pos0 += 1
+                if self.journal is not None:
+                    self.journal.note(first, numbers.head, reason)
+                if size:  # the oldest had its exact size: the accounts change
+                    self.exact_bytes -= size
+                    self.exact_count -= 1
+                    self._recompute_locked()
+                if n < self.wake_at_objects:
+                    return 1
+                self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+                return 2
             queue.append(event)
             self.sizes.append(0)
             if n < self.wake_at_objects - 1:
@@ -409,6 +445,7 @@ class Buffer(Holdings):
             self.refusal = refusal
         self.closed = True
         self.object_room = 0
+        self.full_at = -1
         if final:
             self.finalized = True
         self.notify_locked()
@@ -420,6 +457,7 @@ class Buffer(Holdings):
             self.refusal = refusal
         self.closed = True
         self.object_room = 0
+        self.full_at = -1
 
     def ask_flush_locked(self, target: int) -> None:
         """Send every event up to sequence number ``target`` without lingering."""

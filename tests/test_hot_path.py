@@ -491,3 +491,72 @@ def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
     assert report.delivered == 3_000
     assert threading.get_ident() not in seen
     assert sum(seen.values()) >= 3_000
+
+
+class FunctionRecorder:
+    """The Python functions the calling thread calls (``sys.setprofile``, per thread), by
+    module and name, and how many profile events (calls of Python and C functions) in all."""
+
+    def __init__(self) -> None:
+        self.functions: Counter[str] = Counter()
+        self.events = 0
+
+    def __call__(self, frame: Any, what: str, arg: Any) -> None:
+        if what == "call":
+            self.functions[f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"] += 1
+            self.events += 1
+        elif what == "c_call":
+            self.events += 1
+
+    def __enter__(self) -> FunctionRecorder:
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+
+def _in_an_outage(policy: str, backlog: int) -> tuple[Outbox, Any]:
+    """An outbox whose backend refuses everything, its buffer full of ``backlog`` events (under
+    ``block``, full but for room for 1,000 more): what the handler's emits meet in a long outage."""
+    from support.helpers import FailingTransport
+
+    outbox = Outbox(
+        FailingTransport(), max_events=backlog, max_bytes=2**31, policy=policy, close_at_exit=False
+    )
+    event = run_event()
+    fill = backlog - 1_000 if policy == "block" else backlog + 10
+    for _ in range(fill):
+        outbox.emit(event)
+    assert wait_until(lambda: outbox._buffer.measured)
+    return outbox, event
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest", "block"])
+def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
+    # Two backlogs twenty times apart: the same calls per emit, none of them the slow path's
+    # (eviction by a loop, room recomputed, the sidecar woken).  Its latency against an empty
+    # buffer is the benchmark's: `tail --rows full`.
+    calls = {}
+    for backlog in (2_000, 40_000):
+        outbox, event = _in_an_outage(policy, backlog)
+        buf = outbox._buffer
+        with buf.lock:
+            held = len(buf.queue) + buf.in_flight
+        assert held >= backlog - 1_000
+        before = outbox.stats().dropped.get("dropped_full", 0)
+        with FunctionRecorder() as recorder:
+            for _ in range(500):
+                outbox.emit(event)
+        slow = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
+        slow.pop("outbox._outbox.emit")
+        slow.pop("outbox._buffer.put")
+        # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
+        assert slow.get("outbox._holdings._recompute_locked", 0) <= 8, slow
+        slow.pop("outbox._holdings._recompute_locked", None)
+        assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
+        calls[backlog] = recorder.events
+        dropped = outbox.stats().dropped.get("dropped_full", 0) - before
+        assert dropped == (0 if policy == "block" else 500)  # each emit evicted or was refused
+        outbox.close(0.1)
+    assert abs(calls[40_000] - calls[2_000]) <= 16, calls  # (the same, but for those samples)
