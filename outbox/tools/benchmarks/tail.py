@@ -164,74 +164,93 @@ def measure(
     ``1/helpers/busy-WORK``."""
     rows: dict[str, dict[str, Any]] = {}
     groups = set(args.rows)
-    labels = ["off", "floor", "idle", *args.scenarios]
     with backends(args.scenarios) as envs:
-        for threads in args.threads if "lineage" in groups else ():
-            for kind in args.kinds:
-                for label in labels:
-                    if label == "floor" and kind == "helpers":
-                        continue  # (the helpers build their events: set beside the objects' floor)
-                    runs = []
-                    for _ in range(args.repeat):
-                        env = dict(envs.get("idle" if label == "floor" else label, {}))
-                        spill = None
-                        if getattr(args, "spill", False) and label not in ("off", "floor"):
-                            spill = tempfile.mkdtemp(prefix="outbox-tail-spill-")
-                            env["OUTBOX_SPILL_DIR"] = spill
-                        try:
-                            runs.append(run_row(_spec(args, label, kind, threads, env), library))
-                        finally:
-                            if spill is not None:
-                                shutil.rmtree(spill, ignore_errors=True)
-                    row = rows[f"{threads}/{kind}/{label}"] = _median_row(runs)
-                    if print_rows:
-                        print_row(threads, kind, label, row, rows)
+        if "lineage" in groups:
+            _measure_lineage(args, library, envs, rows, print_rows)
         if "full" in groups:
-            for kind in [k for k in args.kinds if k != "helpers"]:
-                for policy in POLICIES:
-                    env = {**envs["http-down"], "OUTBOX_POLICY": policy}
-                    spec = {**_spec(args, "full", kind, 1, env), "mode": "full"}
-                    spec["fill"] = "nearly" if policy == "block" else "full"
-                    runs = [run_row(spec, library) for _ in range(args.repeat)]
-                    row = {
-                        phase: {
-                            key: statistics.median([r[phase][key] for r in runs])
-                            for key in ("p50", "p99", "p99.9", "max")
-                        }
-                        for phase in ("empty", "full")
-                    }
-                    row.update(runs=runs, held=runs[-1]["held_before"], fill=spec["fill"])
-                    rows[f"1/{kind}/full-{policy}"] = row
-                    if print_rows:
-                        print_full(kind, policy, row)
+            _measure_full(args, library, envs, rows, print_rows)
         if "whole" in groups:
-            for work_us, rate in args.whole:
-                for on in (False, True):
-                    env = dict(envs["http-healthy"])
-                    spec = _spec(args, "whole", "helpers" if on else "off", 1, env)
-                    spec.update(mode="whole", work="cpu", work_us=work_us, rate=rate)
-                    spec["invocations"] = args.whole_invocations
-                    runs = [run_row(spec, library) for _ in range(args.repeat)]
-                    row = rows[f"1/helpers/whole-{'on' if on else 'off'}-{work_us:g}-{rate:g}"] = _median_row(
-                        runs
-                    )
-                    if print_rows:
-                        print_whole(work_us, rate, on, row, rows)
+            _measure_whole(args, library, envs, rows, print_rows)
         if "busy" in groups:
-            for work_us in args.busy:
-                env = dict(envs["http-healthy"])
-                spec = _spec(args, "busy", "helpers", 1, env)
-                spec.update(mode="busy", work="cpu", work_us=work_us, invocations=args.busy_invocations)
-                spec["warmup"] = 0
-                spec["close_timeout"] = 30.0
-                runs = [run_row(spec, library) for _ in range(args.repeat)]
-                row = _median_row(runs)
-                row["seconds"] = statistics.median([r["seconds"] for r in runs])
-                row["dropped"] = [sum(r["lost"].values()) for r in runs]
-                rows[f"1/helpers/busy-{work_us:g}"] = row
-                if print_rows:
-                    print_busy(work_us, row)
+            _measure_busy(args, library, envs, rows, print_rows)
     return rows
+
+
+Envs = dict[str, dict[str, str]]
+Rows = dict[str, dict[str, Any]]
+
+
+def _measure_lineage(
+    args: argparse.Namespace, library: str | None, envs: Envs, rows: Rows, show: bool
+) -> None:
+    for threads in args.threads:
+        for kind in args.kinds:
+            for label in ["off", "floor", "idle", *args.scenarios]:
+                if label == "floor" and kind == "helpers":
+                    continue  # (the helpers build their events: set beside the objects' floor)
+                runs = []
+                for _ in range(args.repeat):
+                    env = dict(envs.get("idle" if label == "floor" else label, {}))
+                    spill = None
+                    if getattr(args, "spill", False) and label not in ("off", "floor"):
+                        spill = tempfile.mkdtemp(prefix="outbox-tail-spill-")
+                        env["OUTBOX_SPILL_DIR"] = spill
+                    try:
+                        runs.append(run_row(_spec(args, label, kind, threads, env), library))
+                    finally:
+                        if spill is not None:
+                            shutil.rmtree(spill, ignore_errors=True)
+                row = rows[f"{threads}/{kind}/{label}"] = _median_row(runs)
+                if show:
+                    print_row(threads, kind, label, row, rows)
+
+
+def _measure_full(args: argparse.Namespace, library: str | None, envs: Envs, rows: Rows, show: bool) -> None:
+    for kind in [k for k in args.kinds if k != "helpers"]:
+        for policy in POLICIES:
+            env = {**envs["http-down"], "OUTBOX_POLICY": policy}
+            spec = {**_spec(args, "full", kind, 1, env), "mode": "full"}
+            spec["fill"] = "nearly" if policy == "block" else "full"
+            runs = [run_row(spec, library) for _ in range(args.repeat)]
+            row: dict[str, Any] = {
+                phase: {
+                    key: statistics.median([r[phase][key] for r in runs])
+                    for key in ("p50", "p99", "p99.9", "max")
+                }
+                for phase in ("empty", "full")
+            }
+            row.update(runs=runs, held=runs[-1]["held_before"], fill=spec["fill"])
+            rows[f"1/{kind}/full-{policy}"] = row
+            if show:
+                print_full(kind, policy, row)
+
+
+def _measure_whole(args: argparse.Namespace, library: str | None, envs: Envs, rows: Rows, show: bool) -> None:
+    for work_us, rate in args.whole:
+        for on in (False, True):
+            spec = _spec(args, "whole", "helpers" if on else "off", 1, dict(envs["http-healthy"]))
+            spec.update(mode="whole", work="cpu", work_us=work_us, rate=rate)
+            spec["invocations"] = args.whole_invocations
+            runs = [run_row(spec, library) for _ in range(args.repeat)]
+            key = f"1/helpers/whole-{'on' if on else 'off'}-{work_us:g}-{rate:g}"
+            row = rows[key] = _median_row(runs)
+            if show:
+                print_whole(work_us, rate, on, row, rows)
+
+
+def _measure_busy(args: argparse.Namespace, library: str | None, envs: Envs, rows: Rows, show: bool) -> None:
+    for work_us in args.busy:
+        spec = _spec(args, "busy", "helpers", 1, dict(envs["http-healthy"]))
+        spec.update(mode="busy", work="cpu", work_us=work_us, invocations=args.busy_invocations)
+        spec["warmup"] = 0
+        spec["close_timeout"] = 30.0
+        runs = [run_row(spec, library) for _ in range(args.repeat)]
+        row = _median_row(runs)
+        row["seconds"] = statistics.median([r["seconds"] for r in runs])
+        row["dropped"] = [sum(r["lost"].values()) for r in runs]
+        rows[f"1/helpers/busy-{work_us:g}"] = row
+        if show:
+            print_busy(work_us, row)
 
 
 def print_header(args: argparse.Namespace) -> None:
@@ -312,32 +331,43 @@ def _check(name: str, met: bool, detail: str) -> bool:
 def verdicts(rows: dict[str, dict[str, Any]], args: argparse.Namespace) -> bool:
     """Print each target and whether it is met; True if all are.  Every target is a ratio to a
     figure measured in the same run."""
+    ok = _verdict_emits(rows)
+    ok &= _verdict_helpers(rows)
+    ok &= _verdict_rest(rows, args)
+    return ok
+
+
+def _verdict_emits(rows: Rows) -> bool:
     ok = True
     emit_rows = {
         k: v for k, v in rows.items() if k.count("/") == 2 and k.split("/")[1] in ("objects", "dicts")
     }
     emit_rows = {k: v for k, v in emit_rows.items() if k.split("/")[2] not in ("off", "floor")}
     emit_rows = {k: v for k, v in emit_rows.items() if not k.split("/")[2].startswith("full-")}
-    if emit_rows:
-        worst99 = worst999 = (0.0, "")
-        for key, row in emit_rows.items():
-            threads, kind, _ = key.split("/")
-            floor = _floor_of(rows, int(threads), kind)
-            if floor is None:
-                continue
-            worst99 = max(worst99, (row["p99"] / floor["p99"], key))
-            worst999 = max(worst999, (row["p99.9"] / floor["p99.9"], key))
-        if worst99[1]:
-            ok &= _check(
-                f"every emit row p99 <= {FLOOR_P99:g}x the floor's",
-                worst99[0] <= FLOOR_P99,
-                f"worst {worst99[0]:.2f}x, {worst99[1]}",
-            )
-            ok &= _check(
-                f"every emit row p99.9 <= {FLOOR_P999:g}x the floor's",
-                worst999[0] <= FLOOR_P999,
-                f"worst {worst999[0]:.2f}x, {worst999[1]}",
-            )
+    worst99 = worst999 = (0.0, "")
+    for key, row in emit_rows.items():
+        threads, kind, _ = key.split("/")
+        floor = _floor_of(rows, int(threads), kind)
+        if floor is None:
+            continue
+        worst99 = max(worst99, (row["p99"] / floor["p99"], key))
+        worst999 = max(worst999, (row["p99.9"] / floor["p99.9"], key))
+    if worst99[1]:
+        ok &= _check(
+            f"every emit row p99 <= {FLOOR_P99:g}x the floor's",
+            worst99[0] <= FLOOR_P99,
+            f"worst {worst99[0]:.2f}x, {worst99[1]}",
+        )
+        ok &= _check(
+            f"every emit row p99.9 <= {FLOOR_P999:g}x the floor's",
+            worst999[0] <= FLOOR_P999,
+            f"worst {worst999[0]:.2f}x, {worst999[1]}",
+        )
+    return ok
+
+
+def _verdict_helpers(rows: Rows) -> bool:
+    ok = True
     helper_rows = {k: v for k, v in rows.items() if k.count("/") == 2 and k.split("/")[1] == "helpers"}
     helper_rows = {k: v for k, v in helper_rows.items() if k.split("/")[2] not in ("off",)}
     helper_rows = {
@@ -355,20 +385,26 @@ def verdicts(rows: dict[str, dict[str, Any]], args: argparse.Namespace) -> bool:
             ("p99.9", row["p99.9"] / floor["p99.9"]),
         ):
             worst[name] = max(worst.get(name, (0.0, "")), (ratio, key))
-    if worst:
-        for name, limit, against in (
-            ("p50", HELPERS_P50, "two emits of objects'"),
-            ("p99", HELPERS_P99, "two emits of objects'"),
-            ("p99.9", HELPERS_P999, "floor's"),
-        ):
+    if not worst and helper_rows:
+        print("  (the run helpers' targets need the objects rows: --kinds objects helpers)")
+    for name, limit, against in (
+        ("p50", HELPERS_P50, "two emits of objects'"),
+        ("p99", HELPERS_P99, "two emits of objects'"),
+        ("p99.9", HELPERS_P999, "floor's"),
+    ):
+        if name in worst:
             ratio, key = worst[name]
             ok &= _check(
                 f"run helpers {name} <= {limit:g}x the {against}",
                 ratio <= limit,
                 f"worst {ratio:.2f}x, {key}",
             )
-    elif helper_rows:
-        print("  (the run helpers' targets need the objects rows: --kinds objects helpers)")
+    return ok
+
+
+def _verdict_rest(rows: Rows, args: argparse.Namespace) -> bool:
+    """The full buffer's, the whole invocation's and the busy handler's targets."""
+    ok = True
     for key, row in rows.items():
         if "/full-" in key:
             full, empty = row["full"], row["empty"]
@@ -383,20 +419,14 @@ def verdicts(rows: dict[str, dict[str, Any]], args: argparse.Namespace) -> bool:
         off = rows.get(f"1/helpers/whole-off-{work_us:g}-{rate:g}")
         if on is None or off is None:
             continue
-        limit99 = WHOLE_P99 * off["p99"] + WHOLE_P99_PLUS
-        limit999 = WHOLE_P999 * off["p99.9"] + WHOLE_P999_PLUS
-        ok &= _check(
-            f"whole invocation at {2 * rate:,.0f} events/s, p99 <= {WHOLE_P99:g}x lineage off "
-            f"+ {WHOLE_P99_PLUS:g} µs",
-            on["p99"] <= limit99,
-            f"{on['p99']:.1f} µs against {limit99:.1f}",
-        )
-        ok &= _check(
-            f"whole invocation at {2 * rate:,.0f} events/s, p99.9 <= {WHOLE_P999:g}x lineage off "
-            f"+ {WHOLE_P999_PLUS:g} µs",
-            on["p99.9"] <= limit999,
-            f"{on['p99.9']:.1f} µs against {limit999:.1f}",
-        )
+        for name, times, plus in (("p99", WHOLE_P99, WHOLE_P99_PLUS), ("p99.9", WHOLE_P999, WHOLE_P999_PLUS)):
+            limit = times * off[name] + plus
+            ok &= _check(
+                f"whole invocation at {2 * rate:,.0f} events/s, {name} <= {times:g}x lineage off"
+                f" + {plus:g} µs",
+                on[name] <= limit,
+                f"{on[name]:.1f} µs against {limit:.1f}",
+            )
     for key, row in rows.items():
         if "/busy-" in key:
             ok &= _check(
@@ -434,6 +464,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a checkout whose outbox package the rows import instead of this one (an earlier release)",
     )
+    _row_arguments(parser)
+    parser.add_argument("--no-shipping", action="store_true", help=argparse.SUPPRESS)  # (retired)
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the benchmark's processes under SCHED_FIFO (needs root or CAP_SYS_NICE), so that "
+        "other work on a shared machine does not preempt the handler while it is measured",
+    )
+    parser.add_argument(
+        "--spill",
+        action="store_true",
+        help="give every outbox a spill directory (OUTBOX_SPILL_DIR, a fresh temporary one per row)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    return parser
+
+
+def _row_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows",
         nargs="+",
@@ -461,20 +509,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--busy-invocations", type=int, default=BUSY_INVOCATIONS, help="invocations per busy row"
     )
-    parser.add_argument("--no-shipping", action="store_true", help=argparse.SUPPRESS)  # (retired)
-    parser.add_argument(
-        "--realtime",
-        action="store_true",
-        help="run the benchmark's processes under SCHED_FIFO (needs root or CAP_SYS_NICE), so that "
-        "other work on a shared machine does not preempt the handler while it is measured",
-    )
-    parser.add_argument(
-        "--spill",
-        action="store_true",
-        help="give every outbox a spill directory (OUTBOX_SPILL_DIR, a fresh temporary one per row)",
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    return parser
 
 
 def _work_rate(text: str) -> tuple[float, float]:
