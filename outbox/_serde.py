@@ -44,6 +44,7 @@ class SerializedEvent(NamedTuple):
 
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
+_new_record = tuple.__new__
 
 
 def weight(ser: SerializedEvent) -> int:
@@ -68,7 +69,11 @@ def serialize(event: Any) -> SerializedEvent:
         ValueError: ``str``/``bytes`` input that is not a JSON object, or an
             object that cannot be encoded at all.
     """
-    if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
+    cls = event.__class__
+    if cls is tuple:  # a run helpers' record as an outbox's run queues it: what changes, plainly
+        event = _new_record(RunRecord, event)
+        cls = RunRecord
+    if cls is RunRecord:  # the run helpers' events: the job's part is written once
         rid = event.run_id
         if isinstance(rid, int):
             text = _RUN_TEXTS.get(rid)

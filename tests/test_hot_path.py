@@ -560,3 +560,46 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
         assert dropped == (0 if policy == "block" else 500)  # each emit evicted or was refused
         outbox.close(0.1)
     assert abs(calls[40_000] - calls[2_000]) <= 16, calls  # (the same, but for those samples)
+
+
+def test_the_run_helpers_record_what_changes_in_few_python_calls():
+    # A run in a span of its own trace, as a DataEngine handler's: the dataset, the run, its
+    # id, and two records handed straight to the buffer (no class check, no NamedTuple made).
+    from opentelemetry import context, trace
+
+    outbox, transport = _stuck()
+    job = LineageJob("tests", "job")
+    with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):  # (the first object: measured)
+        pass
+    assert wait_until(lambda: outbox._buffer.measured)
+    spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 64, 1, is_remote=False)) for i in range(200)]
+    contexts = [trace.set_span_in_context(span) for span in spans]
+    tokens = [None]
+    with FunctionRecorder() as recorder:
+        for ctx in contexts:
+            tokens[0] = context.attach(ctx)
+            with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
+                pass
+            context.detach(tokens[0])
+    ours = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
+    # s3_dataset, Outbox.run, Run.__init__, run_id_of_span, __enter__, put, __exit__, put
+    assert sum(ours.values()) <= 8 * len(contexts), ours
+    assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
+    with outbox._buffer.lock:
+        queued = list(outbox._buffer.queue)[-2:]
+    assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
+    assert [record[1] for record in queued] == ["START", "COMPLETE"]
+    outbox.close(0.1)
+
+
+def test_a_runs_overhead_is_measured_only_for_a_timed_job():
+    outbox, _ = _stuck()
+    quiet, timed = LineageJob("tests", "quiet"), LineageJob("tests", "timed", timed=True)
+    with outbox.run(quiet) as run:
+        pass
+    assert run.overhead == 0.0 and quiet.last_run is None  # no clock read on the handler's path
+    with outbox.run(timed, inputs=[s3_dataset("bucket", "key")]) as run:
+        pass
+    assert run.overhead > 0 and timed.last_run is run
+    assert outbox.stats().accepted == 4
+    outbox.close(0.1)
