@@ -253,8 +253,8 @@ class Holdings:
             room = n + (self.room_bytes - queued - self.in_flight_bytes) // estimate
             by_count = self.room_events - self.in_flight
             self.object_room = min(by_count, room)
-            # Full by count alone: one event out makes room for one object in.
-            full = by_count == n and room > n and self.full_fast and self.window is None
+            # Full by count alone, with a queued event to go: one out makes room for one in.
+            full = by_count == n > 0 and room > n and self.full_fast and self.window is None
             self.full_at = n if full else -1
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
