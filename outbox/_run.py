@@ -282,24 +282,14 @@ class RunRecord(NamedTuple):
         event, after parsing.  The job's part is written once per :class:`LineageJob`;
         only the time, state, run id, datasets and an error are written per event.
         ``run_text``: :meth:`run_text`, if the caller has it already."""
-        job = self.job
-        state = self.state
-        head = _HEADS.get(state) if state.__class__ is str else None
-        if head is None:
-            head = b'{"eventType":' + orjson.dumps(state) + b',"eventTime":"'
-        if self.error is None:
-            facets = job._facets_json
-        else:
-            facets = orjson.dumps({**job.plain_run_facets, "errorMessage": _error_facet(self.error)})
-        inputs, outputs = self.inputs, self.outputs
-        return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
-            head,
-            _event_time(self.time),
-            orjson.dumps(run_text or self.run_text()),
-            facets,
-            _datasets_json(job, inputs, 0) if inputs else b"[]",
-            _datasets_json(job, outputs, 1) if outputs else b"[]",
-            job._tail_json,
+        return record_json(
+            self.job,
+            self.state,
+            self.time,
+            run_text or self.run_text(),
+            self.inputs,
+            self.outputs,
+            self.error,
         )
 
     def to_plain(self) -> dict[str, Any]:
@@ -318,6 +308,35 @@ class RunRecord(NamedTuple):
             "inputs": [_plain_dataset(d, "inputFacets") for d in self.inputs],
             "outputs": [_plain_dataset(d, "outputFacets") for d in self.outputs],
         }
+
+
+def record_json(
+    job: LineageJob,
+    state: str,
+    t: float,
+    run_text: str,
+    inputs: tuple[Any, ...],
+    outputs: tuple[Any, ...],
+    error: BaseException | None,
+) -> bytes:
+    """:meth:`RunRecord.to_json` of a record's fields (the sidecar's, once per run event: the
+    job's part written once per :class:`LineageJob`, the rest spliced in)."""
+    head = _HEADS.get(state) if state.__class__ is str else None
+    if head is None:
+        head = b'{"eventType":' + orjson.dumps(state) + b',"eventTime":"'
+    if error is None:
+        facets = job._facets_json
+    else:
+        facets = orjson.dumps({**job.plain_run_facets, "errorMessage": _error_facet(error)})
+    return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
+        head,
+        _event_time(t),
+        orjson.dumps(run_text),
+        facets,
+        _datasets_json(job, inputs, 0) if inputs else b"[]",
+        _datasets_json(job, outputs, 1) if outputs else b"[]",
+        job._tail_json,
+    )
 
 
 def _error_facet(error: BaseException) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from ._plain import Unserializable, dumps, event_key, to_plain
-from ._run import RunRecord
+from ._run import RunRecord, record_json
+from ._runid import uuid_text
 
 __all__ = ["SerializedEvent", "Unserializable", "dumps", "event_key", "serialize", "to_plain"]
 
@@ -44,7 +45,6 @@ class SerializedEvent(NamedTuple):
 
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
-_new_record = tuple.__new__
 
 
 def weight(ser: SerializedEvent) -> int:
@@ -71,8 +71,17 @@ def serialize(event: Any) -> SerializedEvent:
     """
     cls = event.__class__
     if cls is tuple:  # a run helpers' record as an outbox's run queues it: what changes, plainly
-        event = _new_record(RunRecord, event)
-        cls = RunRecord
+        job, state, t, rid, inputs, outputs, error = event
+        if rid.__class__ is not str:
+            text = _RUN_TEXTS.get(rid)
+            if text is None:
+                text = uuid_text(rid)
+                if len(_RUN_TEXTS) >= _RUN_TEXTS_MAX:
+                    _RUN_TEXTS.clear()
+                _RUN_TEXTS[rid] = text
+            rid = text
+        body = record_json(job, state, t, rid, inputs, outputs, error)
+        return _new_serialized(SerializedEvent, (body, rid, job.key))
     if cls is RunRecord:  # the run helpers' events: the job's part is written once
         rid = event.run_id
         if isinstance(rid, int):
