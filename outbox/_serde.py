@@ -34,7 +34,8 @@ import orjson
 
 from ._plain import Unserializable, dumps, event_key, plain_dict, to_plain
 from ._refusals import too_deep
-from ._run import RunRecord
+from ._run import RunRecord, record_json
+from ._runid import uuid_text
 
 __all__ = ["SerializedEvent", "Unserializable", "dumps", "event_key", "serialize", "to_plain"]
 
@@ -76,7 +77,20 @@ def serialize(event: Any) -> SerializedEvent:
             object that cannot be encoded at all (:class:`Unserializable`, which says what
             and where).
     """
-    if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
+    cls = event.__class__
+    if cls is tuple:  # a run helpers' record as an outbox's run queues it: what changes, plainly
+        job, state, t, rid, inputs, outputs, error = event
+        if rid.__class__ is not str:
+            text = _RUN_TEXTS.get(rid)
+            if text is None:
+                text = uuid_text(rid)
+                if len(_RUN_TEXTS) >= _RUN_TEXTS_MAX:
+                    _RUN_TEXTS.clear()
+                _RUN_TEXTS[rid] = text
+            rid = text
+        body = record_json(job, state, t, rid, inputs, outputs, error)
+        return _new_serialized(SerializedEvent, (body, rid, job.key))
+    if cls is RunRecord:  # the run helpers' events: the job's part is written once
         rid = event.run_id
         if isinstance(rid, int):
             text = _RUN_TEXTS.get(rid)
