@@ -576,6 +576,8 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
     try:
         emit_through_the_overflow(box, range(300))
         assert wait_until(lambda: box.stats().spill["stretch_events"] > 100), box.stats().spill
+        # Each batch takes 50 ms: the read back lasts a second, not a moment the test may miss.
+        transport.delay = 0.05
         transport.gate.set()
         runs = box._spill.stretch.runs
 
