@@ -362,10 +362,14 @@ def read_lines(process, count, timeout=15.0):
 
 
 def start_sink_command(*options):
+    # SIGINT at its default, as a terminal gives it: a suite started in the background by a
+    # non-interactive shell (.ci/run's 3.12 and 3.13 suites) has it ignored, and a child
+    # inherits that, so Ctrl-C's test would wait on a sink that rightly ignores it.
     process = subprocess.Popen(
         [sys.executable, "-m", "outbox.tools.cli", "sink", "--port", "0", *options],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     banner = process.stdout.readline()
     return process, banner, re.search(r"on (http://\S+):", banner).group(1)
