@@ -13,9 +13,9 @@ import typing as _typing
 from ._buffer import Policy, Reason
 from ._errors import ConfigError, OutboxError
 from ._event import Event
+from ._observability._stats import CloseReport, Stats
 from ._outbox import Outbox
 from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
-from ._stats import CloseReport, Stats
 from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
 
 if _typing.TYPE_CHECKING:

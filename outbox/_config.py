@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ConfigError
-from ._log import never_silent
+from ._observability._log import never_silent
 
 __all__ = [
     "OUTBOX_VARIABLES",

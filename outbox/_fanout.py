@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._buffer import Buffer, Policy, Reason
-from ._deadletter import DeadLetter
-from ._metrics import Metrics
+from ._observability._deadletter import DeadLetter
+from ._observability._metrics import Metrics
 from ._serde import weight
 from ._sidecar import CLOSE_GRACE, Sidecar
 from ._slices import checkpoint

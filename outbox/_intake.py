@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._buffer import Buffer, Entry, Reason
-from ._deadletter import DeadLetter
 from ._held import Held
-from ._log import RateLimitedLog
+from ._observability._deadletter import DeadLetter
+from ._observability._log import RateLimitedLog
 from ._run import RunRecord
 from ._serde import SerializedEvent, serialize
 from ._slices import SLICE, Slicer

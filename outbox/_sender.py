@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ._held import Held
-from ._log import RateLimitedLog
+from ._observability._log import RateLimitedLog
 from .transports._base import DELIVERED, About, Outcome, OutcomeKind, Transport
 
 __all__ = ["Verdict", "attempt", "checked", "classify"]

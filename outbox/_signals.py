@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._lifecycle import WeakCall, close_all, hold_weakly
-from ._log import logger, never_silent
+from ._observability._log import logger, never_silent
 from ._threads import block_async_signals
 
 if TYPE_CHECKING:

@@ -23,12 +23,12 @@ from typing import Any
 
 from ._backlog import Settled
 from ._buffer import Buffer, Reason, count_held_locked
-from ._deadletter import DeadLetter
 from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
 from ._intake import Intake
-from ._log import RateLimitedLog, logger
 from ._numbering import DELIVERED
+from ._observability._deadletter import DeadLetter
+from ._observability._log import RateLimitedLog, logger
 from ._retry import CircuitState, backoff_delay
 from ._sender import attempt
 from ._slices import Slicer

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import errors as kafka_errors
 
 from outbox import About, Outcome
-from outbox._log import RateLimitedLog
+from outbox._observability._log import RateLimitedLog
 from outbox._retry import (
     CLOSE_BACKOFF_CAP,
     LAST_ATTEMPT_LEAD,

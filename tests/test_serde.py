@@ -356,7 +356,7 @@ def test_an_attrs_object_in_a_dict_event_is_written_as_in_an_openlineage_python_
 
 def test_a_datetime_without_a_timezone_is_written_as_serde_writes_it_with_a_warning(monkeypatch, caplog):
     from outbox import _refusals
-    from outbox._log import RateLimitedLog
+    from outbox._observability._log import RateLimitedLog
 
     monkeypatch.setattr(_refusals, "_log", RateLimitedLog(30.0))  # a fresh rate limit
     event = as_dict(datetime.datetime(2026, 12, 2, 10, 0))

@@ -11,7 +11,7 @@ import orjson
 from outbox import Outbox
 from outbox._buffer import Buffer, Policy
 from outbox._intake import Intake
-from outbox._log import RateLimitedLog
+from outbox._observability._log import RateLimitedLog
 from outbox._slices import Slicer
 from outbox._spill import Spill
 

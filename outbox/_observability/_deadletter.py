@@ -55,7 +55,7 @@ from typing import IO, Any
 
 import orjson
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 from ._log import RateLimitedLog
 
 __all__ = [

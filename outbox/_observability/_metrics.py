@@ -14,17 +14,18 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
-from ._buffer import Buffer
-from ._spill import Spill
+if TYPE_CHECKING:  # types only: the buffer and the spill sit above observability
+    from .._buffer import Buffer
+    from .._spill import Spill
 
 __all__ = ["Metrics"]
 
 _VERSION = "0.1.0"
-_Reader = Callable[[Buffer], Iterable[tuple[int, dict[str, str]]]]
+_Reader = Callable[["Buffer"], Iterable[tuple[int, dict[str, str]]]]
 
 _registry: weakref.WeakKeyDictionary[Buffer, str] = weakref.WeakKeyDictionary()
 # The outboxes with a spill directory: (its spill, the outbox's name), by buffer.

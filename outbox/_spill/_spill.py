@@ -19,8 +19,8 @@ from typing import Any
 
 from .._buffer import Buffer, Reason
 from .._errors import ConfigError
-from .._log import RateLimitedLog, logger, never_silent
 from .._numbering import DELIVERED
+from .._observability._log import RateLimitedLog, logger, never_silent
 from .._serde import SerializedEvent, weight
 from .._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized

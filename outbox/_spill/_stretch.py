@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from .._buffer import Buffer, Reason
-from .._log import RateLimitedLog
+from .._observability._log import RateLimitedLog
 from .._serde import SerializedEvent, weight
 from .._slices import Slicer
 from ._disk import Disk, serialized

@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import ConfigError, Outbox
-from .. import _deadletter as deadletter
 from .._config import ResolvedTransport, resolve_transport_config
+from .._observability import _deadletter as deadletter
 from ..transports import (
     CompositeTransport,
     ConsoleTransport,
@@ -568,7 +568,7 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
     """The outbox ``environ`` configures and its resolved transport config; None (said) when
     the configuration is invalid.  The console fallback's own warning is kept quiet: the
     config check says it."""
-    from .._log import logger
+    from .._observability._log import logger
 
     quiet = _QuietConsoleFallback()
     logger.addFilter(quiet)

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from .._log import RateLimitedLog, limit_library_logs, logger
+from .._observability._log import RateLimitedLog, limit_library_logs, logger
 
 # The worker's backoff and close pacing: one implementation, one set of numbers.
 from .._retry import NO_TIME_LEFT as _NO_TIME_LEFT

@@ -30,12 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .._deadletter import Entry, Torn, progress_path, scan
 from .._errors import ConfigError
+from .._observability._deadletter import Entry, Torn, progress_path, scan
 from ..transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
 
 if TYPE_CHECKING:
-    from .._stats import CloseReport
+    from .._observability._stats import CloseReport
 
 __all__ = ["Busy", "Progress", "replay"]
 
@@ -156,7 +156,7 @@ class _DropFallbackWarning(logging.Filter):
 
 def _transport(env: Mapping[str, str], console: bool) -> Transport:
     from .._config import resolve_transport_config
-    from .._log import logger
+    from .._observability._log import logger
     from ..transports import ConsoleTransport, transport_from_config
 
     if console:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._config import ResolvedTransport, warn_once
 from .._errors import ConfigError
-from .._log import limit_library_logs
+from .._observability._log import limit_library_logs
 from ._http_settings import (
     BOOLEAN_WORDS,
     OPENLINEAGE_FILTER,

@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._log import RateLimitedLog
+from .._observability._log import RateLimitedLog
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["CompositeTransport"]

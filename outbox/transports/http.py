@@ -58,7 +58,7 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
 
 from .._config import ResolvedTransport
 from .._errors import ConfigError
-from .._log import RateLimitedLog, logger
+from .._observability._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 from ._datahub import datahub_unsafe_dataset, warned_unsafe_dataset
 from ._http_answers import (

@@ -15,7 +15,7 @@ from outbox import s3_dataset
 from outbox._backlog import Backlog
 from outbox._buffer import Buffer
 from outbox._intake import Intake
-from outbox._log import RateLimitedLog
+from outbox._observability._log import RateLimitedLog
 from outbox._run import Run
 from outbox._serde import serialize
 from outbox._slices import Slicer

@@ -38,7 +38,7 @@ import orjson
 
 from outbox import Outbox
 from outbox._config import ResolvedTransport
-from outbox._deadletter import Torn, rotated_path, scan
+from outbox._observability._deadletter import Torn, rotated_path, scan
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
