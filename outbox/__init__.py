@@ -15,7 +15,7 @@ from ._errors import ConfigError, OutboxError
 from ._event import Event
 from ._observability._stats import CloseReport, Stats
 from ._outbox import Outbox
-from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
+from ._run._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
 
 if _typing.TYPE_CHECKING:

@@ -42,7 +42,7 @@ from typing import Any
 from ._buffer import Buffer, Policy, Reason
 from ._observability._deadletter import DeadLetter
 from ._observability._metrics import Metrics
-from ._serde import weight
+from ._run._serde import weight
 from ._sidecar import CLOSE_GRACE, Sidecar
 from ._slices import checkpoint
 from ._worker import WorkerSettings

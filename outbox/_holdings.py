@@ -18,7 +18,7 @@ from itertools import accumulate, islice, repeat, starmap
 from typing import Any, Protocol
 
 from ._numbering import Journal, Numbering
-from ._serde import SerializedEvent, weight
+from ._run._serde import SerializedEvent, weight
 
 __all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "Overflow", "is_exact"]
 

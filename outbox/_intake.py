@@ -16,8 +16,8 @@ from ._buffer import Buffer, Entry, Reason
 from ._held import Held
 from ._observability._deadletter import DeadLetter
 from ._observability._log import RateLimitedLog
-from ._run import RunRecord
-from ._serde import SerializedEvent, serialize
+from ._run._run import RunRecord
+from ._run._serde import SerializedEvent, serialize
 from ._slices import SLICE, Slicer
 
 __all__ = ["Intake", "measure_here"]

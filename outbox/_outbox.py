@@ -11,7 +11,7 @@ from typing import Any, Self
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._intake import measure_here
 from ._observability._stats import CloseReport, Stats
-from ._run import LineageJob, Run, TimedRun
+from ._run._run import LineageJob, Run, TimedRun
 from ._setup import Assembly
 from ._sidecar import State
 from ._waiting import flush_target, put_async, settled, settled_async

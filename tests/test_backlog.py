@@ -12,7 +12,7 @@ import pytest
 from outbox import About, Outcome
 from outbox._backlog import Backlog
 from outbox._held import Held, order_key
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 
 DELIVERED = Outcome.delivered()
 REFUSED = Outcome.retry("http_500", "cannot map", about=About.EVENT)  # this very event

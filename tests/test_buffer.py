@@ -329,7 +329,7 @@ _OPS = st.lists(
 )
 @given(ops=_OPS, policy=st.sampled_from(list(Policy)), max_events=st.integers(1, 12))
 def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, policy, max_events):
-    from outbox._serde import SerializedEvent
+    from outbox._run._serde import SerializedEvent
 
     buf = _buffer(policy, max_events=max_events, max_bytes=8_000)
     taken: list = []

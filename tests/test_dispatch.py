@@ -20,7 +20,7 @@ from outbox import About, Outcome
 from outbox._backlog import Backlog
 from outbox._dispatch import Dispatch
 from outbox._held import Held
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 
 DELIVERED = Outcome.delivered()
 

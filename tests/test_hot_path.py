@@ -19,13 +19,13 @@ import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
-from outbox._serde import serialize, weight
+from outbox._run._serde import serialize, weight
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
 from support.helpers import ScriptedTransport, run_event, wait_until
 
 # Modules whose code serializes or walks an event: none may run on the caller's thread.
-SERIALIZING = ("outbox._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")
+SERIALIZING = ("outbox._run._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")
 
 
 def _openlineage_events(n: int) -> list[Any]:
@@ -260,7 +260,7 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.queued_events <= max_bytes // size + 1, stats
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
     assert outbox._buffer.estimate >= size * 0.99
-    assert calls.modules.get("outbox._serde", 0) >= 1  # measured here...
+    assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
     assert outbox._buffer.measure_here == 2  # ... once
     transport.release.set()
     report = outbox.close(10)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from outbox import ConfigError, Outbox, Outcome
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 from outbox._spill import inspect_dir
 from outbox._spill._format import Settle, encode_event, encode_settle, file_header, read_header
 from outbox.tools.sink import Sink

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from outbox import Outbox
-from outbox._serde import serialize, weight
+from outbox._run._serde import serialize, weight
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport

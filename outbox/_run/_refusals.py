@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
-from ._observability._log import RateLimitedLog
+from .._observability._log import RateLimitedLog
 
 __all__ = ["Found", "NonFinite", "Unserializable", "naive_datetime", "refusal", "too_deep"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from ._observability._log import logger
+from .._observability._log import logger
 
 __all__ = ["current_run_id", "run_id_of_span", "uuid7", "uuid_text"]
 

@@ -21,7 +21,7 @@ from .._buffer import Buffer, Reason
 from .._errors import ConfigError
 from .._numbering import DELIVERED
 from .._observability._log import RateLimitedLog, logger, never_silent
-from .._serde import SerializedEvent, weight
+from .._run._serde import SerializedEvent, weight
 from .._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER

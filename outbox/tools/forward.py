@@ -41,7 +41,7 @@ from .._observability._log import RateLimitedLog, limit_library_logs, logger
 # The worker's backoff and close pacing: one implementation, one set of numbers.
 from .._retry import NO_TIME_LEFT as _NO_TIME_LEFT
 from .._retry import backoff_delay, close_paced
-from .._serde import SerializedEvent, serialize
+from .._run._serde import SerializedEvent, serialize
 from ..transports._base import Outcome, OutcomeKind, Transport
 from ..transports.kafka import producer_settings
 

@@ -21,7 +21,7 @@ from openlineage.client.facet_v2 import error_message_run, job_type_job
 from openlineage.client.serde import Serde
 
 from outbox import Outbox, Outcome, SerializedEvent
-from outbox._serde import serialize
+from outbox._run._serde import serialize
 from outbox.transports import DELIVERED
 
 PRODUCER = "https://example.com/lineage-outbox/benchmarks"
