@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._buffer import Buffer, Policy, Reason
+from ._buffer._buffer import Buffer, Policy, Reason
 from ._observability._deadletter import DeadLetter
 from ._observability._metrics import Metrics
 from ._run._serde import weight

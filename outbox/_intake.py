@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._buffer import Buffer, Entry, Reason
+from ._buffer._buffer import Buffer, Entry, Reason
 from ._held import Held
 from ._observability._deadletter import DeadLetter
 from ._observability._log import RateLimitedLog

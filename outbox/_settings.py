@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._buffer import Policy
+from ._buffer._buffer import Policy
 from ._errors import ConfigError
 from ._worker import WorkerSettings
 

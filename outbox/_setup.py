@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Self, TypeVar
 
-from ._buffer import Buffer, Policy, Reason
+from ._buffer._buffer import Buffer, Policy, Reason
 from ._errors import ConfigError
 from ._fanout import FanOut, fans_out
 from ._lifecycle import INHERITED, track

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._buffer import Buffer, Reason, count_held_locked
+from ._buffer._buffer import Buffer, Reason, count_held_locked
 from ._lifecycle import no_longer_closes_at_exit, started
 from ._observability._deadletter import DeadLetter
 from ._observability._log import logger, never_silent

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._backlog import Settled
-from ._buffer import Buffer, Reason, count_held_locked
+from ._buffer._buffer import Buffer, Reason, count_held_locked
+from ._buffer._numbering import DELIVERED
 from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
 from ._intake import Intake
-from ._numbering import DELIVERED
 from ._observability._deadletter import DeadLetter
 from ._observability._log import RateLimitedLog, logger
 from ._retry import CircuitState, backoff_delay

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
-from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
+from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
 from outbox._run._serde import serialize, weight
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
@@ -143,7 +143,7 @@ def test_emit_never_serializes_on_the_callers_thread():
     # self-pipe), when the queue reaches the size the worker asked to be woken at (on a loaded
     # machine the worker is still arming it while these emits run).
     called = set(calls.modules) - {__name__, "sys"}  # this list comprehension; setprofile(None)
-    hot = {"outbox._outbox", "outbox._buffer", "builtins", "collections", "_thread"}
+    hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
     wake = {"outbox._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
     assert calls.modules["outbox._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
@@ -578,10 +578,10 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
                 outbox.emit(event)
         slow = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
         slow.pop("outbox._outbox.emit")
-        slow.pop("outbox._buffer.put")
+        slow.pop("outbox._buffer._buffer.put")
         # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
-        assert slow.get("outbox._holdings._recompute_locked", 0) <= 8, slow
-        slow.pop("outbox._holdings._recompute_locked", None)
+        assert slow.get("outbox._buffer._holdings._recompute_locked", 0) <= 8, slow
+        slow.pop("outbox._buffer._holdings._recompute_locked", None)
         assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
         calls[backlog] = recorder.events
         dropped = outbox.stats().dropped.get("dropped_full", 0) - before

@@ -101,7 +101,7 @@ def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
 
 
 def test_a_shed_retires_its_numbers_and_no_successor_hands_the_shed_events_on(tmp_path):
-    from outbox._buffer import Buffer, Policy
+    from outbox._buffer._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)

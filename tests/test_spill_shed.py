@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 
 from outbox import Outbox
-from outbox._buffer import Buffer, Policy
+from outbox._buffer._buffer import Buffer, Policy
 from outbox._intake import Intake
 from outbox._observability._log import RateLimitedLog
 from outbox._slices import Slicer

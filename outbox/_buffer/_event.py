@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
-from ._run._run import RunRecord
+from .._run._run import RunRecord
 
 if TYPE_CHECKING:
     from openlineage.client import event_v2

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from itertools import accumulate, islice, repeat, starmap
 from typing import Any, Protocol
 
+from .._run._serde import SerializedEvent, weight
 from ._numbering import Journal, Numbering
-from ._run._serde import SerializedEvent, weight
 
 __all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "Overflow", "is_exact"]
 

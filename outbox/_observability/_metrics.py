@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import metrics
 
 if TYPE_CHECKING:  # types only: the buffer and the spill sit above observability
-    from .._buffer import Buffer
+    from .._buffer._buffer import Buffer
     from .._spill import Spill
 
 __all__ = ["Metrics"]

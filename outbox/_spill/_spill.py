@@ -17,9 +17,9 @@ import os
 import time
 from typing import Any
 
-from .._buffer import Buffer, Reason
+from .._buffer._buffer import Buffer, Reason
+from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
-from .._numbering import DELIVERED
 from .._observability._log import RateLimitedLog, logger, never_silent
 from .._run._serde import SerializedEvent, weight
 from .._slices import Slicer

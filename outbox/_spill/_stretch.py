@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .._buffer import Buffer, Reason
+from .._buffer._buffer import Buffer, Reason
 from .._observability._log import RateLimitedLog
 from .._run._serde import SerializedEvent, weight
 from .._slices import Slicer

@@ -13,7 +13,7 @@ import time
 
 from outbox import s3_dataset
 from outbox._backlog import Backlog
-from outbox._buffer import Buffer
+from outbox._buffer._buffer import Buffer
 from outbox._intake import Intake
 from outbox._observability._log import RateLimitedLog
 from outbox._run._run import Run
