@@ -18,7 +18,7 @@ from ._observability._deadletter import DeadLetter
 from ._observability._log import RateLimitedLog
 from ._run._run import RunRecord
 from ._run._serde import SerializedEvent, serialize
-from ._slices import SLICE, Slicer
+from ._runtime._slices import SLICE, Slicer
 
 __all__ = ["Intake", "measure_here"]
 

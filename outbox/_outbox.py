@@ -231,7 +231,7 @@ class Outbox(Assembly):
             False if handlers cannot be installed here (not the main thread); the exit hook
             still flushes at interpreter exit.
         """
-        from ._signals import close_on_signal
+        from ._runtime._signals import close_on_signal
 
         return close_on_signal(self._current_sidecar, signums)
 

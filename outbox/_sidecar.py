@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._buffer._buffer import Buffer, Reason, count_held_locked
-from ._lifecycle import no_longer_closes_at_exit, started
 from ._observability._deadletter import DeadLetter
 from ._observability._log import logger, never_silent
 from ._observability._stats import CloseReport, Stats
-from ._slices import install
+from ._runtime._lifecycle import no_longer_closes_at_exit, started
+from ._runtime._slices import install
+from ._runtime._threads import DaemonExecutor, block_async_signals
 from ._spill import Spill
-from ._threads import DaemonExecutor, block_async_signals
 from ._worker import CLOSE_GRACE, Worker, WorkerSettings
 from .transports._base import Transport
 

@@ -30,8 +30,8 @@ from ._intake import Intake
 from ._observability._deadletter import DeadLetter
 from ._observability._log import RateLimitedLog, logger
 from ._retry import CircuitState, backoff_delay
+from ._runtime._slices import Slicer
 from ._sender import attempt
-from ._slices import Slicer
 from ._spill import Spill
 from .transports._base import Outcome, Transport
 

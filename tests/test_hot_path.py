@@ -20,7 +20,7 @@ import pytest
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
 from outbox._run._serde import serialize, weight
-from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
 from support.helpers import ScriptedTransport, run_event, wait_until
 

@@ -12,7 +12,7 @@ from outbox import Outbox
 from outbox._buffer._buffer import Buffer, Policy
 from outbox._intake import Intake
 from outbox._observability._log import RateLimitedLog
-from outbox._slices import Slicer
+from outbox._runtime._slices import Slicer
 from outbox._spill import Spill
 
 from support.helpers import ScriptedTransport, run_event, wait_until

@@ -473,7 +473,8 @@ def test_behind_a_handler_that_computes_the_worker_takes_the_next_batch_without_
     for a switch interval), the worker gives a new request one turn of the loop, not
     ``_ON_THE_WIRE``, before it takes (serializes) the next batch (#37: such a handler
     starved the sidecar).  The bound made long here: waiting for it would hold the request."""
-    from outbox import _slices, _worker
+    from outbox import _worker
+    from outbox._runtime import _slices
 
     monkeypatch.setattr(_worker, "_ON_THE_WIRE", 30.0)
     monkeypatch.setattr(_slices.Slicer, "contended", property(lambda self: True))

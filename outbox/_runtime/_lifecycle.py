@@ -31,11 +31,11 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._observability._log import never_silent
-from ._observability._metrics import forget_after_fork as metrics_after_fork
+from .._observability._log import never_silent
+from .._observability._metrics import forget_after_fork as metrics_after_fork
 
 if TYPE_CHECKING:
-    from ._sidecar import Sidecar
+    from .._sidecar import Sidecar
 
 T = TypeVar("T")
 

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._observability._log import logger, never_silent
 from ._lifecycle import WeakCall, close_all, hold_weakly
-from ._observability._log import logger, never_silent
 from ._threads import block_async_signals
 
 if TYPE_CHECKING:
-    from ._sidecar import Sidecar
+    from .._sidecar import Sidecar
 
     SidecarOf = Callable[[], Sidecar]
 

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._buffer._buffer import Buffer
+from .._buffer._buffer import Buffer
 
 __all__ = ["HANDOFF", "LONGEST_SLICE", "SLICE", "Slicer", "checkpoint", "install"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent, serialize
-from .._slices import Slicer
+from .._runtime._slices import Slicer
 from ._format import encode_event, encode_settle, file_header, record_size
 from ._owners import Home
 from ._ranges import Ranges

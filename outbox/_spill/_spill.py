@@ -22,7 +22,7 @@ from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger, never_silent
 from .._run._serde import SerializedEvent, weight
-from .._slices import Slicer
+from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
 from ._owners import Home, dead_owners

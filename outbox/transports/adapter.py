@@ -29,7 +29,7 @@ import orjson
 from .._config import ResolvedTransport
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog
-from .._threads import DaemonExecutor, read_when_done
+from .._runtime._threads import DaemonExecutor, read_when_done
 from ._base import DELIVERED, Outcome, SerializedEvent
 from ._http_settings import config_secrets, safe_failure
 

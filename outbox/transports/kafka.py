@@ -28,8 +28,8 @@ from typing import Any
 from .._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, limit_library_logs, never_silent
-from .._slices import checkpoint
-from .._threads import read_when_done
+from .._runtime._slices import checkpoint
+from .._runtime._threads import read_when_done
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]

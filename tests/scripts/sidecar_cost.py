@@ -18,7 +18,7 @@ from outbox._intake import Intake
 from outbox._observability._log import RateLimitedLog
 from outbox._run._run import Run
 from outbox._run._serde import serialize
-from outbox._slices import Slicer
+from outbox._runtime._slices import Slicer
 from outbox.tools.benchmarks import throughput
 from outbox.transports import DELIVERED
 
