@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Self, TypeVar
 
 from ._buffer._buffer import Buffer, Policy, Reason
+from ._config._settings import Limits, WorkerSettings, check_number, from_variables, in_force, resolve
 from ._errors import ConfigError
 from ._fanout import FanOut, fans_out
 from ._observability._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
@@ -21,12 +22,10 @@ from ._observability._deadletter import DeadLetter
 from ._observability._log import logger
 from ._observability._metrics import Metrics
 from ._runtime._lifecycle import INHERITED, track
-from ._settings import Limits, check_number, from_variables, in_force, resolve
 from ._sidecar import Sidecar, State
 from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
 from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
 from ._spill import Spill
-from ._worker import WorkerSettings
 from .transports._base import Transport
 
 __all__ = [
@@ -100,7 +99,7 @@ def from_environment(
 ) -> T:
     """An outbox made by ``make`` (the ``Outbox`` class) from openlineage-python's transport
     configuration and the ``OUTBOX_*`` variables (see ``Outbox.from_env``)."""
-    from ._config import resolve_transport_config
+    from ._config._config import resolve_transport_config
     from .transports import MemoryTransport, transport_from_config
 
     settings = from_variables(env, overrides)

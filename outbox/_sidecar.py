@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._buffer._buffer import Buffer, Reason, count_held_locked
+from ._config._settings import WorkerSettings
 from ._observability._deadletter import DeadLetter
 from ._observability._log import logger, never_silent
 from ._observability._stats import CloseReport, Stats
@@ -27,7 +28,7 @@ from ._runtime._lifecycle import no_longer_closes_at_exit, started
 from ._runtime._slices import install
 from ._runtime._threads import DaemonExecutor, block_async_signals
 from ._spill import Spill
-from ._worker import CLOSE_GRACE, Worker, WorkerSettings
+from ._worker import CLOSE_GRACE, Worker
 from .transports._base import Transport
 
 if TYPE_CHECKING:

@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ._backlog import Settled
 from ._buffer._buffer import Buffer, Reason, count_held_locked
 from ._buffer._numbering import DELIVERED
+from ._config._settings import WorkerSettings
 from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
 from ._intake import Intake
@@ -35,7 +35,7 @@ from ._sender import attempt
 from ._spill import Spill
 from .transports._base import Outcome, Transport
 
-__all__ = ["CLOSE_GRACE", "CircuitState", "Worker", "WorkerSettings", "backoff_delay"]
+__all__ = ["CLOSE_GRACE", "CircuitState", "Worker", "backoff_delay"]
 
 
 _INF = float("inf")
@@ -57,21 +57,6 @@ _ON_THE_WIRE = 0.001
 # The fewest events the backlog takes ahead of the lanes (a batch size of 1 must not leave a
 # refused event the only thing to send).
 _MIN_WINDOW = 64
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    max_batch_events: int
-    max_batch_bytes: int
-    linger: float
-    send_timeout: float
-    backoff_base: float
-    backoff_cap: float
-    circuit_threshold: int
-    log_interval: float
-    max_retry_after: float = 300.0
-    poison_attempts: int = 5
-    max_concurrency: int = 8
 
 
 class Worker:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from outbox import Outbox
-from outbox._config import OUTBOX_VARIABLES
+from outbox._config._config import OUTBOX_VARIABLES
 from outbox.tools.check import datahub_refusal, openmetadata_verdict
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour

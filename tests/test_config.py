@@ -206,7 +206,7 @@ def test_openlineage_disabled_false_is_not_disabled(tmp_path):
 
 
 def test_resolution_follows_openlineage_python_for_url_and_async_http():
-    from outbox._config import resolve_transport_config
+    from outbox._config._config import resolve_transport_config
 
     plain = resolve_transport_config(
         {"OPENLINEAGE_URL": "http://m:5000", "OPENLINEAGE_ENDPOINT": "api/v2/x", "OPENLINEAGE_API_KEY": "k"}

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ConfigError
-from ._observability._log import never_silent
+from .._errors import ConfigError
+from .._observability._log import never_silent
 
 __all__ = [
     "OUTBOX_VARIABLES",

@@ -7,11 +7,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._buffer._buffer import Policy
-from ._errors import ConfigError
-from ._worker import WorkerSettings
+from .._buffer._buffer import Policy
+from .._errors import ConfigError
 
-__all__ = ["Limits", "check_number", "from_variables", "in_force", "resolve", "validate_one"]
+__all__ = [
+    "Limits",
+    "WorkerSettings",
+    "check_number",
+    "from_variables",
+    "in_force",
+    "resolve",
+    "validate_one",
+]
 
 MiB = 1024 * 1024
 
@@ -22,6 +29,24 @@ class Limits:
     max_bytes: int
     policy: Policy
     block_timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """The worker's keywords, checked (``resolve``): batches, linger, timeouts, backoff, the
+    breaker, poison and lanes."""
+
+    max_batch_events: int
+    max_batch_bytes: int
+    linger: float
+    send_timeout: float
+    backoff_base: float
+    backoff_cap: float
+    circuit_threshold: int
+    log_interval: float
+    max_retry_after: float = 300.0
+    poison_attempts: int = 5
+    max_concurrency: int = 8
 
 
 def check_number(name: str, value: Any, *, minimum: float, integer: bool = False, above: bool = False) -> Any:

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import ConfigError, Outbox
-from .._config import ResolvedTransport, resolve_transport_config
+from .._config._config import ResolvedTransport, resolve_transport_config
 from .._observability import _deadletter as deadletter
 from ..transports import (
     CompositeTransport,
@@ -592,7 +592,7 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
 
 def _check_spill(environ: Mapping[str, str]) -> Check | None:
     """The spill directory's state (writable, size, owners, oldest event), when one is set."""
-    from .._config import outbox_settings
+    from .._config._config import outbox_settings
     from .._spill import inspect_dir
 
     configured, _ = outbox_settings(environ)
@@ -624,7 +624,7 @@ def _config_check(
 ) -> Check:
     """Say the transport and every setting in force; the config check (failed when nothing
     is configured)."""
-    from .._config import outbox_settings
+    from .._config._config import outbox_settings
 
     origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
     say(f"transport   {outbox.transport!r} (from {origin})")

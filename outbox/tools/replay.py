@@ -155,7 +155,7 @@ class _DropFallbackWarning(logging.Filter):
 
 
 def _transport(env: Mapping[str, str], console: bool) -> Transport:
-    from .._config import resolve_transport_config
+    from .._config._config import resolve_transport_config
     from .._observability._log import logger
     from ..transports import ConsoleTransport, transport_from_config
 
@@ -183,8 +183,8 @@ def _transport(env: Mapping[str, str], console: bool) -> Transport:
 
 
 def _settings(env: Mapping[str, str]) -> dict[str, Any]:
-    from .._config import outbox_settings
-    from .._settings import validate_one
+    from .._config._config import outbox_settings
+    from .._config._settings import validate_one
 
     settings, origins = outbox_settings(env)
     for keyword, var in origins.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._config import ResolvedTransport, openlineage_flag
+from .._config._config import ResolvedTransport, openlineage_flag
 from .._errors import ConfigError
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent, Transport
 from .adapter import OpenLineageTransportAdapter

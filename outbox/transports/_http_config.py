@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .._config import ResolvedTransport, warn_once
+from .._config._config import ResolvedTransport, warn_once
 from .._errors import ConfigError
 from .._observability._log import limit_library_logs
 from ._http_settings import (

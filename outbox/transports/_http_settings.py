@@ -22,7 +22,7 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from .._config import tls_context, warn_once
+from .._config._config import tls_context, warn_once
 from .._errors import ConfigError
 
 MODES = ("single", "batch", "auto")

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from .._config import ResolvedTransport
+from .._config._config import ResolvedTransport
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog
 from .._runtime._threads import DaemonExecutor, read_when_done

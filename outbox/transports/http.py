@@ -56,7 +56,7 @@ import httpcore._backends.anyio  # noqa: F401  # isort: skip
 if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
     sys.modules["sniffio"] = None  # type: ignore[assignment]
 
-from .._config import ResolvedTransport
+from .._config._config import ResolvedTransport
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent

@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._config import ResolvedTransport, tls_context, warn_once
+from .._config._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, limit_library_logs, never_silent
 from .._runtime._slices import checkpoint
