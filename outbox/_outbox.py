@@ -10,11 +10,11 @@ from typing import Any, Self
 
 from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
-from ._intake import measure_here
 from ._observability._stats import CloseReport, Stats
 from ._run._run import LineageJob, Run, TimedRun
 from ._setup import Assembly
-from ._sidecar import State
+from ._worker._intake import measure_here
+from ._worker._sidecar import State
 from .transports._base import Transport
 
 __all__ = ["Outbox"]

@@ -16,16 +16,16 @@ from typing import Any, NamedTuple, Self, TypeVar
 from ._buffer._buffer import Buffer, Policy, Reason
 from ._config._settings import Limits, WorkerSettings, check_number, from_variables, in_force, resolve
 from ._errors import ConfigError
-from ._fanout import FanOut, fans_out
 from ._observability._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._observability._deadletter import DeadLetter
 from ._observability._log import logger
 from ._observability._metrics import Metrics
 from ._runtime._lifecycle import INHERITED, track
-from ._sidecar import Sidecar, State
 from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
 from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
 from ._spill import Spill
+from ._worker._fanout import FanOut, fans_out
+from ._worker._sidecar import Sidecar, State
 from .transports._base import Transport
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The backlog (``outbox._backlog``): one FIFO per order key, keys muted while their events are on
+"""The backlog (``outbox._worker._backlog``): one FIFO per order key, keys muted while their events are on
 the wire, isolation of events the backend refuses, and the poison ledger.  Pure: no threads,
 no transport, time passed in."""
 
@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from outbox import About, Outcome
-from outbox._backlog import Backlog
-from outbox._held import Held, order_key
 from outbox._run._serde import SerializedEvent
+from outbox._worker._backlog import Backlog
+from outbox._worker._held import Held, order_key
 
 DELIVERED = Outcome.delivered()
 REFUSED = Outcome.retry("http_500", "cannot map", about=About.EVENT)  # this very event

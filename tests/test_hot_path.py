@@ -144,10 +144,10 @@ def test_emit_never_serializes_on_the_callers_thread():
     # machine the worker is still arming it while these emits run).
     called = set(calls.modules) - {__name__, "sys"}  # this list comprehension; setprofile(None)
     hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
-    wake = {"outbox._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
+    wake = {"outbox._worker._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    assert calls.modules["outbox._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
-    assert calls.modules["socket"] <= calls.modules["outbox._sidecar"], calls.modules
+    assert calls.modules["outbox._worker._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
+    assert calls.modules["socket"] <= calls.modules["outbox._worker._sidecar"], calls.modules
     assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
     stats = outbox.stats()
     assert stats.accepted == len(events) + len(first_of_each) + 1

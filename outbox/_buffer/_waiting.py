@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._buffer import Buffer, Reason
 
 if TYPE_CHECKING:
-    from .._fanout import FanOut
+    from .._worker._fanout import FanOut
 
 __all__ = ["flush_target", "put_async", "settled", "settled_async", "wait_async"]
 

@@ -35,7 +35,7 @@ from .._observability._log import never_silent
 from .._observability._metrics import forget_after_fork as metrics_after_fork
 
 if TYPE_CHECKING:
-    from .._sidecar import Sidecar
+    from .._worker._sidecar import Sidecar
 
 T = TypeVar("T")
 

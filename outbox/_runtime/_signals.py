@@ -27,7 +27,7 @@ from ._lifecycle import WeakCall, close_all, hold_weakly
 from ._threads import block_async_signals
 
 if TYPE_CHECKING:
-    from .._sidecar import Sidecar
+    from .._worker._sidecar import Sidecar
 
     SidecarOf = Callable[[], Sidecar]
 

@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..transports._base import DELIVERED, About, Outcome, OutcomeKind
 from ._held import Held, Key, order_key
 from ._keys import Keys, _Key, _Wire
 from ._ledger import Ledger
-from .transports._base import DELIVERED, About, Outcome, OutcomeKind
 
 __all__ = ["Backlog", "Settled"]
 

@@ -20,20 +20,20 @@ import threading
 import time
 from typing import Any
 
+from .._buffer._buffer import Buffer, Reason, count_held_locked
+from .._buffer._numbering import DELIVERED
+from .._config._settings import WorkerSettings
+from .._observability._deadletter import DeadLetter
+from .._observability._log import RateLimitedLog, logger
+from .._runtime._slices import Slicer
+from .._spill import Spill
+from ..transports._base import Outcome, Transport
 from ._backlog import Settled
-from ._buffer._buffer import Buffer, Reason, count_held_locked
-from ._buffer._numbering import DELIVERED
-from ._config._settings import WorkerSettings
 from ._dispatch import Answer, Dispatch, Lane
 from ._held import Held
 from ._intake import Intake
-from ._observability._deadletter import DeadLetter
-from ._observability._log import RateLimitedLog, logger
 from ._retry import CircuitState, backoff_delay
-from ._runtime._slices import Slicer
 from ._sender import attempt
-from ._spill import Spill
-from .transports._base import Outcome, Transport
 
 __all__ = ["CLOSE_GRACE", "CircuitState", "Worker", "backoff_delay"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ..transports._base import Outcome
 from ._backlog import Backlog, Settled
 from ._held import Held, order_key
 from ._lanes import Lanes, lane_size
 from ._retry import NO_TIME_LEFT, Breaker, backoff_delay, close_paced
 from ._sender import Verdict, classify
-from .transports._base import Outcome
 
 __all__ = ["Answer", "Dispatch", "Lane"]
 

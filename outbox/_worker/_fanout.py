@@ -39,15 +39,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._buffer._buffer import Buffer, Policy, Reason
-from ._config._settings import WorkerSettings
-from ._observability._deadletter import DeadLetter
-from ._observability._metrics import Metrics
-from ._run._serde import weight
-from ._runtime._slices import checkpoint
+from .._buffer._buffer import Buffer, Policy, Reason
+from .._config._settings import WorkerSettings
+from .._observability._deadletter import DeadLetter
+from .._observability._metrics import Metrics
+from .._run._serde import weight
+from .._runtime._slices import checkpoint
+from ..transports._base import DELIVERED, Outcome, SerializedEvent, Transport
+from ..transports.composite import CompositeTransport
 from ._sidecar import CLOSE_GRACE, Sidecar
-from .transports._base import DELIVERED, Outcome, SerializedEvent, Transport
-from .transports.composite import CompositeTransport
 
 __all__ = ["FanOut", "HandOff", "fans_out"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._run._serde import SerializedEvent
+from .._run._serde import SerializedEvent
 
 __all__ = ["Held", "Key", "order_key"]
 

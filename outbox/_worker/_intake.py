@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._buffer._buffer import Buffer, Entry, Reason
+from .._buffer._buffer import Buffer, Entry, Reason
+from .._observability._deadletter import DeadLetter
+from .._observability._log import RateLimitedLog
+from .._run._run import RunRecord
+from .._run._serde import SerializedEvent, serialize
+from .._runtime._slices import SLICE, Slicer
 from ._held import Held
-from ._observability._deadletter import DeadLetter
-from ._observability._log import RateLimitedLog
-from ._run._run import RunRecord
-from ._run._serde import SerializedEvent, serialize
-from ._runtime._slices import SLICE, Slicer
 
 __all__ = ["Intake", "measure_here"]
 

@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .._observability._log import RateLimitedLog
+from ..transports._base import DELIVERED, About, Outcome, OutcomeKind, Transport
 from ._held import Held
-from ._observability._log import RateLimitedLog
-from .transports._base import DELIVERED, About, Outcome, OutcomeKind, Transport
 
 __all__ = ["Verdict", "attempt", "checked", "classify"]
 

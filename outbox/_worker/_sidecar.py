@@ -19,17 +19,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._buffer._buffer import Buffer, Reason, count_held_locked
-from ._config._settings import WorkerSettings
-from ._observability._deadletter import DeadLetter
-from ._observability._log import logger, never_silent
-from ._observability._stats import CloseReport, Stats
-from ._runtime._lifecycle import no_longer_closes_at_exit, started
-from ._runtime._slices import install
-from ._runtime._threads import DaemonExecutor, block_async_signals
-from ._spill import Spill
-from ._worker import CLOSE_GRACE, Worker
-from .transports._base import Transport
+from .._buffer._buffer import Buffer, Reason, count_held_locked
+from .._config._settings import WorkerSettings
+from .._observability._deadletter import DeadLetter
+from .._observability._log import logger, never_silent
+from .._observability._stats import CloseReport, Stats
+from .._runtime._lifecycle import no_longer_closes_at_exit, started
+from .._runtime._slices import install
+from .._runtime._threads import DaemonExecutor, block_async_signals
+from .._spill import Spill
+from ..transports._base import Transport
+from ._conductor import CLOSE_GRACE, Worker
 
 if TYPE_CHECKING:
     from ._fanout import FanOut

@@ -24,7 +24,7 @@ def main() -> None:
     # its sampling of the queued objects (every 10 ms of wall time while new ones come: under
     # valgrind, thousands of instructions a call that vary from run to run), where the tree has it.
     try:
-        from outbox import _intake
+        from outbox._worker import _intake
 
         _intake.SAMPLE_INTERVAL = 3600.0
     except (ImportError, AttributeError):
