@@ -45,7 +45,7 @@ from ..transports import (
     KafkaTransport,
     OpenLineageTransportAdapter,
 )
-from ..transports._http_settings import environment_proxy, redact_url
+from ..transports._http._settings import environment_proxy, redact_url
 from ._sink_rules import datahub_orchestrator
 
 __all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]

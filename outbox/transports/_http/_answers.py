@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import orjson
 
-from ._base import DELIVERED, About, Outcome
-from ._http_settings import redact_url
+from .._base import DELIVERED, About, Outcome
+from ._settings import redact_url
 
 #: The most of an answer's body the transport reads (the rest is never read).
 MAX_ANSWER_BYTES = 1024 * 1024

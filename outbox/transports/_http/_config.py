@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .._config._config import ResolvedTransport, warn_once
-from .._errors import ConfigError
-from .._observability._log import limit_library_logs
-from ._http_settings import (
+from ..._config._config import ResolvedTransport, warn_once
+from ..._errors import ConfigError
+from ..._observability._log import limit_library_logs
+from ._settings import (
     BOOLEAN_WORDS,
     OPENLINEAGE_FILTER,
     RedactingFilter,

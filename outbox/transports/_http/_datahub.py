@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import orjson
 
-from .._observability._log import logger
+from ..._observability._log import logger
 
 # What DataHub's dataset URNs cannot hold (its docs: "URN restrictions"), and what java.net.URI
 # refuses in the URI DataHub makes of a namespace with a scheme (it then leaves the dataset out).

@@ -22,8 +22,8 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from .._config._config import tls_context, warn_once
-from .._errors import ConfigError
+from ..._config._config import tls_context, warn_once
+from ..._errors import ConfigError
 
 MODES = ("single", "batch", "auto")
 FORMATS = ("array", "openmetadata")

@@ -9,11 +9,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
-from ._http_answers import STOP_REASONS
+from .._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
+from ._answers import STOP_REASONS
 
 if TYPE_CHECKING:
-    from .http import HttpTransport
+    from ..http import HttpTransport
 
 __all__ = ["send_single"]
 
