@@ -1,5 +1,6 @@
-"""The library's shape (issue 21): no import circle among its modules at run time, and no
-file, class or function too long to read in one sitting.
+"""The library's shape (issues 21 and 38): no import circle at run time among its modules, nor
+among its folders (the parts: ``outbox/_buffer/``, ``outbox/_worker/``, ...), and no file, class
+(with its base classes from the library) or function too long to read in one sitting.
 
 Every import is followed, module level and function level alike; only those under
 ``if TYPE_CHECKING:`` are not (they never run)."""
@@ -102,11 +103,50 @@ def test_no_import_circle_among_the_librarys_modules():
     assert circles(graph) == []
 
 
+def part(module: str) -> str:
+    """The part a module belongs to: its folder right under ``outbox/`` (``outbox._worker``
+    for ``outbox._worker._intake``, ``outbox.transports`` for ``outbox.transports._http._answers``),
+    or the module itself at the top (``outbox._outbox``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def part_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    parts: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        parts.setdefault(part(module), set()).update(part(m) for m in imported if part(m) != part(module))
+    return parts
+
+
+def test_no_import_circle_among_the_librarys_folders():
+    """#38: the parts are layered: a folder imports only from folders below it (its
+    ``__init__`` docstring names them), so each can be read, and tested, with what is below."""
+    assert part("outbox._worker._intake") == "outbox._worker"
+    assert part("outbox.transports._http._answers") == "outbox.transports"
+    assert part("outbox._outbox") == "outbox._outbox"
+    parts = part_graph(import_graph())
+    assert {"outbox._buffer", "outbox._worker", "outbox._spill", "outbox._runtime"} <= set(parts)
+    assert "outbox._buffer" in parts["outbox._worker"]  # it followed imports across folders
+    assert circles(parts) == []
+
+
+def test_each_folder_says_what_it_owns_and_may_import():
+    folders = [path.parent for path in ROOT.rglob("__init__.py") if path.parent.name != "tools"]
+    assert len(folders) >= 9  # the parts, the transports and HTTP's folder
+    for folder in folders:
+        if folder == ROOT or "tools" in folder.relative_to(ROOT).parts:
+            continue
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        assert "import" in doc, f"{folder}: its __init__ docstring says what it owns and may import"
+
+
 # -- sizes (issue 21): each part readable in one sitting ------------------------------------
 
 MAX_FILE_LINES = 650
 MAX_CLASS_LINES = 400
 MAX_FUNCTION_LINES = 60
+#: A class with its base classes from the library (#38: a class is split by composition, not
+#: by moving half of it into a base class in another module).
+MAX_CLASS_WITH_BASES_LINES = 450
 
 
 def oversized(path: Path, source: str) -> list[str]:
@@ -238,3 +278,37 @@ def test_only_the_buffer_writes_its_fields():
         for problem in buffer_writes(path.relative_to(ROOT.parent), path.read_text())
     ]
     assert found == [], "\n".join(found)
+
+
+def classes_with_bases(paths: list[Path]) -> dict[str, int]:
+    """Each library class (``module.Class``) and its length plus that of its base classes from
+    the library, followed through the names its module defines or imports from the library."""
+    sizes: dict[str, int] = {}
+    bases: dict[str, list[str]] = {}
+    for path in paths:
+        module = _module_name(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        names: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    names[alias.asname or alias.name] = f"{target}.{alias.name}"
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names[node.name] = f"{module}.{node.name}"
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                key = f"{module}.{node.name}"
+                sizes[key] = (node.end_lineno or node.lineno) - node.lineno + 1
+                bases[key] = [names[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in names]
+
+    def total(key: str, seen: frozenset[str] = frozenset()) -> int:
+        return sizes[key] + sum(total(b, seen | {key}) for b in bases[key] if b in sizes and b not in seen)
+
+    return {key: total(key) for key in sizes}
