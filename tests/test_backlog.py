@@ -220,11 +220,11 @@ def test_a_keys_events_added_while_an_earlier_group_waits_in_fresh_keep_their_or
 def _check_places(backlog: Backlog, on_wire: dict[int, Held]) -> None:
     """Every held event in exactly one place; the counts agree."""
     seen: dict[int, str] = {}
-    for group in backlog._fresh:
+    for group in backlog.keys._fresh:
         for item in group:
             assert item.seq not in seen
             seen[item.seq] = "fresh"
-    for state in backlog._keys.values():
+    for state in backlog.keys.states.values():
         for item in getattr(state, "fifo", ()):
             assert item.seq not in seen
             seen[item.seq] = "fifo"

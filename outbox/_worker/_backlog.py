@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from ..transports._base import DELIVERED, About, Outcome, OutcomeKind
 from ._held import Held, Key, order_key
-from ._keys import Keys, _Key, _Wire
+from ._keys import Keys, KeyState, Wire
 from ._ledger import Ledger
 
 __all__ = ["Backlog", "Settled"]
@@ -91,19 +91,82 @@ class _Answer:
         return self._event_delay
 
 
-class Backlog(Keys):
-    """Held events by key, and the answers that settle them.
+class Backlog:
+    """Held events by key (its store, :class:`Keys`), and the answers that settle them.
+
+    The worker adds events and takes lanes through the backlog (the store's methods, handed
+    on below); settling an answer works on the store's keys, FIFOs and heads.
 
     Args:
         poison_attempts: answers about an event alone that settle it as poison (given that the
             backend took others meanwhile).
+        keys: the store (a new one by default).
     """
 
-    def __init__(self, poison_attempts: int) -> None:
-        super().__init__()
+    def __init__(self, poison_attempts: int, keys: Keys | None = None) -> None:
+        #: The store: fresh groups, a FIFO per key held back, muting, taking lanes.
+        self.keys = Keys() if keys is None else keys
         self.poison_attempts = poison_attempts
         #: The evidence for poison, per event.
         self.ledger = Ledger(poison_attempts)
+
+    # -- the store, handed on ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.keys.items
+
+    def add(self, items: Sequence[Held]) -> None:
+        self.keys.add(items)
+
+    def take_lane(self, now: float, most_events: int, most_bytes: int, *, fair: bool = False) -> list[Held]:
+        return self.keys.take_lane(now, most_events, most_bytes, fair=fair)
+
+    def promote(self, now: float) -> None:
+        self.keys.promote(now)
+
+    def next_ready_at(self, now: float) -> float | None:
+        return self.keys.next_ready_at(now)
+
+    def can_send(self, now: float) -> bool:
+        return self.keys.can_send(now)
+
+    def lowest_seq(self) -> float:
+        return self.keys.lowest_seq()
+
+    def pull_forward(self) -> None:
+        self.keys.pull_forward()
+
+    @property
+    def items(self) -> int:
+        return self.keys.items
+
+    @property
+    def bytes(self) -> int:
+        return self.keys.bytes
+
+    @property
+    def in_lanes(self) -> int:
+        return self.keys.in_lanes
+
+    @property
+    def resting(self) -> int:
+        return self.keys.resting
+
+    @property
+    def split_to(self) -> int | None:
+        return self.keys.split_to
+
+    @property
+    def waiting(self) -> int:
+        return self.keys.waiting
+
+    @property
+    def fresh(self) -> int:
+        return self.keys.fresh
+
+    @property
+    def ready(self) -> int:
+        return self.keys.ready
 
     # -- answers ---------------------------------------------------------------------------
 
@@ -118,7 +181,7 @@ class Backlog(Keys):
         waits before its next attempt."""
         if len(outcomes) == len(lane) and outcomes.count(DELIVERED) == len(lane):
             return self._delivered(lane, now)  # the common case (counted at C speed)
-        self._landed(lane)
+        self.keys.landed(lane)
         answer = _Answer.of(outcomes, now, delay)
         if answer.any_delivered:
             self.ledger.took(now)
@@ -129,16 +192,18 @@ class Backlog(Keys):
         for key, pairs in by_key.items():
             self._settle_key(key, self._state_of(key, [item for item, _ in pairs]), pairs, answer)
         if answer.whole and answer.keys > 1:
-            self.split_to = max(1, min(self.split_to or answer.keys, answer.keys) // 2)
-        elif answer.was_suspects and answer.any_delivered and self.split_to is not None:
-            self.split_to *= 2
-        if not self._suspects:
-            self.split_to = None
+            self.keys.split_to = max(1, min(self.keys.split_to or answer.keys, answer.keys) // 2)
+        elif answer.was_suspects and answer.any_delivered and self.keys.split_to is not None:
+            self.keys.split_to *= 2
+        if not self.keys.suspects:
+            self.keys.split_to = None
         size = sum(item.size for item in answer.delivered)
         size += sum(item.size for item, _ in answer.rejected) + sum(item.size for item, _ in answer.poison)
         return Settled(answer.delivered, answer.rejected, answer.poison, size)
 
-    def _settle_key(self, key: Key, state: _Key, pairs: list[tuple[Held, Outcome]], answer: _Answer) -> None:
+    def _settle_key(
+        self, key: Key, state: KeyState, pairs: list[tuple[Held, Outcome]], answer: _Answer
+    ) -> None:
         """One key's part of an answer: its settled events leave its FIFO; a refused head
         waits (a backoff of its own, or the answer's shared one) or is settled as poison."""
         state.muted = False
@@ -149,7 +214,7 @@ class Backlog(Keys):
         new_head = bool(fifo) and fifo[0] is not head
         if new_head:
             state.new_head()
-            self._refused_keys.discard(key)
+            self.keys.refused.discard(key)
         now = answer.now
         if retry is None:
             # Settled, or deferred by the transport (not a failure): again at once, after a
@@ -159,22 +224,22 @@ class Backlog(Keys):
             self._refused(key, state, pairs, retry, answer)
         else:
             state.refusals += 1
-            self._refused_keys.add(key)
+            self.keys.refused.add(key)
             state.ready_at = now + answer.delay(state.refusals, retry[1].retry_after, False)
         if fifo:
             if state.ready_at <= now:
                 state.ready_at = 0.0
             if new_head or fifo[0] is not head:
-                heapq.heappush(self._heads, (fifo[0].seq, key))
-            self._ready(key, state, fifo[0].seq)
+                heapq.heappush(self.keys.heads, (fifo[0].seq, key))
+            self.keys.make_ready(key, state, fifo[0].seq)
         else:
             if state.suspect:
-                self._suspects -= 1
-            del self._keys[key]
-            self._refused_keys.discard(key)
+                self.keys.suspects -= 1
+            del self.keys.states[key]
+            self.keys.refused.discard(key)
 
     def _take_settled(
-        self, state: _Key, pairs: list[tuple[Held, Outcome]], answer: _Answer
+        self, state: KeyState, pairs: list[tuple[Held, Outcome]], answer: _Answer
     ) -> tuple[Held, Outcome] | None:
         """Take the key's delivered and rejected events out of its FIFO; returns its first
         refused event (with its outcome), if any."""
@@ -188,8 +253,8 @@ class Backlog(Keys):
                     fifo.popleft()
                 else:  # out of order (against the contract): settled all the same
                     fifo.remove(item)
-                self.items -= 1
-                self.bytes -= item.size
+                self.keys.items -= 1
+                self.keys.bytes -= item.size
                 if self.ledger:
                     self.ledger.forget(item.seq)
                 if kind is OutcomeKind.DELIVERED:
@@ -204,20 +269,20 @@ class Backlog(Keys):
                     retry = (item, outcome)
         if took and state.suspect:
             state.suspect = False
-            self._suspects -= 1
+            self.keys.suspects -= 1
         return retry
 
     def _delivered(self, lane: Sequence[Held], now: float) -> Settled:
         """:meth:`settle` for a lane the backend took whole (the common case, in one pass): a
         fresh key (on the wire with nothing else held) is forgotten; a key with a FIFO loses
         the events it had there and goes on with the rest."""
-        fresh = self._landed(lane)
-        self.items -= len(lane)
+        fresh = self.keys.landed(lane)
+        self.keys.items -= len(lane)
         self.ledger.took(now)
         if self.ledger:
             for item in lane:
                 self.ledger.forget(item.seq)
-        keys, touched = self._keys, dict[Key, _Key]()
+        keys, touched = self.keys.states, dict[Key, KeyState]()
         if fresh is not None:
             # Taken from fresh groups alone: none of its events is in a FIFO, so per key.
             mark, marked, nbytes = fresh
@@ -225,9 +290,9 @@ class Backlog(Keys):
                 state = keys.get(key)
                 if state is mark:
                     del keys[key]
-                elif isinstance(state, _Key):  # later events of it were held back meanwhile
+                elif isinstance(state, KeyState):  # later events of it were held back meanwhile
                     touched[key] = state
-            self.bytes -= nbytes
+            self.keys.bytes -= nbytes
             if touched:
                 self._went_on(touched)
             return Settled(list(lane), [], [], nbytes)
@@ -239,10 +304,10 @@ class Backlog(Keys):
             state = keys.get(key)
             if state is None:
                 continue  # a fresh key's later event in this lane: forgotten already
-            if state.__class__ is _Wire:
+            if state.__class__ is Wire:
                 del keys[key]
                 continue
-            assert isinstance(state, _Key)
+            assert isinstance(state, KeyState)
             touched[key] = state
             fifo = state.fifo
             if fifo and fifo[0].seq <= item.seq:  # it went from the FIFO (not a fresh group)
@@ -250,39 +315,39 @@ class Backlog(Keys):
                     fifo.popleft()
                 else:  # out of order (against the contract): settled all the same
                     fifo.remove(item)
-        self.bytes -= nbytes
+        self.keys.bytes -= nbytes
         if touched:
             self._went_on(touched)
         return Settled(list(lane), [], [], nbytes)
 
-    def _went_on(self, touched: dict[Key, _Key]) -> None:
+    def _went_on(self, touched: dict[Key, KeyState]) -> None:
         """Keys whose events on the wire were all delivered: unmuted, their next event a new
         head that may go at once."""
         was_suspects = False
-        keys = self._keys
+        keys = self.keys.states
         for key, state in touched.items():
             state.muted = False
             if state.suspect:
                 was_suspects, state.suspect = True, False
-                self._suspects -= 1
-            self._refused_keys.discard(key)
+                self.keys.suspects -= 1
+            self.keys.refused.discard(key)
             fifo = state.fifo
             if fifo:
                 state.new_head()
                 state.ready_at = 0.0
-                heapq.heappush(self._heads, (fifo[0].seq, key))
-                self._ready(key, state, fifo[0].seq)
+                heapq.heappush(self.keys.heads, (fifo[0].seq, key))
+                self.keys.make_ready(key, state, fifo[0].seq)
             else:
                 del keys[key]
-        if was_suspects and self.split_to is not None:
-            self.split_to *= 2
-        if not self._suspects:
-            self.split_to = None
+        if was_suspects and self.keys.split_to is not None:
+            self.keys.split_to *= 2
+        if not self.keys.suspects:
+            self.keys.split_to = None
 
     def _refused(
         self,
         key: Key,
-        state: _Key,
+        state: KeyState,
         pairs: list[tuple[Held, Outcome]],
         retry: tuple[Held, Outcome],
         answer: _Answer,
@@ -299,23 +364,23 @@ class Backlog(Keys):
         # ones wait behind it.)
         if self.ledger.judge(seq, outcome.about is About.EVENT or answer.judged == 1, answer.now):
             state.fifo.popleft()
-            self.items -= 1
-            self.bytes -= item.size
+            self.keys.items -= 1
+            self.keys.bytes -= item.size
             self.ledger.forget(seq)
             answer.poison.append((item, outcome))
             state.new_head()
-            self._refused_keys.discard(key)
+            self.keys.refused.discard(key)
             state.ready_at = 0.0
             return
         if answer.whole and answer.keys > 1 and not state.suspect:
             state.suspect = True
-            self._suspects += 1
+            self.keys.suspects += 1
         elif answer.whole and answer.keys == 1 and len(pairs) > 1:
             # One key's events refused as a whole (too large together for a Kafka topic, say):
             # its head goes alone, in order, and the rest follows it.
             state.alone = True
         state.refusals += 1
-        self._refused_keys.add(key)
+        self.keys.refused.add(key)
         state.ready_at = answer.now + answer.event_delay()
 
     def taken_since_refused(self, item: Held) -> bool:
@@ -323,25 +388,25 @@ class Backlog(Keys):
         itself): the evidence that tells a poison event from a backend that is down."""
         return self.ledger.taken_since_refused(item.seq)
 
-    def _state_of(self, key: Key, items: Sequence[Held]) -> _Key:
+    def _state_of(self, key: Key, items: Sequence[Held]) -> KeyState:
         """Key ``key``'s state with ``items`` (its events of one lane, in order) at the front of
         its FIFO: a lane taken from a fresh group left them in no FIFO."""
-        state = self._keys.get(key)
-        if state is None or state.__class__ is _Wire:
-            state = self._keys[key] = _Key(muted=True)
+        state = self.keys.states.get(key)
+        if state is None or state.__class__ is Wire:
+            state = self.keys.states[key] = KeyState(muted=True)
             state.fifo.extend(items)
-            heapq.heappush(self._heads, (items[0].seq, key))
+            heapq.heappush(self.keys.heads, (items[0].seq, key))
             return state
-        assert isinstance(state, _Key)
+        assert isinstance(state, KeyState)
         fifo = state.fifo
         if not fifo or fifo[0].seq > items[0].seq:
             fifo.extendleft(reversed(items))
-            heapq.heappush(self._heads, (items[0].seq, key))
+            heapq.heappush(self.keys.heads, (items[0].seq, key))
         return state
 
     def release(self, lane: Sequence[Held], now: float) -> None:
         """A lane whose answer is lost (our own error): its keys go again as they are."""
-        self._landed(lane)
+        self.keys.landed(lane)
         by_key: dict[Key, list[Held]] = {}
         for item in lane:
             by_key.setdefault(order_key(item), []).append(item)
@@ -349,9 +414,9 @@ class Backlog(Keys):
             state = self._state_of(key, items)
             if state.muted:
                 state.muted = False
-                self._ready(key, state, state.fifo[0].seq)
+                self.keys.make_ready(key, state, state.fifo[0].seq)
 
     def drain(self) -> list[Held]:
         """Everything held, oldest first; the backlog is empty afterwards."""
         self.ledger.clear()
-        return super().drain()
+        return self.keys.drain()

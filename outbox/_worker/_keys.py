@@ -9,11 +9,11 @@ Two places hold a key's events, and a key's events are in one of them at a time:
 
 * **fresh**: events of keys with nothing else held (no event on the wire, none refused), in
   groups of one key from one :meth:`Keys.add`, in the order they came.  A lane takes a group
-  whole and marks its key as on the wire in that lane (a :class:`_Wire`, no per-key object);
+  whole and marks its key as on the wire in that lane (a :class:`Wire`, no per-key object);
   the common case, a run's START and COMPLETE taken, sent and delivered together, costs a dict
   entry per run and nothing else (a lane of fresh groups alone keeps the keys it marked, and
   is settled by them when delivered whole: per key, not per event).
-* **a key's FIFO** (a :class:`_Key`): once a key has events held back (behind its events on the
+* **a key's FIFO** (a :class:`KeyState`): once a key has events held back (behind its events on the
   wire, or refused and waiting out a backoff, or isolated), every later event of it joins its
   FIFO, and it goes from a heap of keys that may go, by its head's sequence number.
 
@@ -33,13 +33,13 @@ from collections.abc import Sequence
 
 from ._held import Held, Key
 
-__all__ = ["Keys"]
+__all__ = ["KeyState", "Keys", "Wire"]
 
 _INF = float("inf")
 _SIZE = operator.itemgetter(2)  # Held.size
 
 
-class _Key:
+class KeyState:
     """One key's events held back, and what they go through."""
 
     __slots__ = ("alone", "fifo", "muted", "ready_at", "refusals", "suspect")
@@ -73,7 +73,7 @@ class _Key:
         return size
 
 
-class _Wire:
+class Wire:
     """A fresh key on the wire, in the lane this mark was made for (nothing else held of it)."""
 
     __slots__ = ()
@@ -84,7 +84,7 @@ class Keys:
     """Held events by key: adding them, and taking lanes of them."""
 
     def __init__(self) -> None:
-        self._keys: dict[Key, _Key | _Wire] = {}
+        self.states: dict[Key, KeyState | Wire] = {}
         self._fresh: deque[list[Held]] = deque()
         # The largest event in a fresh group (or once was, since the groups were last all
         # taken): while a lane of that many times it fits in a lane's bytes, a lane takes
@@ -95,12 +95,12 @@ class Keys:
         self._sendable: list[tuple[int, Key]] = []
         self._waiting: list[tuple[float, int, Key]] = []
         # Every FIFO's head, for the oldest event held (lazily pruned).
-        self._heads: list[tuple[int, Key]] = []
+        self.heads: list[tuple[int, Key]] = []
         # The lanes on the wire, by their first sequence number.
         self._wire: dict[int, list[Held]] = {}
         # Of those, the lanes taken from fresh groups alone: their mark, the keys they marked
         # and their bytes (what settling one delivered whole needs: per key, not per event).
-        self._fresh_lanes: dict[int, tuple[_Wire, list[Key], int]] = {}
+        self._fresh_lanes: dict[int, tuple[Wire, list[Key], int]] = {}
         #: Events and bytes held (in lanes or not).
         self.items = 0
         self.bytes = 0
@@ -109,10 +109,10 @@ class Keys:
         #: Events of keys that wait out a backoff (not muted).
         self.resting = 0
         # Keys whose head was refused (and not settled since).
-        self._refused_keys: set[Key] = set()
+        self.refused: set[Key] = set()
         #: Suspect keys travel at most this many per lane (None: no suspects).
         self.split_to: int | None = None
-        self._suspects = 0
+        self.suspects = 0
 
     def __len__(self) -> int:
         return self.items
@@ -127,9 +127,9 @@ class Keys:
         """Events that may go now or soon of keys never refused: the new work before the
         lanes (refused keys wait for their own reasons)."""
         refused = 0
-        for key in self._refused_keys:
-            state = self._keys.get(key)
-            if state.__class__ is _Key and not state.muted and state.ready_at == 0.0:
+        for key in self.refused:
+            state = self.states.get(key)
+            if state.__class__ is KeyState and not state.muted and state.ready_at == 0.0:
                 refused += len(state.fifo)
         return self.ready - refused
 
@@ -164,21 +164,21 @@ class Keys:
         self._largest = max(largest, self._largest) if self._fresh else largest
         self._fresh.extend(groups.values())
 
-    def _hold(self, key: Key, items: Sequence[Held]) -> _Key:
+    def _hold(self, key: Key, items: Sequence[Held]) -> KeyState:
         """Later events of a key that has events held or on the wire: to the back of its FIFO."""
-        state = self._keys[key]
-        if state.__class__ is _Wire:
-            state = self._keys[key] = _Key(muted=True)
-        assert isinstance(state, _Key)
+        state = self.states[key]
+        if state.__class__ is Wire:
+            state = self.states[key] = KeyState(muted=True)
+        assert isinstance(state, KeyState)
         fifo = state.fifo
         if not fifo:
-            heapq.heappush(self._heads, (items[0].seq, key))
+            heapq.heappush(self.heads, (items[0].seq, key))
         elif state.ready_at > 0.0 and not state.muted:
             self.resting += len(items)  # its head waits out a backoff, and these with it
         fifo.extend(items)
         return state
 
-    def _ready(self, key: Key, state: _Key, seq: int) -> None:
+    def make_ready(self, key: Key, state: KeyState, seq: int) -> None:
         if state.ready_at > 0.0:
             self.resting += len(state.fifo)
             heapq.heappush(self._waiting, (state.ready_at, seq, key))
@@ -187,8 +187,8 @@ class Keys:
 
     # -- out -------------------------------------------------------------------------------
 
-    def _valid(self, key: Key, seq: int) -> _Key | None:
-        state = self._keys.get(key)
+    def _valid(self, key: Key, seq: int) -> KeyState | None:
+        state = self.states.get(key)
         if state is None or state.muted or not state.fifo or state.fifo[0].seq != seq:  # type: ignore[union-attr]
             return None
         return state  # type: ignore[return-value]
@@ -222,7 +222,7 @@ class Keys:
         self.promote(now)
         return self._top() is not None or self._front(None) is not None
 
-    def _top(self) -> tuple[int, Key, _Key] | None:
+    def _top(self) -> tuple[int, Key, KeyState] | None:
         """The FIFO key that may go first (its head's sequence number, the key, its state)."""
         sendable = self._sendable
         while sendable:
@@ -233,10 +233,10 @@ class Keys:
             heapq.heappop(sendable)  # stale, or waiting out a backoff (in the waiting heap)
         return None
 
-    def _front(self, mark: _Wire | None) -> tuple[list[Held], Key] | None:
+    def _front(self, mark: Wire | None) -> tuple[list[Held], Key] | None:
         """The first fresh group a lane (marked ``mark``) may take, with its key; groups of
         keys held back or on another lane's wire before it go to their keys' FIFOs."""
-        fresh, keys = self._fresh, self._keys
+        fresh, keys = self._fresh, self.states
         while fresh:
             group = fresh[0]
             first = group[0]
@@ -258,7 +258,7 @@ class Keys:
         hidden by being tried again and again.  Its keys are muted until settled.  Empty:
         nothing may go now."""
         self.promote(now)
-        mark = _Wire()
+        mark = Wire()
         if not fair and self._top() is None:
             # No key with a FIFO may go (the common case): fresh groups only, and none can
             # become sendable while this lane is filled.
@@ -310,12 +310,12 @@ class Keys:
         return self._lane(lane)
 
     def _take_fresh(
-        self, mark: _Wire, marked: list[Key], most_events: int, most_bytes: int
+        self, mark: Wire, marked: list[Key], most_events: int, most_bytes: int
     ) -> tuple[list[Held], int]:
         """:meth:`take_lane` from fresh groups alone, in one loop (a group that fits whole
         goes in at once).  The keys it marks as on the wire go to ``marked``.  Returns the
         lane (not yet sorted) and its bytes."""
-        fresh, keys = self._fresh, self._keys
+        fresh, keys = self._fresh, self.states
         lane: list[Held] = []
         # As many events as surely fit (each weighs at most the largest): groups are taken by
         # their count alone up to there; then by their bytes too.
@@ -352,12 +352,12 @@ class Keys:
         return lane, size if size >= 0 else sum(map(_SIZE, lane))
 
     def _fair_start(
-        self, lane: list[Held], mark: _Wire, most_events: int, most_bytes: int
+        self, lane: list[Held], mark: Wire, most_events: int, most_bytes: int
     ) -> tuple[bool, int, bool | None, int]:
         """Fair mode: the FIFO key refused the fewest times (oldest first) into ``lane``, unless
         a fresh group (never refused) is older.  Returns (fresh first, the lane's bytes, its
         keys' suspicion (None: the key filled the lane), keys)."""
-        best: tuple[int, int, _Key] | None = None
+        best: tuple[int, int, KeyState] | None = None
         for seq, key in self._sendable:
             state = self._valid(key, seq)
             if state is None or state.ready_at:
@@ -379,7 +379,7 @@ class Keys:
         key: Key,
         lane: list[Held],
         size: int,
-        mark: _Wire,
+        mark: Wire,
         most_events: int,
         most_bytes: int,
     ) -> tuple[int, int]:
@@ -395,8 +395,8 @@ class Keys:
             taken += 1
         if taken:
             self._fresh.popleft()
-            if self._keys.get(key) is None:
-                self._keys[key] = mark
+            if self.states.get(key) is None:
+                self.states[key] = mark
             if taken < len(group):
                 self._hold(key, group[taken:])
         return taken, size
@@ -411,7 +411,7 @@ class Keys:
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _landed(self, lane: Sequence[Held]) -> tuple[_Wire, list[Key], int] | None:
+    def landed(self, lane: Sequence[Held]) -> tuple[Wire, list[Key], int] | None:
         """A lane is off the wire (answered, or its answer lost).  Returns, for a lane taken
         from fresh groups alone, its mark, the keys it marked and its bytes."""
         self.in_lanes -= len(lane)
@@ -430,11 +430,11 @@ class Keys:
         lowest: float = min(self._wire) if self._wire else _INF
         if self._fresh:
             lowest = min(lowest, self._fresh[0][0].seq)
-        heads = self._heads
+        heads = self.heads
         while heads:
             seq, key = heads[0]
-            state = self._keys.get(key)
-            if state.__class__ is _Key and state.fifo and state.fifo[0].seq == seq:
+            state = self.states.get(key)
+            if state.__class__ is KeyState and state.fifo and state.fifo[0].seq == seq:
                 return min(lowest, seq)
             heapq.heappop(heads)
         return lowest
@@ -455,13 +455,13 @@ class Keys:
         held = {item.seq: item for lane in self._wire.values() for item in lane}
         for group in self._fresh:
             held.update((item.seq, item) for item in group)
-        for state in self._keys.values():
-            if isinstance(state, _Key):
+        for state in self.states.values():
+            if isinstance(state, KeyState):
                 held.update((item.seq, item) for item in state.fifo)
-        for store in (self._keys, self._fresh, self._sendable, self._waiting, self._heads, self._wire):
+        for store in (self.states, self._fresh, self._sendable, self._waiting, self.heads, self._wire):
             store.clear()
         self._fresh_lanes.clear()
-        self.items = self.bytes = self.in_lanes = self._suspects = self.resting = 0
+        self.items = self.bytes = self.in_lanes = self.suspects = self.resting = 0
         self.split_to = None
-        self._refused_keys.clear()
+        self.refused.clear()
         return [held[seq] for seq in sorted(held)]
