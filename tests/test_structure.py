@@ -312,3 +312,74 @@ def classes_with_bases(paths: list[Path]) -> dict[str, int]:
         return sizes[key] + sum(total(b, seen | {key}) for b in bases[key] if b in sizes and b not in seen)
 
     return {key: total(key) for key in sizes}
+
+
+# -- the tools' surface (#38) ----------------------------------------------------------------
+
+TOOLS = ROOT / "tools"
+
+
+def private_imports(path: Path, source: str | None = None) -> list[str]:
+    """The library modules ``path`` (a tool; its text unless ``source`` is given) imports that
+    are private to the library: any module with a ``_`` part under ``outbox`` (or a ``_`` name
+    imported from ``outbox``), but for ``outbox._toolkit`` and the tools' own modules.  Every
+    import counts, function-level and under ``try`` included."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        targets: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            targets = [target] + [f"{target}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] != "outbox" or parts[1:2] == ["tools"] or target == "outbox._toolkit":
+                continue
+            if any(part.startswith("_") and not part.startswith("__") for part in parts[1:]):
+                found.append(target)
+    return found
+
+
+def test_the_private_import_finder_sees_each_kind():
+    source = (
+        "from .. import ConfigError, Outbox, __version__\n"  # public
+        "from .._toolkit import serialize\n"  # the tools' surface
+        "from . import _args\n"  # the tools' own
+        "from ..transports import HttpTransport\n"
+        "def f():\n"
+        "    from .._worker import _intake\n"
+        "    from outbox import _buffer\n"
+        "    import outbox._run._serde\n"
+    )
+    found = private_imports(TOOLS / "probe.py", source)
+    assert found == ["outbox._worker", "outbox._worker._intake", "outbox._buffer", "outbox._run._serde"]
+
+
+def test_the_tools_use_the_public_api_and_the_toolkit():
+    """#38: the tools (``outbox/tools/``) stand on the public API plus ``outbox._toolkit``, the
+    one module made for them; at most three tool files reach anything else private (today
+    one: the instructions benchmark turns the sidecar's sampling off, by its place in this
+    tree or an earlier one's)."""
+    paths = sorted(TOOLS.rglob("*.py"))
+    assert len(paths) > 20  # it read the tools
+    reaching = {str(path.relative_to(ROOT)): private_imports(path) for path in paths}
+    reaching = {path: found for path, found in reaching.items() if found}
+    assert len(reaching) <= 3, reaching
+    assert set(reaching) <= {"tools/benchmarks/_instructions_child.py"}, reaching
+    uses = [path for path in paths if "_toolkit" in path.read_text()]
+    assert len(uses) >= 5  # the scan sees what the tools import
+
+
+def test_the_library_never_imports_the_tools_or_the_toolkit():
+    graph = import_graph()
+    for module, imported in graph.items():
+        if module.startswith("outbox.tools") or module == "outbox._toolkit":
+            continue
+        assert not {m for m in imported if m.startswith("outbox.tools") or m == "outbox._toolkit"}, module

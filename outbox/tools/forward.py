@@ -36,14 +36,18 @@ from typing import Any
 
 import orjson
 
-from .._observability._log import RateLimitedLog, limit_library_logs, logger
-from .._run._serde import SerializedEvent, serialize
-
 # The worker's backoff and close pacing: one implementation, one set of numbers.
-from .._worker._retry import NO_TIME_LEFT as _NO_TIME_LEFT
-from .._worker._retry import backoff_delay, close_paced
-from ..transports._base import Outcome, OutcomeKind, Transport
-from ..transports.kafka import producer_settings
+from .._toolkit import NO_TIME_LEFT as _NO_TIME_LEFT
+from .._toolkit import (
+    RateLimitedLog,
+    backoff_delay,
+    close_paced,
+    limit_library_logs,
+    logger,
+    producer_settings,
+    serialize,
+)
+from ..transports import Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["BrokersUnreachable", "ForwardStats", "Forwarder"]
 
