@@ -383,3 +383,41 @@ def test_the_library_never_imports_the_tools_or_the_toolkit():
         if module.startswith("outbox.tools") or module == "outbox._toolkit":
             continue
         assert not {m for m in imported if m.startswith("outbox.tools") or m == "outbox._toolkit"}, module
+
+
+# -- docs/architecture.md matches the tree (#38) ---------------------------------------------
+
+
+def architecture_sections(text: str) -> dict[str, str]:
+    """docs/architecture.md's sections about the tree, by folder (``outbox/_worker``): each
+    ``### ... `outbox/FOLDER/` ...`` heading and the text up to the next heading."""
+    import re
+
+    sections: dict[str, str] = {}
+    for match in re.finditer(r"^### [^\n]*?`(outbox(?:/[^`]*)?)/`[^\n]*\n(.*?)(?=^##|\Z)", text, re.M | re.S):
+        sections[match.group(1)] = match.group(2)
+    return sections
+
+
+def test_the_architecture_page_names_every_module_in_its_folders_section():
+    text = (ROOT.parent / "docs" / "architecture.md").read_text()
+    sections = architecture_sections(text)
+    assert {"outbox", "outbox/_worker", "outbox/transports/_http", "outbox/tools/benchmarks"} <= set(sections)
+    missing = []
+    folders = {path.parent for path in ROOT.rglob("*.py")}
+    for folder in sorted(folders):
+        name = str(folder.relative_to(ROOT.parent))
+        section = sections.get(name)
+        if section is None:
+            missing.append(f"{name}/: no section")
+            continue
+        for path in sorted(folder.glob("*.py")):
+            if path.name == "__init__.py" and folder != ROOT and name != "outbox/transports":
+                continue  # a folder's __init__ is its section's heading
+            if (
+                f"`{path.name}`" not in section
+                and f"{path.name}`" not in section
+                and f" {path.name}" not in section
+            ):
+                missing.append(f"{name}/{path.name}")
+    assert missing == [], missing
