@@ -15,9 +15,10 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._run._serde import SerializedEvent
 from ._holdings import _INF, FIRST_ESTIMATE, Entry, Holdings, is_exact
 
 __all__ = [
@@ -181,6 +182,29 @@ class Buffer(Holdings):
         if self.estimate > before:
             self.enforce_bound_locked()
         return before
+
+    def serialized_in_place_locked(self, done: Iterable[tuple[int, Any, SerializedEvent]]) -> int:
+        """Queued events serialized outside the lock (``(number, event, its serialized form)``)
+        take their serialized form's place, at its exact size, each if it is still queued as it
+        was (not taken, evicted, shed or put in its place meanwhile); what the objects among
+        them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
+        events in place: the intake's sampling, an emitter's measure, the spill.  Returns how
+        many took their place."""
+        numbers, queue, sizes = self.numbers, self.queue, self.sizes
+        placed = objects = total = 0
+        for seq, event, ser in done:
+            index = numbers.index_of(seq, len(queue))
+            if index is None or queue[index] is not event:
+                continue
+            was_object = not sizes[index]
+            size = self.replace_locked(index, ser)
+            placed += 1
+            if was_object:
+                objects += 1
+                total += size
+        if objects:
+            self.learn_locked(total // objects)
+        return placed
 
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after

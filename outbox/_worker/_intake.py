@@ -57,10 +57,7 @@ def measure_here(buf: Buffer) -> None:
     except Exception:
         return
     with buf.lock:
-        found = buf.numbers.index_of(seq, len(buf.queue))
-        if found is not None and buf.queue[found] is event:
-            index = found
-            buf.learn_locked(buf.replace_locked(index, ser))
+        buf.serialized_in_place_locked(((seq, event, ser),))
 
 
 class Intake:
@@ -195,15 +192,7 @@ class Intake:
         if not done:
             return
         with buf.lock:
-            total = count = 0
-            queue = buf.queue
-            for seq, event, ser in done:
-                at = buf.numbers.index_of(seq, len(queue))
-                if at is not None and queue[at] is event:
-                    total += buf.replace_locked(at, ser)
-                    count += 1
-            if count:
-                buf.learn_locked(total // count)
+            buf.serialized_in_place_locked(done)
 
     # -- taking ----------------------------------------------------------------------------
 
