@@ -25,13 +25,14 @@ async def send_single(
     waited for a place until then) comes back DEFERRED, and a key's events after a refused or
     deferred one come back as it did."""
     outcomes: list[Outcome | None] = [None] * len(batch)
-    # Each key's events (a run's, a job's) in order, one after another; keys side by side.
-    lanes: dict[object, list[int]] = {}
+    # Each key's events (a run's, a job's) in order, one after another, a chain per key;
+    # chains side by side.  (Not the worker's lanes: a lane is one request of the worker's.)
+    chains: dict[object, list[int]] = {}
     for index, event in enumerate(batch):
-        lane: object = event.run_id or event.key or index  # the order key (as _held's)
-        lanes.setdefault(lane, []).append(index)
+        key: object = event.run_id or event.key or index  # the order key (_worker._held.order_key)
+        chains.setdefault(key, []).append(index)
     # After the backend was unreachable, one request probes it before the others follow:
-    # a backend that is down costs one connection attempt per retry, not one per lane.
+    # a backend that is down costs one connection attempt per retry, not one per chain.
     probing = transport._unreachable
     gate = asyncio.Semaphore(1 if probing else transport.max_concurrent_requests)
     stop: list[Outcome] = []  # set when the backend is unreachable or misconfigured
@@ -39,7 +40,7 @@ async def send_single(
     # that begins meanwhile soon gets a call whose deadline is its own.
     slice_end = time.monotonic() + slice_seconds
 
-    async def run_lane(indexes: list[int]) -> None:
+    async def run_chain(indexes: list[int]) -> None:
         nonlocal probing
         for position, index in enumerate(indexes):
             if stop:
@@ -73,5 +74,5 @@ async def send_single(
                     outcomes[later] = outcome
                 return
 
-    await asyncio.gather(*(run_lane(indexes) for indexes in lanes.values()))
+    await asyncio.gather(*(run_chain(indexes) for indexes in chains.values()))
     return [o if o is not None else DELIVERED for o in outcomes]
