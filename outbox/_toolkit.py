@@ -59,9 +59,10 @@ def settings_in_force(outbox: Outbox) -> dict[str, Any]:
     """The values an outbox holds, by ``Outbox`` keyword: its limits, dead-letter and spill
     settings, its worker's keywords and its name (a keyword it keeps nowhere readable, such as
     ``close_at_exit``, is absent)."""
+    assembly = outbox._assembly
     held: dict[str, Any] = {
-        field.name: getattr(outbox._settings, field.name) for field in dataclasses.fields(outbox._settings)
+        field.name: getattr(assembly.settings, field.name) for field in dataclasses.fields(assembly.settings)
     }
-    held["name"] = outbox._name
-    held.update(outbox._effective_settings())
+    held["name"] = assembly.name
+    held.update(assembly.effective_settings())
     return held

@@ -379,7 +379,7 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
         for n in range(200):
             assert outbox.emit(run_event(n=n))
         report = outbox.close(30)
-        dead = outbox._dead_letter
+        dead = outbox._assembly.dead_letter
         public = outbox.stats().dead_letter
     assert report.undelivered == {"rejected_by_backend": 200}
     assert path.stat().st_size <= 20 * 1024
@@ -455,7 +455,7 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
     with pytest.raises(ConfigError, match="is a FIFO"):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
-    assert outbox._dead_letter is not None
+    assert outbox._assembly.dead_letter is not None
     outbox.close(0)
 
 

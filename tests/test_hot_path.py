@@ -146,7 +146,10 @@ def test_emit_never_serializes_on_the_callers_thread():
     hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
     wake = {"outbox._worker._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    assert calls.modules["outbox._worker._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
+    assert (
+        calls.modules["outbox._worker._sidecar"]
+        <= len(events) // outbox._assembly.settings.max_batch_events + 1
+    )
     assert calls.modules["socket"] <= calls.modules["outbox._worker._sidecar"], calls.modules
     assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
     stats = outbox.stats()

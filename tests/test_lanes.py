@@ -211,7 +211,7 @@ def test_lanes_keep_order_through_random_failures(seed):
 
 def test_max_concurrency_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
-    assert outbox._settings.max_concurrency == 3
+    assert outbox._assembly.settings.max_concurrency == 3
     outbox.close(0)
 
 
