@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from ._buffer._buffer import Policy
+from ._buffer._buffer import REFUSED, WAKE, Policy
 from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
+from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._observability._stats import CloseReport, Stats
 from ._run._run import LineageJob, Run, TimedRun
@@ -36,7 +37,7 @@ class _OutboxRun(Run):
 
     def __enter__(self) -> Self:
         outbox: Outbox = self._outbox  # type: ignore[assignment]
-        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == 2:
+        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == WAKE:
             outbox._woken()
         return self
 
@@ -49,7 +50,7 @@ class _OutboxRun(Run):
             record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
         else:
             record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
-        if outbox._buffer.put(record, 0) == 2:
+        if outbox._buffer.put(record, 0) == WAKE:
             outbox._woken()
 
 
@@ -278,14 +279,14 @@ class Outbox:
             admit(event)
             nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
         result = self._buffer.put(event, nbytes)
-        if result == 2:
+        if result == WAKE:
             self._woken()
-        return result > 0
+        return result != REFUSED
 
     def _woken(self) -> None:
-        """The buffer asked for the sidecar (``put`` returned 2): wake it."""
+        """The buffer asked for the sidecar (``put`` returned ``WAKE``): wake it."""
         self._sidecar.wake()
-        if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
+        if self._buffer.measure_here is Measure.DUE:  # (once: a burst before the sidecar ran)
             measure_here(self._buffer)
 
     async def emit_async(self, event: Event) -> bool:
@@ -308,11 +309,11 @@ class Outbox:
                 return True
             return False
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
-        if result == 2:
+        if result == WAKE:
             self._sidecar.wake()
-            if buf.measure_here == 1:
+            if buf.measure_here is Measure.DUE:
                 measure_here(buf)
-        return result > 0
+        return result != REFUSED
 
     def run(
         self,

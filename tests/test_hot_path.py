@@ -19,6 +19,7 @@ import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
+from outbox._buffer._holdings import Measure
 from outbox._run._serde import serialize, weight
 from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
@@ -264,7 +265,7 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
     assert outbox._buffer.estimate >= size * 0.99
     assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
-    assert outbox._buffer.measure_here == 2  # ... once
+    assert outbox._buffer.measure_here is Measure.CLAIMED  # ... once
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
@@ -283,7 +284,7 @@ def test_a_sidecar_that_runs_measures_the_first_object_itself():
         for i in range(3 * MEASURE_HERE_AFTER):
             outbox.emit(run_event(n=i))
     assert calls.serializing() == {}, calls.modules
-    assert outbox._buffer.measure_here == 0
+    assert outbox._buffer.measure_here is Measure.SIDECAR
     outbox.close(0.1)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._run._serde import SerializedEvent
-from ._holdings import _INF, FIRST_ESTIMATE, Entry, Holdings, is_exact
+from ._holdings import _INF, FIRST_ESTIMATE, Admission, Entry, Holdings, Measure, is_exact
 
 __all__ = [
     "FIRST_ESTIMATE",
@@ -31,6 +31,9 @@ __all__ = [
     "count_held_locked",
     "is_exact",
 ]
+
+# The answers of ``put``, as module names: read on emit's path (a global, not an attribute).
+REFUSED, ACCEPTED, WAKE = Admission.REFUSED, Admission.ACCEPTED, Admission.WAKE
 
 # The most events parked by re-entrant emits (signal handlers) until the lock is free.
 SIDE_MAX = 1024
@@ -220,8 +223,9 @@ class Buffer(Holdings):
 
     def put(self, event: Any, nbytes: int) -> int:
         """``emit``'s whole visit to the buffer (it takes the lock): offer one event of ``nbytes``
-        bytes (0: an object, at the estimate).  Returns 1 if accepted, 2 if accepted and the
-        worker must be woken, 0 if refused (counted).  Never waits, except under ``block`` off
+        bytes (0: an object, at the estimate).  Returns an :class:`Admission` (``ACCEPTED``;
+        ``WAKE``: accepted, and the worker must be woken; ``REFUSED``: counted; an int, as an
+        overflow's answer may be a bare value).  Never waits, except under ``block`` off
         ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object
         with room costs a comparison and two appends, and one in a buffer full by count (a long
         outage: ``full_at``) as much again: the policy's answer, whatever the backlog."""
@@ -229,7 +233,7 @@ class Buffer(Holdings):
         if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
             # A signal handler or finalizer interrupted this very thread inside the outbox:
             # the lock will not be released until we return.  Park the event aside.
-            return 2 if self.put_reentrant(event, nbytes) else 0
+            return WAKE if self.put_reentrant(event, nbytes) else REFUSED
         lock.acquire()
         try:
             queue = self.queue
@@ -243,7 +247,7 @@ class Buffer(Holdings):
                 dropped[reason] = dropped.get(reason, 0) + 1
                 if not self.evicts:  # drop_newest
                     self.refused += 1
-                    return 0
+                    return REFUSED
                 # drop_oldest: the oldest goes, this one takes its place (the accounts as they
                 # were, unless the oldest had its exact size: then recomputed, full_at with them).
                 queue.popleft()
@@ -264,15 +268,15 @@ class Buffer(Holdings):
                     self.exact_count -= 1
                     self._recompute_locked()
                 if n < self.wake_at_objects:
-                    return 1
+                    return ACCEPTED
                 self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
-                return 2
+                return WAKE
             queue.append(event)
             self.sizes.append(0)
             if n < self.wake_at_objects - 1:
-                return 1
+                return ACCEPTED
             self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
-            return 2
+            return WAKE
         finally:
             lock.release()
 
@@ -297,15 +301,15 @@ class Buffer(Holdings):
         self.wake_at_objects -= drop
         if n + 1 >= self.wake_at_events or queued >= self.wake_at_bytes:
             self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
-            return 2
-        return 1
+            return WAKE
+        return ACCEPTED
 
     def _put_slow_locked(self, event: Any, nbytes: int) -> int:
         """:meth:`put` when the fast path does not apply: closed, full, or the first object
         (whose size the sidecar has yet to measure)."""
         if self.closed:
             self.refuse_locked()
-            return 0
+            return REFUSED
         result = self.put_locked(event, nbytes)
         if not result:
             if nbytes > self.max_bytes:  # (an object is never refused for its estimate)
@@ -324,7 +328,7 @@ class Buffer(Holdings):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.closed:
                 self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else self.full_reason)
-                return 0
+                return REFUSED
             self.progress.wait(remaining)
             if not self.closed:
                 result = self.put_locked(event, nbytes)
@@ -334,8 +338,9 @@ class Buffer(Holdings):
     def put_locked(self, event: Any, nbytes: int) -> int:
         """Try to add one event of ``nbytes`` bytes (0: an object, at the estimate), making room
         under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_window``).
-        Returns 1 if accepted, 2 if the worker must be woken too, 0 if there is no room (nothing
-        counted: the caller applies the policy, and counts with :meth:`drop_offered_locked`)."""
+        Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
+        no room (nothing counted: the caller applies the policy, and counts with
+        :meth:`drop_offered_locked`)."""
         window = self.window
         if window is None:
             return self.queue_locked(event, nbytes)
@@ -353,10 +358,10 @@ class Buffer(Holdings):
             price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
             self._recompute_locked()  # (evictions may have happened)
-            return 0
+            return REFUSED
         queue.append(event)
         self.sizes.append(nbytes)
-        result = 1
+        result = ACCEPTED
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
@@ -366,17 +371,17 @@ class Buffer(Holdings):
             # The first object: the sidecar measures it now, so the estimate is not a guess.
             self.measure_asked = True
             self.wake_at_events = self.wake_at_bytes = _INF
-            result = 2
+            result = WAKE
         elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
             # The sidecar has not measured it yet, and a burst is queueing at a guess: the
-            # emitter measures one (emit sees result 2, and ``_intake.measure_here``).
-            self.measure_here = 1
-            result = 2
-        if result == 1 and (
+            # emitter measures one (emit sees ``WAKE``, and ``_intake.measure_here``).
+            self.measure_here = Measure.DUE
+            result = WAKE
+        if result == ACCEPTED and (
             len(queue) >= self.wake_at_events or held - self.in_flight_bytes + price >= self.wake_at_bytes
         ):
             self.wake_at_events = self.wake_at_bytes = _INF
-            result = 2
+            result = WAKE
         self._recompute_locked()
         return result
 

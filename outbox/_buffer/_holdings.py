@@ -11,6 +11,7 @@ without going through another object.
 
 from __future__ import annotations
 
+import enum
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 from .._run._serde import SerializedEvent, weight
 from ._numbering import Journal, Numbering
 
-__all__ = ["FIRST_ESTIMATE", "Entry", "Holdings", "Overflow", "is_exact"]
+__all__ = ["FIRST_ESTIMATE", "Admission", "Entry", "Holdings", "Measure", "Overflow", "is_exact"]
 
 _INF = float("inf")
 
@@ -36,12 +37,38 @@ FIRST_ESTIMATE = 4096
 _TEXT = (str, bytes, bytearray)
 
 
+class Admission(enum.IntEnum):
+    """What the buffer answers for one event offered (``Buffer.put``, ``put_locked``, an
+    overflow's ``put``).  An ``int``, so that an overflow may answer with the bare value."""
+
+    #: Not accepted: refused, and counted under its reason (or the policy is to apply).
+    REFUSED = 0
+    #: Accepted.
+    ACCEPTED = 1
+    #: Accepted, and the worker must be woken (a batch is due, or the queue needs it).
+    WAKE = 2
+
+
+class Measure(enum.IntEnum):
+    """Whether an emitter measures a queued object itself (``Holdings.measure_here``): once,
+    when ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has not run
+    (starved, or still starting)."""
+
+    #: The sidecar measures (it has, or nothing calls for an emitter to).
+    SIDECAR = 0
+    #: Due: the next emitter that wakes the sidecar measures the newest queued object.
+    DUE = 1
+    #: Claimed: an emitter measures (or has measured) it; never again.
+    CLAIMED = 2
+
+
 class Overflow(Protocol):
     """What the buffer asks of an overflow (the spill's memory window, ``_spill._window``):
     admission beyond the queue's share, and what it holds."""
 
     def put(self, buf: Any, event: Any, nbytes: int) -> int:
-        """``put_locked``'s answer for one event (0: no room, the policy applies)."""
+        """``put_locked``'s answer for one event (``Admission.REFUSED``, or 0: no room, the
+        policy applies)."""
 
     def has_room(self, buf: Any, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` (0: an object) would be accepted now."""
@@ -158,10 +185,9 @@ class Holdings:
         # wakes the sidecar, which measures it at once.
         self.estimate = FIRST_ESTIMATE
         self.measured = False
-        # 1 once ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has
-        # not run (starved, or still starting): the emitter measures the newest itself, once;
-        # 2 after.
-        self.measure_here = 0
+        # Due once ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has
+        # not run (starved, or still starting): the emitter measures the newest itself, once.
+        self.measure_here = Measure.SIDECAR
 
     def reestimate_locked(self, observed: int) -> int:
         """Take an observed mean size (of object events, serialized) into the estimate: up at
@@ -179,9 +205,9 @@ class Holdings:
     def claim_measure_here_locked(self) -> bool:
         """Whether the emitter is to measure the newest queued object now (once: see
         ``_intake.measure_here``)."""
-        if self.measure_here != 1:
+        if self.measure_here is not Measure.DUE:
             return False
-        self.measure_here = 2
+        self.measure_here = Measure.CLAIMED
         return True
 
     @property

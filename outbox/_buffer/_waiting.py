@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._buffer import Buffer, Reason
+from ._buffer import REFUSED, Buffer, Reason
 
 if TYPE_CHECKING:
     from .._worker._fanout import FanOut
@@ -21,27 +21,27 @@ __all__ = ["flush_target", "put_async", "settled", "settled_async", "wait_async"
 
 async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> int:
     """Offer an event, waiting for room until ``deadline`` without blocking the running loop
-    (``emit_async`` under ``block``).  Returns what :meth:`Buffer.put_locked` returns (0:
-    refused, and counted)."""
+    (``emit_async`` under ``block``).  Returns what :meth:`Buffer.put_locked` returns
+    (``REFUSED``: refused, and counted)."""
     with buf.lock:
         if buf.closed:
             buf.refuse_locked()
-            return 0
+            return REFUSED
         result = buf.put_locked(event, nbytes)
         if not result and nbytes > buf.max_bytes:
             buf.drop_offered_locked(Reason.TOO_LARGE)
-            return 0
+            return REFUSED
     while not result:
         await wait_async(buf, lambda: buf.closed or buf.has_room_locked(nbytes), deadline)
         with buf.lock:
             if buf.closed:
                 buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
-                return 0
+                return REFUSED
             result = buf.put_locked(event, nbytes)
             if not result and time.monotonic() >= deadline:
                 # As ``Buffer.put`` counts it: ``dropped_spill_full`` while the spill is full.
                 buf.drop_offered_locked(buf.full_reason)
-                return 0
+                return REFUSED
     return result
 
 
