@@ -250,6 +250,7 @@ class Buffer(Holdings):
                     return REFUSED
                 # drop_oldest: the oldest goes, this one takes its place (the accounts as they
                 # were, unless the oldest had its exact size: then recomputed, full_at with them).
+                # (The one eviction, ``Holdings._popleft_locked``, inlined for emit's path.)
                 queue.popleft()
                 queue.append(event)
                 sizes = self.sizes
