@@ -1,6 +1,6 @@
 """How an ``Outbox`` is put together (:class:`Assembly`, which the outbox has): its keywords checked
 (each bad one a :class:`ConfigError` naming it, the value and the fix; the worker's knobs by
-``_settings``), the settings in force reported, and the parts of one process built from them:
+``_config._settings``), the settings in force reported, and the parts of one process built from them:
 the buffer (fed first with what a dead process left in the spill), its metrics, a composite's
 members, the sidecar; built at construction, and again in a forked child (whose parent keeps
 its own).  What an outbox does with them (``emit``, ``flush``, ``close``, ``stats``) is

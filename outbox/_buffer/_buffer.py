@@ -338,7 +338,7 @@ class Buffer(Holdings):
 
     def put_locked(self, event: Any, nbytes: int) -> int:
         """Try to add one event of ``nbytes`` bytes (0: an object, at the estimate), making room
-        under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_window``).
+        under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_spill._window``).
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
@@ -375,7 +375,7 @@ class Buffer(Holdings):
             result = WAKE
         elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
             # The sidecar has not measured it yet, and a burst is queueing at a guess: the
-            # emitter measures one (emit sees ``WAKE``, and ``_intake.measure_here``).
+            # emitter measures one (emit sees ``WAKE``, and ``_worker._intake.measure_here``).
             self.measure_here = Measure.DUE
             result = WAKE
         if result == ACCEPTED and (

@@ -132,7 +132,7 @@ class Holdings:
     def __init__(self, *, max_events: int, max_bytes: int) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
-        # -- the spill's memory window (``_window``): the fast paths' bounds, which are
+        # -- the spill's memory window (``_spill._window``): the fast paths' bounds, which are
         # max_events / max_bytes without a spill; events accepted beyond the queue (in the
         # overflow, or released to disk).
         self.room_events = max_events
@@ -204,7 +204,7 @@ class Holdings:
 
     def claim_measure_here_locked(self) -> bool:
         """Whether the emitter is to measure the newest queued object now (once: see
-        ``_intake.measure_here``)."""
+        ``_worker._intake.measure_here``)."""
         if self.measure_here is not Measure.DUE:
             return False
         self.measure_here = Measure.CLAIMED
@@ -289,7 +289,7 @@ class Holdings:
             wake = min(wake, n + max(1, -(-(self.wake_at_bytes - queued) // estimate)))
         self.wake_at_objects = wake
 
-    # -- the spill window's part (``_window``): it changes the accounts only through these
+    # -- the spill window's part (``_spill._window``): it changes the accounts only through these
 
     def attach_overflow(self, overflow: Overflow) -> None:
         """Admission goes through ``overflow`` (``Buffer.put_locked`` hands it every event)."""

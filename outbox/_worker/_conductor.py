@@ -91,7 +91,7 @@ class Worker:
             lane_events=hint if isinstance(hint, int) else None,
         )
         self.backlog = self.dispatch.backlog
-        #: Ends the worker's slices of per-event work (off in attached mode: see ``_slices``).
+        #: Ends the worker's slices of per-event work (off in attached mode: see ``_runtime._slices``).
         self.slicer = Slicer(buffer, behind_above=settings.max_batch_events)
         self.intake = Intake(
             buffer,

@@ -2,7 +2,7 @@
 the backlog.  It keeps the estimate of what object events weigh true (emit counts an object at
 that estimate, never serializing it), and the byte bound with it.
 
-Its work is per event and runs on the sidecar's thread in slices (``_slices``), so that a
+Its work is per event and runs on the sidecar's thread in slices (``_runtime._slices``), so that a
 handler waiting for the GIL gets it within a few tens of microseconds.
 """
 
@@ -38,7 +38,7 @@ DeadRecord = tuple[str, str, bytes | None, Any]
 def measure_here(buf: Buffer) -> None:
     """Measure the newest queued object on the emitter's thread, once (``buf.measure_here``
     is 1: a burst of objects queued at the first guess while the sidecar did not run, see
-    ``_buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
+    ``_buffer._buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
     size, the estimate learnt from it and the byte bound enforced.  A sidecar that measured
     meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
     to count."""

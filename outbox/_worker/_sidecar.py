@@ -1,7 +1,7 @@
 """The sidecar runtime: where an outbox's worker runs (a thread of its own, or the caller's
 event loop) and how it stops: close deadlines from any thread, an outbox dropped without
 ``close()``, a worker that stops by itself.  The process-wide hooks (exit, fork) that drive
-it are in ``_lifecycle``; the signal handler in ``_signals``.
+it are in ``_runtime._lifecycle``; the signal handler in ``_runtime._signals``.
 
 A :class:`Sidecar` never refers to its :class:`~outbox.Outbox`, so an outbox nobody
 references can be collected; its finalizer then closes the sidecar in the background.
