@@ -196,9 +196,9 @@ class Intake:
 
     # -- taking ----------------------------------------------------------------------------
 
-    def take(self, events: int, nbytes: int, window: int) -> list[Held]:
+    def take(self, events: int, nbytes: int, window_bytes: int) -> list[Held]:
         """Up to ``events`` events and ``nbytes`` bytes (at least one event) from the queue,
-        serialized, at most ``window`` bytes of them once their exact sizes are known (what
+        serialized, at most ``window_bytes`` bytes of them once their exact sizes are known (what
         does not fit goes back to the queue, where the policy can shed it)."""
         self.sample(fresh=True)
         buf = self.buffer
@@ -209,7 +209,7 @@ class Intake:
         if not taken:
             return []
         try:
-            return self._serialize(taken, window)
+            return self._serialize(taken, window_bytes)
         except Exception:
             # A bug of ours: back to the head of the queue first, so nothing taken is lost.
             with buf.lock:
@@ -220,7 +220,7 @@ class Intake:
                     buf.settle_locked(len(taken), sum(entry[2] for entry in taken), self.lowest_held())
             raise
 
-    def _serialize(self, batch: list[Entry], window: int) -> list[Held]:
+    def _serialize(self, batch: list[Entry], window_bytes: int) -> list[Held]:
         """Serialize what was taken, in slices: between two events, the GIL goes to the
         application's threads once a slice has lasted its budget."""
         ready: list[Held] = []
@@ -232,11 +232,11 @@ class Intake:
         buf = self.buffer
         self.slicer.begin()
         checkpoint, append = self.slicer.checkpoint, ready.append
-        count, twice = len(batch), 2 * window
+        count, twice = len(batch), 2 * window_bytes
         mean = 0  # what the objects serialized so far weigh, on average
         for position, (seq, event, estimate) in enumerate(batch):
             checkpoint()
-            if total > window or (mean and total + (count - position) * mean > twice):
+            if total > window_bytes or (mean and total + (count - position) * mean > twice):
                 # Taken by estimate, found larger (or about to be, at the weight of the objects
                 # serialized so far): the rest goes back to the queue unserialized, where the
                 # policy can shed it (serializing it now would hold it twice in memory).

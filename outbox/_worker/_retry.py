@@ -44,8 +44,8 @@ def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | No
 def close_paced(delay: float, now: float, deadline: float) -> float:
     """``delay`` as a close allows it: bounded by a second and by the time left (the last
     attempt starts ``LAST_ATTEMPT_LEAD`` before the deadline), attempts at least
-    ``MIN_CLOSE_GAP`` apart.  A close has a fixed window, and a backend that comes back within
-    it must not wait out a long backoff."""
+    ``MIN_CLOSE_GAP`` apart.  A close has a fixed deadline, and a backend that comes back
+    before it must not wait out a long backoff."""
     latest = min(deadline - LAST_ATTEMPT_LEAD - now, CLOSE_BACKOFF_CAP)
     return max(latest, MIN_CLOSE_GAP) if delay > latest else delay
 
