@@ -197,7 +197,7 @@ def run(objects: Sequence[str]) -> int:
         # The backend took nothing by close()'s deadline (down, unreachable, or refusing all for
         # now): the point of the outbox is that the handler went on regardless, and said so.
         print(
-            f"\nexpected: the backend ({module.outbox._transport!r}) took none of the "
+            f"\nexpected: the backend ({module.outbox.transport!r}) took none of the "
             f"{report.undelivered['dropped_shutdown']} events by close()'s deadline "
             f"({module.outbox.stats().last_error or 'no answer'}); they are counted as dropped_shutdown, "
             "and the handlers above were neither slowed nor failed by it"

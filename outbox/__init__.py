@@ -10,12 +10,12 @@ the lineage backend.
 
 import typing as _typing
 
-from ._buffer import Policy, Reason
+from ._buffer._buffer import Policy, Reason
+from ._buffer._event import Event
 from ._errors import ConfigError, OutboxError
-from ._event import Event
+from ._observability._stats import CloseReport, Stats
 from ._outbox import Outbox
-from ._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
-from ._stats import CloseReport, Stats
+from ._run._run import DatasetRef, LineageJob, Run, current_run_id, s3_dataset, trino_dataset
 from .transports._base import About, Outcome, OutcomeKind, SerializedEvent, Transport
 
 if _typing.TYPE_CHECKING:

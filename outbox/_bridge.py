@@ -37,7 +37,7 @@ class OutboxTransport(Transport):
     config_class = OutboxConfig
 
     def __init__(self, config: OutboxConfig) -> None:
-        from ._config import OUTBOX_VARIABLES
+        from ._config._config import OUTBOX_VARIABLES
         from ._errors import ConfigError
 
         # "transports" is openlineage-python's own alias of OPENLINEAGE_URL, which we read directly.

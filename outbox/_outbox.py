@@ -1,20 +1,25 @@
 """The façade: ``Outbox``, its hot path (``emit``), flush, close and stats.  How it is built
-from its keywords, and rebuilt in a forked child, is its base class's (``_setup.Assembly``)."""
+from its keywords, and rebuilt in a forked child, is its assembly's (``_setup.Assembly``)."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
-from ._intake import measure_here
-from ._run import LineageJob, Run, TimedRun
-from ._setup import Assembly
-from ._sidecar import State
-from ._stats import CloseReport, Stats
-from ._waiting import flush_target, put_async, settled, settled_async
+from ._buffer._buffer import REFUSED, WAKE, Policy
+from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
+from ._buffer._holdings import Measure
+from ._buffer._waiting import flush_target, put_async, settled, settled_async
+from ._observability._stats import CloseReport, Stats
+from ._run._run import LineageJob, Run, TimedRun
+from ._runtime._lifecycle import track
+from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
+from ._worker._intake import measure_here
+from ._worker._sidecar import Sidecar, State
 from .transports._base import Transport
 
 __all__ = ["Outbox"]
@@ -32,7 +37,7 @@ class _OutboxRun(Run):
 
     def __enter__(self) -> Self:
         outbox: Outbox = self._outbox  # type: ignore[assignment]
-        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == 2:
+        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == WAKE:
             outbox._woken()
         return self
 
@@ -45,7 +50,7 @@ class _OutboxRun(Run):
             record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
         else:
             record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
-        if outbox._buffer.put(record, 0) == 2:
+        if outbox._buffer.put(record, 0) == WAKE:
             outbox._woken()
 
 
@@ -55,7 +60,7 @@ class _TimedOutboxRun(TimedRun, _OutboxRun):
     __slots__ = ()
 
 
-class Outbox(Assembly):
+class Outbox:
     """A bounded, non-blocking outbox for OpenLineage events.
 
     ``emit`` hands an event to an in-process buffer in microseconds; a sidecar
@@ -130,6 +135,120 @@ class Outbox(Assembly):
         ConfigError: a setting is invalid; the message names it and what is accepted.
     """
 
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        max_events: int = 10_000,
+        max_bytes: int = 64 * MiB,
+        policy: Policy | str = Policy.DROP_OLDEST,
+        block_timeout: float = 0.1,
+        max_batch_events: int | None = None,
+        max_batch_bytes: int | None = None,
+        linger: float = 0.1,
+        shutdown_timeout: float = 5.0,
+        send_timeout: float = 30.0,
+        backoff_base: float = 0.1,
+        backoff_cap: float = 30.0,
+        max_retry_after: float = 300.0,
+        poison_attempts: int = 5,
+        max_concurrency: int = 8,
+        circuit_threshold: int = 5,
+        log_interval: float = 30.0,
+        dead_letter: str | os.PathLike[str] | None = None,
+        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        spill_dir: str | os.PathLike[str] | None = None,
+        max_spill_bytes: int = SPILL_MAX_BYTES,
+        spill_interval: float = SPILL_INTERVAL,
+        close_at_exit: bool = True,
+        name: str = "outbox",
+    ) -> None:
+        #: The keywords checked, the settings, and this process's parts (built again in a
+        #: forked child).
+        self._assembly = Assembly(
+            transport,
+            max_events=max_events,
+            max_bytes=max_bytes,
+            policy=policy,
+            block_timeout=block_timeout,
+            max_batch_events=max_batch_events,
+            max_batch_bytes=max_batch_bytes,
+            linger=linger,
+            shutdown_timeout=shutdown_timeout,
+            send_timeout=send_timeout,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+            max_retry_after=max_retry_after,
+            poison_attempts=poison_attempts,
+            max_concurrency=max_concurrency,
+            circuit_threshold=circuit_threshold,
+            log_interval=log_interval,
+            dead_letter=dead_letter,
+            dead_letter_max_bytes=dead_letter_max_bytes,
+            spill_dir=spill_dir,
+            max_spill_bytes=max_spill_bytes,
+            spill_interval=spill_interval,
+            close_at_exit=close_at_exit,
+            name=name,
+        )
+        self._take_parts()
+        track(self._after_fork_in_child)
+        self._sidecar.start_in_sync_code()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Build an outbox the way openlineage-python builds its client, from the environment.
+
+        The transport follows openlineage-python's rules (``OPENLINEAGE_DISABLED``,
+        ``OPENLINEAGE__TRANSPORT__*``, ``OPENLINEAGE_CONFIG``/``openlineage.yml``,
+        ``OPENLINEAGE_URL``; the console when nothing is set).  The outbox's own knobs
+        come from ``OUTBOX_*`` variables (``OUTBOX_MAX_EVENTS``, ``OUTBOX_POLICY``,
+        ``OUTBOX_LINGER``, ...); keyword arguments override both.
+
+        With ``OPENLINEAGE_DISABLED=true`` the outbox accepts nothing: ``emit`` returns
+        False and counts the event under ``disabled``.
+
+        Args:
+            environ: the variables to read (default: ``os.environ``).
+            **overrides: ``Outbox`` keyword arguments, winning over ``OUTBOX_*``.
+
+        Raises:
+            ConfigError: a variable is invalid; the message names it, its value and
+                what is accepted.
+        """
+        return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
+
+    @classmethod
+    def _from_environment(
+        cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
+    ) -> Self:
+        return from_environment(cls, env, overrides, read_files=read_files)
+
+    def _take_parts(self) -> None:
+        """This process's parts, where ``emit`` reads them (an attribute each), and the
+        finalizer that drains an outbox dropped without ``close()``."""
+        assembly = self._assembly
+        self._buffer, self._metrics, self._sidecar = assembly.parts
+        self._spill = assembly.spill
+        self._block = assembly.limits.policy is Policy.BLOCK
+        self._block_timeout = assembly.limits.block_timeout
+        # Dropped without close(): drain in the background (the exit hook waits for it).
+        self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
+        self._finalizer.atexit = False
+
+    def _after_fork_in_child(self) -> None:
+        self._finalizer.detach()
+        self._assembly.rebuild_in_child()
+        self._take_parts()
+
+    def _current_sidecar(self) -> Sidecar:
+        """This process's sidecar (a forked child builds its own)."""
+        return self._sidecar
+
+    def _effective_settings(self) -> dict[str, Any]:
+        """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
+        return self._assembly.effective_settings()
+
     # -- the hot path -----------------------------------------------------------------------
 
     def emit(self, event: Event) -> bool:
@@ -160,14 +279,14 @@ class Outbox(Assembly):
             admit(event)
             nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
         result = self._buffer.put(event, nbytes)
-        if result == 2:
+        if result == WAKE:
             self._woken()
-        return result > 0
+        return result != REFUSED
 
     def _woken(self) -> None:
-        """The buffer asked for the sidecar (``put`` returned 2): wake it."""
+        """The buffer asked for the sidecar (``put`` returned ``WAKE``): wake it."""
         self._sidecar.wake()
-        if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
+        if self._buffer.measure_here is Measure.DUE:  # (once: a burst before the sidecar ran)
             measure_here(self._buffer)
 
     async def emit_async(self, event: Event) -> bool:
@@ -190,11 +309,11 @@ class Outbox(Assembly):
                 return True
             return False
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
-        if result == 2:
+        if result == WAKE:
             self._sidecar.wake()
-            if buf.measure_here == 1:
+            if buf.measure_here is Measure.DUE:
                 measure_here(buf)
-        return result > 0
+        return result != REFUSED
 
     def run(
         self,
@@ -231,7 +350,7 @@ class Outbox(Assembly):
             False if handlers cannot be installed here (not the main thread); the exit hook
             still flushes at interpreter exit.
         """
-        from ._signals import close_on_signal
+        from ._runtime._signals import close_on_signal
 
         return close_on_signal(self._current_sidecar, signums)
 
@@ -251,7 +370,7 @@ class Outbox(Assembly):
         Raises:
             RuntimeError: called from the outbox's own event loop (use ``await aflush()``).
         """
-        timeout = self._shutdown_timeout if timeout is None else timeout
+        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         buf = self._buffer
         if buf.owned():
@@ -265,7 +384,7 @@ class Outbox(Assembly):
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` for async code: waits without blocking the running loop."""
-        timeout = self._shutdown_timeout if timeout is None else timeout
+        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         buf = self._buffer
         if buf.owned():
@@ -292,7 +411,7 @@ class Outbox(Assembly):
         if sidecar.report is not None:
             return sidecar.report
         self._refuse_on_own_loop("close", "aclose")
-        timeout = self._shutdown_timeout if timeout is None else timeout
+        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         sidecar.request_close(deadline)
         if self._buffer.owned():
@@ -314,7 +433,7 @@ class Outbox(Assembly):
         sidecar = self._sidecar
         if sidecar.report is not None:
             return sidecar.report
-        timeout = self._shutdown_timeout if timeout is None else timeout
+        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         sidecar.request_close(deadline, "by aclose()")
         if sidecar.worker is not None:
@@ -336,10 +455,11 @@ class Outbox(Assembly):
     @property
     def transport(self) -> Transport:
         """The transport events go through (read-only; in a forked child, its clone)."""
-        return self._transport
+        return self._assembly.transport
 
     def __repr__(self) -> str:
-        return f"<Outbox {self._name!r} {self._sidecar.state.value} transport={self._transport!r}>"
+        assembly = self._assembly
+        return f"<Outbox {assembly.name!r} {self._sidecar.state.value} transport={assembly.transport!r}>"
 
     # -- context managers -------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""How an ``Outbox`` is put together (:class:`Assembly`, its base class): its keywords checked
+"""How an ``Outbox`` is put together (:class:`Assembly`, which the outbox has): its keywords checked
 (each bad one a :class:`ConfigError` naming it, the value and the fix; the worker's knobs by
-``_settings``), the settings in force reported, and the parts of one process built from them:
+``_config._settings``), the settings in force reported, and the parts of one process built from them:
 the buffer (fed first with what a dead process left in the spill), its metrics, a composite's
 members, the sidecar; built at construction, and again in a forked child (whose parent keeps
 its own).  What an outbox does with them (``emit``, ``flush``, ``close``, ``stats``) is
@@ -9,28 +9,30 @@ its own).  What an outbox does with them (``emit``, ``flush``, ``close``, ``stat
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from ._buffer import Buffer, Policy, Reason
-from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
-from ._deadletter import DeadLetter
+from ._buffer._buffer import Buffer, Policy, Reason
+from ._config._settings import Limits, WorkerSettings, check_number, from_variables, in_force, resolve
 from ._errors import ConfigError
-from ._fanout import FanOut, fans_out
-from ._lifecycle import INHERITED, track
-from ._log import logger
-from ._metrics import Metrics
-from ._settings import Limits, check_number, from_variables, in_force, resolve
-from ._sidecar import Sidecar, State
+from ._observability._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
+from ._observability._deadletter import DeadLetter
+from ._observability._log import logger
+from ._observability._metrics import Metrics
+from ._runtime._lifecycle import INHERITED
 from ._spill import DEFAULT_INTERVAL as SPILL_INTERVAL
 from ._spill import DEFAULT_MAX_BYTES as SPILL_MAX_BYTES
 from ._spill import Spill
-from ._worker import WorkerSettings
+from ._worker._fanout import FanOut, fans_out
+from ._worker._sidecar import Sidecar, State
 from .transports._base import Transport
 
 __all__ = [
+    "DEAD_LETTER_MAX_BYTES",
+    "SPILL_INTERVAL",
+    "SPILL_MAX_BYTES",
     "Assembly",
+    "MiB",
     "Parts",
     "build_parts",
     "check_transport",
@@ -100,7 +102,7 @@ def from_environment(
 ) -> T:
     """An outbox made by ``make`` (the ``Outbox`` class) from openlineage-python's transport
     configuration and the ``OUTBOX_*`` variables (see ``Outbox.from_env``)."""
-    from ._config import resolve_transport_config
+    from ._config._config import resolve_transport_config
     from .transports import MemoryTransport, transport_from_config
 
     settings = from_variables(env, overrides)
@@ -185,40 +187,42 @@ def transport_for_child(transport: Transport, parent: Sidecar) -> Transport:
 
 
 class Assembly:
-    """The making of an :class:`~outbox.Outbox` (its base class; its keywords are documented
-    there): the configuration checked and resolved, this process's parts built, built again
-    in a forked child, and the alternative constructor from the environment."""
+    """How an :class:`~outbox.Outbox` is made; the outbox has one.  It holds the keywords
+    checked and resolved (``Outbox.__init__`` hands them over, with their defaults), reports
+    the settings in force, and builds this process's parts (:attr:`parts`), again in a forked
+    child.  It never refers to its outbox: what the outbox reads on ``emit``'s path it takes
+    from :attr:`parts` into its own attributes."""
 
     def __init__(
         self,
         transport: Transport,
         *,
-        max_events: int = 10_000,
-        max_bytes: int = 64 * MiB,
-        policy: Policy | str = Policy.DROP_OLDEST,
-        block_timeout: float = 0.1,
-        max_batch_events: int | None = None,
-        max_batch_bytes: int | None = None,
-        linger: float = 0.1,
-        shutdown_timeout: float = 5.0,
-        send_timeout: float = 30.0,
-        backoff_base: float = 0.1,
-        backoff_cap: float = 30.0,
-        max_retry_after: float = 300.0,
-        poison_attempts: int = 5,
-        max_concurrency: int = 8,
-        circuit_threshold: int = 5,
-        log_interval: float = 30.0,
-        dead_letter: str | os.PathLike[str] | None = None,
-        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
-        spill_dir: str | os.PathLike[str] | None = None,
-        max_spill_bytes: int = SPILL_MAX_BYTES,
-        spill_interval: float = SPILL_INTERVAL,
-        close_at_exit: bool = True,
-        name: str = "outbox",
+        max_events: int,
+        max_bytes: int,
+        policy: Policy | str,
+        block_timeout: float,
+        max_batch_events: int | None,
+        max_batch_bytes: int | None,
+        linger: float,
+        shutdown_timeout: float,
+        send_timeout: float,
+        backoff_base: float,
+        backoff_cap: float,
+        max_retry_after: float,
+        poison_attempts: int,
+        max_concurrency: int,
+        circuit_threshold: int,
+        log_interval: float,
+        dead_letter: str | os.PathLike[str] | None,
+        dead_letter_max_bytes: int,
+        spill_dir: str | os.PathLike[str] | None,
+        max_spill_bytes: int,
+        spill_interval: float,
+        close_at_exit: bool,
+        name: str,
     ) -> None:
         check_transport(transport)
-        self._limits, self._settings = resolve(
+        self.limits, self.settings = resolve(
             max_events=max_events,
             max_bytes=max_bytes,
             policy=policy,
@@ -236,93 +240,53 @@ class Assembly:
             circuit_threshold=circuit_threshold,
             log_interval=log_interval,
         )
-        self._dead_letter = make_dead_letter(dead_letter, dead_letter_max_bytes, float(log_interval))
-        self._dead_letter_max_bytes = dead_letter_max_bytes
-        self._spill = make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
-        self._transport = transport
-        self._name = name
-        self._shutdown_timeout = float(shutdown_timeout)
-        self._close_at_exit = close_at_exit
-        self._init_runtime()
-        track(self._after_fork_in_child)
-        self._sidecar.start_in_sync_code()
+        self.dead_letter = make_dead_letter(dead_letter, dead_letter_max_bytes, float(log_interval))
+        self.dead_letter_max_bytes = dead_letter_max_bytes
+        self.spill = make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
+        self.transport = transport
+        self.name = name
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.close_at_exit = close_at_exit
+        self.parts = self._build()
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
-        """Build an outbox the way openlineage-python builds its client, from the environment.
+    def _build(self) -> Parts:
+        """Everything that belongs to one process: buffer, metrics, sidecar."""
+        return build_parts(
+            self.transport,
+            self.name,
+            self.limits,
+            self.settings,
+            shutdown_timeout=self.shutdown_timeout,
+            close_at_exit=self.close_at_exit,
+            dead_letter=self.dead_letter,
+            spill=self.spill,
+        )
 
-        The transport follows openlineage-python's rules (``OPENLINEAGE_DISABLED``,
-        ``OPENLINEAGE__TRANSPORT__*``, ``OPENLINEAGE_CONFIG``/``openlineage.yml``,
-        ``OPENLINEAGE_URL``; the console when nothing is set).  The outbox's own knobs
-        come from ``OUTBOX_*`` variables (``OUTBOX_MAX_EVENTS``, ``OUTBOX_POLICY``,
-        ``OUTBOX_LINGER``, ...); keyword arguments override both.
-
-        With ``OPENLINEAGE_DISABLED=true`` the outbox accepts nothing: ``emit`` returns
-        False and counts the event under ``disabled``.
-
-        Args:
-            environ: the variables to read (default: ``os.environ``).
-            **overrides: ``Outbox`` keyword arguments, winning over ``OUTBOX_*``.
-
-        Raises:
-            ConfigError: a variable is invalid; the message names it, its value and
-                what is accepted.
-        """
-        return cls._from_environment(os.environ if environ is None else environ, overrides, read_files=True)
-
-    def _effective_settings(self) -> dict[str, Any]:
+    def effective_settings(self) -> dict[str, Any]:
         """The settings in force, by ``Outbox`` keyword (for ``outbox check``)."""
         return settings_in_force(
-            self._limits,
-            self._settings,
-            self._shutdown_timeout,
-            self._dead_letter,
-            self._dead_letter_max_bytes,
-            self._spill,
+            self.limits,
+            self.settings,
+            self.shutdown_timeout,
+            self.dead_letter,
+            self.dead_letter_max_bytes,
+            self.spill,
         )
 
-    @classmethod
-    def _from_environment(
-        cls, env: Mapping[str, str], overrides: dict[str, Any], *, read_files: bool
-    ) -> Self:
-        return from_environment(cls, env, overrides, read_files=read_files)
-
-    def _init_runtime(self) -> None:
-        """(Re)build everything that belongs to one process: buffer, sidecar, state."""
-        self._buffer, self._metrics, self._sidecar = build_parts(
-            self._transport,
-            self._name,
-            self._limits,
-            self._settings,
-            shutdown_timeout=self._shutdown_timeout,
-            close_at_exit=self._close_at_exit,
-            dead_letter=self._dead_letter,
-            spill=self._spill,
-        )
-        self._block = self._limits.policy is Policy.BLOCK
-        self._block_timeout = self._limits.block_timeout
-        # Dropped without close(): drain in the background (the exit hook waits for it).
-        self._finalizer = weakref.finalize(self, self._sidecar.close_in_background)
-        self._finalizer.atexit = False
-
-    def _current_sidecar(self) -> Sidecar:
-        """This process's sidecar (a forked child builds its own)."""
-        return self._sidecar
-
-    def _after_fork_in_child(self) -> None:
-        # The parent's sidecar thread does not exist here; its locks may be held; its loop
-        # and transport belong to the parent.  Start over, empty, with a fresh transport
-        # built from the same configuration: the parent still owns (and delivers) what it
-        # had buffered.
-        old = self._sidecar
-        self._finalizer.detach()
-        INHERITED.append((old, self._transport))
-        self._transport = transport_for_child(self._transport, old)
-        if self._spill is not None:
-            self._spill = self._spill.for_child()
-        self._init_runtime()
+    def rebuild_in_child(self) -> None:
+        """Build this (forked) process's parts afresh.  The parent's sidecar thread does not
+        exist here; its locks may be held; its loop and transport belong to the parent.  Start
+        over, empty, with a fresh transport built from the same configuration: the parent
+        still owns (and delivers) what it had buffered."""
+        old = self.parts.sidecar
+        INHERITED.append((old, self.transport))
+        self.transport = transport_for_child(self.transport, old)
+        if self.spill is not None:
+            self.spill = self.spill.for_child()
+        self.parts = self._build()
         if old.state in (State.CLOSING, State.CLOSED):
-            with self._buffer.lock:
-                self._buffer.close_locked()
-            self._sidecar.state = State.CLOSED
-            self._sidecar.report = old.report
+            buffer, sidecar = self.parts.buffer, self.parts.sidecar
+            with buffer.lock:
+                buffer.close_locked()
+            sidecar.state = State.CLOSED
+            sidecar.report = old.report

@@ -1,4 +1,4 @@
-"""The backlog (``outbox._backlog``): one FIFO per order key, keys muted while their events are on
+"""The backlog (``outbox._worker._backlog``): one FIFO per order key, keys muted while their events are on
 the wire, isolation of events the backend refuses, and the poison ledger.  Pure: no threads,
 no transport, time passed in."""
 
@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from outbox import About, Outcome
-from outbox._backlog import Backlog
-from outbox._held import Held, order_key
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
+from outbox._worker._backlog import Backlog
+from outbox._worker._held import Held, order_key
 
 DELIVERED = Outcome.delivered()
 REFUSED = Outcome.retry("http_500", "cannot map", about=About.EVENT)  # this very event
@@ -220,11 +220,11 @@ def test_a_keys_events_added_while_an_earlier_group_waits_in_fresh_keep_their_or
 def _check_places(backlog: Backlog, on_wire: dict[int, Held]) -> None:
     """Every held event in exactly one place; the counts agree."""
     seen: dict[int, str] = {}
-    for group in backlog._fresh:
+    for group in backlog.keys._fresh:
         for item in group:
             assert item.seq not in seen
             seen[item.seq] = "fresh"
-    for state in backlog._keys.values():
+    for state in backlog.keys.states.values():
         for item in getattr(state, "fifo", ()):
             assert item.seq not in seen
             seen[item.seq] = "fifo"

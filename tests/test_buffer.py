@@ -144,7 +144,7 @@ def test_policy_enum_accepted():
 
 # -- the Buffer's own methods keep its accounts (no caller writes its fields) -----------------
 
-from outbox._buffer import _INF, Buffer, Reason  # noqa: E402
+from outbox._buffer._buffer import _INF, Buffer, Reason  # noqa: E402
 
 
 def _buffer(policy: Policy = Policy.DROP_OLDEST, **kw) -> Buffer:
@@ -253,7 +253,7 @@ def test_the_spill_windows_changes_to_the_accounts_go_through_the_buffer():
 
 
 def test_what_a_refusal_counts_as_who_measures_and_who_waits_are_the_buffers_to_keep():
-    from outbox._buffer import MEASURE_HERE_AFTER
+    from outbox._buffer._buffer import MEASURE_HERE_AFTER
 
     buf = _buffer(max_events=1000, max_bytes=10_000_000)
     woken: list[int] = []
@@ -329,7 +329,7 @@ _OPS = st.lists(
 )
 @given(ops=_OPS, policy=st.sampled_from(list(Policy)), max_events=st.integers(1, 12))
 def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, policy, max_events):
-    from outbox._serde import SerializedEvent
+    from outbox._run._serde import SerializedEvent
 
     buf = _buffer(policy, max_events=max_events, max_bytes=8_000)
     taken: list = []
@@ -442,8 +442,8 @@ def test_a_buffer_full_of_events_in_flight_refuses_an_object_without_raising(pol
     # Full by count with nothing queued (everything taken by the worker): nothing can be
     # evicted, so even drop_oldest refuses the new object, counted (the O(1) answer of a full
     # buffer needs a queued event to let go; it once popped an empty queue).
-    from outbox._buffer import Buffer
-    from outbox._buffer import Policy as BufferPolicy
+    from outbox._buffer._buffer import Buffer
+    from outbox._buffer._buffer import Policy as BufferPolicy
 
     buf = Buffer(max_events=4, max_bytes=1 << 20, policy=BufferPolicy(policy), block_timeout=0.1)
     with buf.lock:

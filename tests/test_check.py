@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from outbox import Outbox
-from outbox._config import OUTBOX_VARIABLES
+from outbox._config._config import OUTBOX_VARIABLES
 from outbox.tools.check import datahub_refusal, openmetadata_verdict
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
@@ -148,7 +148,7 @@ def test_a_client_for_an_http_url_loads_no_ca_bundle_and_refuses_tls_if_ever_ask
     costs 30-50 ms per outbox at a cold start, for TLS that never happens), and that context
     still verifies: TLS tried with it fails, it is never an unverified one.  An https:// URL
     keeps httpx's default verification (the sink's own CA is not trusted)."""
-    from outbox.transports import _http_settings
+    from outbox.transports._http import _settings as _http_settings
 
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

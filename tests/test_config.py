@@ -34,20 +34,20 @@ def test_outbox_variables_set_the_knobs():
             "OUTBOX_NAME": "fn",
         }
     )
-    assert outbox._limits.max_events == 2000
-    assert outbox._limits.max_bytes == 8 * 1024 * 1024
-    assert outbox._limits.policy.value == "drop_newest"
-    assert outbox._settings.max_batch_events == 50
-    assert outbox._settings.max_batch_bytes == 512 * 1024
-    assert outbox._settings.linger == 0.25
-    assert outbox._shutdown_timeout == 2.0
-    assert outbox._name == "fn"
+    assert outbox._assembly.limits.max_events == 2000
+    assert outbox._assembly.limits.max_bytes == 8 * 1024 * 1024
+    assert outbox._assembly.limits.policy.value == "drop_newest"
+    assert outbox._assembly.settings.max_batch_events == 50
+    assert outbox._assembly.settings.max_batch_bytes == 512 * 1024
+    assert outbox._assembly.settings.linger == 0.25
+    assert outbox._assembly.shutdown_timeout == 2.0
+    assert outbox._assembly.name == "fn"
     outbox.close(0)
 
 
 def test_keyword_arguments_override_variables():
     outbox = from_env({"OUTBOX_MAX_EVENTS": "2000"}, max_events=30)
-    assert outbox._limits.max_events == 30
+    assert outbox._assembly.limits.max_events == 30
     outbox.close(0)
 
 
@@ -206,7 +206,7 @@ def test_openlineage_disabled_false_is_not_disabled(tmp_path):
 
 
 def test_resolution_follows_openlineage_python_for_url_and_async_http():
-    from outbox._config import resolve_transport_config
+    from outbox._config._config import resolve_transport_config
 
     plain = resolve_transport_config(
         {"OPENLINEAGE_URL": "http://m:5000", "OPENLINEAGE_ENDPOINT": "api/v2/x", "OPENLINEAGE_API_KEY": "k"}

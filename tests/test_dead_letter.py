@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from outbox import ConfigError, Outbox
-from outbox._deadletter import DeadLetter, Entry, Torn, scan
+from outbox._observability._deadletter import DeadLetter, Entry, Torn, scan
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
@@ -222,7 +222,7 @@ KILLED_WRITER = """
     import sys, orjson
     sys.path.insert(0, "tests")
     from support.helpers import run_event
-    from outbox._deadletter import DeadLetter
+    from outbox._observability._deadletter import DeadLetter
     dead = DeadLetter(sys.argv[1], max_bytes=1 << 40)
     dead.write([("poison", "500", orjson.dumps(run_event(n=n)), None) for n in range(5)])
     huge = run_event(n=99)
@@ -287,7 +287,7 @@ def test_a_full_disk_cuts_back_to_the_last_whole_record_and_the_next_write_is_wh
         logging.basicConfig()
         sys.path.insert(0, "tests")
         from support.helpers import run_event
-        from outbox._deadletter import DeadLetter
+        from outbox._observability._deadletter import DeadLetter
         def records(first, count):
             return [("poison", "", orjson.dumps(run_event(n=n)), None) for n in range(first, first + count)]
         dead = DeadLetter(sys.argv[1])
@@ -333,7 +333,7 @@ def test_writers_in_several_processes_at_once_keep_every_record_whole(tmp_path):
         import json, sys, orjson
         sys.path.insert(0, "tests")
         from support.helpers import run_event
-        from outbox._deadletter import DeadLetter
+        from outbox._observability._deadletter import DeadLetter
         dead = DeadLetter(sys.argv[1], max_bytes=200_000)
         base = int(sys.argv[2])
         for i in range(40):
@@ -379,7 +379,7 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
         for n in range(200):
             assert outbox.emit(run_event(n=n))
         report = outbox.close(30)
-        dead = outbox._dead_letter
+        dead = outbox._assembly.dead_letter
         public = outbox.stats().dead_letter
     assert report.undelivered == {"rejected_by_backend": 200}
     assert path.stat().st_size <= 20 * 1024
@@ -455,7 +455,7 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
     with pytest.raises(ConfigError, match="is a FIFO"):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
-    assert outbox._dead_letter is not None
+    assert outbox._assembly.dead_letter is not None
     outbox.close(0)
 
 

@@ -1,4 +1,4 @@
-"""The worker's decisions (``outbox._dispatch``: the backlog, the breaker, the lanes) driven
+"""The worker's decisions (``outbox._worker._dispatch``: the backlog, the breaker, the lanes) driven
 with scripted answers and a clock of the test's own: no threads, no sockets, every run the
 same for a seed.  A simulated backend answers each lane after a latency; the simulation
 checks that every event ends delivered or settled as poison, that each key's events arrive in
@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outbox import About, Outcome
-from outbox._backlog import Backlog
-from outbox._dispatch import Dispatch
-from outbox._held import Held
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
+from outbox._worker._backlog import Backlog
+from outbox._worker._dispatch import Dispatch
+from outbox._worker._held import Held
 
 DELIVERED = Outcome.delivered()
 

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from outbox import Outcome, _retry
+from outbox import Outcome
+from outbox._worker import _retry
 from outbox.tools import forward
 from outbox.tools.forward import Forwarder
 from outbox.transports import DELIVERED

@@ -18,14 +18,15 @@ import orjson
 import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
-from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
-from outbox._serde import serialize, weight
-from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
+from outbox._buffer._holdings import Measure
+from outbox._run._serde import serialize, weight
+from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
 from support.helpers import ScriptedTransport, run_event, wait_until
 
 # Modules whose code serializes or walks an event: none may run on the caller's thread.
-SERIALIZING = ("outbox._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")
+SERIALIZING = ("outbox._run._serde", "orjson", "json", "attr", "attrs", "openlineage.client.serde")
 
 
 def _openlineage_events(n: int) -> list[Any]:
@@ -143,11 +144,14 @@ def test_emit_never_serializes_on_the_callers_thread():
     # self-pipe), when the queue reaches the size the worker asked to be woken at (on a loaded
     # machine the worker is still arming it while these emits run).
     called = set(calls.modules) - {__name__, "sys"}  # this list comprehension; setprofile(None)
-    hot = {"outbox._outbox", "outbox._buffer", "builtins", "collections", "_thread"}
-    wake = {"outbox._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
+    hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
+    wake = {"outbox._worker._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    assert calls.modules["outbox._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
-    assert calls.modules["socket"] <= calls.modules["outbox._sidecar"], calls.modules
+    assert (
+        calls.modules["outbox._worker._sidecar"]
+        <= len(events) // outbox._assembly.settings.max_batch_events + 1
+    )
+    assert calls.modules["socket"] <= calls.modules["outbox._worker._sidecar"], calls.modules
     assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
     stats = outbox.stats()
     assert stats.accepted == len(events) + len(first_of_each) + 1
@@ -260,8 +264,8 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.queued_events <= max_bytes // size + 1, stats
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
     assert outbox._buffer.estimate >= size * 0.99
-    assert calls.modules.get("outbox._serde", 0) >= 1  # measured here...
-    assert outbox._buffer.measure_here == 2  # ... once
+    assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
+    assert outbox._buffer.measure_here is Measure.CLAIMED  # ... once
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
@@ -280,7 +284,7 @@ def test_a_sidecar_that_runs_measures_the_first_object_itself():
         for i in range(3 * MEASURE_HERE_AFTER):
             outbox.emit(run_event(n=i))
     assert calls.serializing() == {}, calls.modules
-    assert outbox._buffer.measure_here == 0
+    assert outbox._buffer.measure_here is Measure.SIDECAR
     outbox.close(0.1)
 
 
@@ -578,10 +582,10 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
                 outbox.emit(event)
         slow = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
         slow.pop("outbox._outbox.emit")
-        slow.pop("outbox._buffer.put")
+        slow.pop("outbox._buffer._buffer.put")
         # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
-        assert slow.get("outbox._holdings._recompute_locked", 0) <= 8, slow
-        slow.pop("outbox._holdings._recompute_locked", None)
+        assert slow.get("outbox._buffer._holdings._recompute_locked", 0) <= 8, slow
+        slow.pop("outbox._buffer._holdings._recompute_locked", None)
         assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
         calls[backlog] = recorder.events
         dropped = outbox.stats().dropped.get("dropped_full", 0) - before

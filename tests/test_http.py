@@ -438,11 +438,11 @@ def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink
     arrived = len(sink.events)
     assert report.delivered >= 8
     # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
-    assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
+    assert report.delivered <= arrived <= report.delivered + 4 * outbox._assembly.settings.max_concurrency
     assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 1000
     assert report.undelivered.keys() <= {"dropped_shutdown"}
     # Deferred events are not failures; only the requests cut off at the deadline (4 a lane) are.
-    assert outbox.stats().retried <= 4 * outbox._settings.max_concurrency
+    assert outbox.stats().retried <= 4 * outbox._assembly.settings.max_concurrency
 
 
 def test_a_request_does_not_search_sys_path_for_sniffio(sink, monkeypatch):

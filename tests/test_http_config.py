@@ -424,7 +424,7 @@ def fresh_openlineage_log_limit():
     """The rate limit on openlineage-python's HTTP logger lasts for the process (it is added
     once, by the first token provider built): forget what it let through, so that a test
     expecting one of its records does not depend on which test ran before it."""
-    from outbox._log import RateLimitFilter
+    from outbox._observability._log import RateLimitFilter
 
     for kept in logging.getLogger(OPENLINEAGE_LOGGER).filters:
         if isinstance(kept, RateLimitFilter):

@@ -1,6 +1,6 @@
 """Several batches in flight (lanes): more throughput against a slow backend, a run's events
 never in two requests at once, fewer lanes when the backend says it is overloaded.  How many
-lanes (``outbox._lanes``) is pure, and tested here with the observations passed in; the
+lanes (``outbox._worker._lanes``) is pure, and tested here with the observations passed in; the
 behaviour of an outbox with lanes against backends in process follows."""
 
 import asyncio
@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from outbox import About, Outbox, Outcome
-from outbox._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
-from outbox._worker import CLOSE_GRACE
+from outbox._worker._conductor import CLOSE_GRACE
+from outbox._worker._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
 
 from support.chaos import running_time
 from support.helpers import run_event, wait_until
@@ -211,7 +211,7 @@ def test_lanes_keep_order_through_random_failures(seed):
 
 def test_max_concurrency_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
-    assert outbox._settings.max_concurrency == 3
+    assert outbox._assembly.settings.max_concurrency == 3
     outbox.close(0)
 
 

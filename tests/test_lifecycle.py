@@ -323,7 +323,7 @@ def test_neither_the_fork_hook_nor_a_signal_keeps_a_closed_outbox_alive():
     import signal
     import weakref
 
-    from outbox import _lifecycle, _signals
+    from outbox._runtime import _lifecycle, _signals
     from outbox.transports import MemoryTransport
 
     previous = signal.getsignal(signal.SIGUSR2)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from outbox import Outbox, Outcome, OutcomeKind
-from outbox._worker import backoff_delay
+from outbox._worker._conductor import backoff_delay
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport

@@ -1,4 +1,4 @@
-"""Our S3 and Trino dataset naming (``outbox._naming``, behind ``s3_dataset`` and
+"""Our S3 and Trino dataset naming (``outbox._run._naming``, behind ``s3_dataset`` and
 ``trino_dataset``) is openlineage-python's (``openlineage.client.naming.dataset``): the same
 namespace and name for every part, the same exception with the same message for a bad one."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from openlineage.client.naming.dataset import S3, Trino
 
 from outbox import s3_dataset, trino_dataset
-from outbox._naming import s3_naming, trino_naming
+from outbox._run._naming import s3_naming, trino_naming
 
 # Good parts, and every way a part can be bad: empty, blank, None, not text at all.
 PARTS: list[Any] = [

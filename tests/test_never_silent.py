@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox._log import FIRST_NEVER_SILENT
+from outbox._observability._log import FIRST_NEVER_SILENT
 
 from support.helpers import refused_port
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outbox._numbering import Journal, Numbering
+from outbox._buffer._numbering import Journal, Numbering
 
 OPS = st.lists(
     st.tuples(st.sampled_from(["queue", "take", "shed", "untake", "clear", "retire"]), st.integers(1, 6)),

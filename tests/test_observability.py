@@ -9,8 +9,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from outbox import Outbox, Outcome
-from outbox._log import RateLimitedLog
-from outbox._metrics import Metrics
+from outbox._observability._log import RateLimitedLog
+from outbox._observability._metrics import Metrics
 from outbox.transports import DELIVERED
 
 from support.helpers import FailingTransport, ScriptedTransport, run_event, wait_until

@@ -94,7 +94,7 @@ def test_a_backend_that_answers_500_to_everything_is_down_not_poisoned():
 
 def test_poison_attempts_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_POISON_ATTEMPTS": "3"}, close_at_exit=False)
-    assert outbox._settings.poison_attempts == 3
+    assert outbox._assembly.settings.poison_attempts == 3
     outbox.close(0)
 
 

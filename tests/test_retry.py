@@ -1,5 +1,5 @@
-"""Pacing (``outbox._retry``): the one bounded backoff, the pacing of a close, the breaker.  Also
-the sender's check of a transport's answer (``outbox._sender``) and how the Kafka transport
+"""Pacing (``outbox._worker._retry``): the one bounded backoff, the pacing of a close, the breaker.  Also
+the sender's check of a transport's answer (``outbox._worker._sender``) and how the Kafka transport
 says what its errors are about."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from aiokafka import errors as kafka_errors
 
 from outbox import About, Outcome
-from outbox._log import RateLimitedLog
-from outbox._retry import (
+from outbox._observability._log import RateLimitedLog
+from outbox._worker._retry import (
     CLOSE_BACKOFF_CAP,
     LAST_ATTEMPT_LEAD,
     MIN_CLOSE_GAP,
@@ -20,7 +20,7 @@ from outbox._retry import (
     backoff_delay,
     close_paced,
 )
-from outbox._sender import checked, classify
+from outbox._worker._sender import checked, classify
 from outbox.transports import KafkaTransport
 
 

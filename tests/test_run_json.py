@@ -27,10 +27,10 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from outbox import DatasetRef, LineageJob, Outbox, current_run_id, s3_dataset
-from outbox._run import RunRecord, _event_time
-from outbox._runid import uuid7 as _uuid7
-from outbox._runid import uuid_text as _uuid_text
-from outbox._serde import event_key, serialize
+from outbox._run._run import RunRecord, _event_time
+from outbox._run._runid import uuid7 as _uuid7
+from outbox._run._runid import uuid_text as _uuid_text
+from outbox._run._serde import event_key, serialize
 from outbox.transports import MemoryTransport
 
 text = st.text(min_size=1, max_size=30)  # any code point: quotes, backslashes, controls, emoji
@@ -299,9 +299,9 @@ def test_run_id_in_a_span_is_its_trace_id():
 def test_two_runs_in_one_span_do_not_share_a_run_id(caplog):
     # The first run of a trace takes the trace id; a later one (in the same span, or in a
     # child span of the same trace) gets a fresh id, said once; another trace starts again.
-    import outbox._runid
+    import outbox._run._runid
 
-    outbox._runid._shared_trace_said = False
+    outbox._run._runid._shared_trace_said = False
     box = Outbox(MemoryTransport(), close_at_exit=False)
     job = LineageJob("ns", "job")
 
@@ -327,24 +327,24 @@ def test_two_runs_in_one_span_do_not_share_a_run_id(caplog):
 
 
 def test_the_taken_trace_ids_are_bounded():
-    import outbox._runid
+    import outbox._run._runid
 
     box = Outbox(MemoryTransport(), close_at_exit=False)
     job = LineageJob("ns", "job")
-    for _ in range(outbox._runid._TAKEN_MAX + 100):
+    for _ in range(outbox._run._runid._TAKEN_MAX + 100):
         context = SpanContext(
             trace_id=uuid.uuid4().int, span_id=1, is_remote=False, trace_flags=TraceFlags(1)
         )
         with trace.use_span(NonRecordingSpan(context)):
             box.run(job)
     box.close(1)
-    assert len(outbox._runid._taken) <= outbox._runid._TAKEN_MAX
+    assert len(outbox._run._runid._taken) <= outbox._run._runid._TAKEN_MAX
 
 
 def test_once_the_taken_ids_are_full_the_oldest_trace_goes_and_the_newest_stay_taken():
     # The ids are evicted oldest first: a run in the newest trace still finds it taken (a
     # second run there gets a fresh id), a run in the oldest trace takes it again.
-    import outbox._runid
+    import outbox._run._runid
 
     box = Outbox(MemoryTransport(), close_at_exit=False)
     job = LineageJob("ns", "job")
@@ -354,9 +354,9 @@ def test_once_the_taken_ids_are_full_the_oldest_trace_goes_and_the_newest_stay_t
         with trace.use_span(NonRecordingSpan(context)):
             return box.run(job).run_id
 
-    traces = [uuid.uuid4().int for _ in range(outbox._runid._TAKEN_MAX + 10)]
+    traces = [uuid.uuid4().int for _ in range(outbox._run._runid._TAKEN_MAX + 10)]
     assert [run_in(t) for t in traces] == [str(uuid.UUID(int=t)) for t in traces]
-    assert len(outbox._runid._taken) == outbox._runid._TAKEN_MAX
+    assert len(outbox._run._runid._taken) == outbox._run._runid._TAKEN_MAX
     newest_again = run_in(traces[-1])
     oldest_again = run_in(traces[0])
     box.close(1)
@@ -374,10 +374,10 @@ class _OtherContext(SpanContext):
 def test_a_run_reads_the_spans_context_alike_by_index_or_by_property(monkeypatch, by_index, context_class):
     # The run's path reads a SpanContext by index (checked once at import); any other
     # class, or a layout that failed the check, is read through the API's properties.
-    import outbox._runid
+    import outbox._run._runid
 
-    assert outbox._runid._SPAN_CONTEXT_IS_TUPLE  # in force with this opentelemetry-api
-    monkeypatch.setattr(outbox._runid, "_SPAN_CONTEXT_IS_TUPLE", by_index)
+    assert outbox._run._runid._SPAN_CONTEXT_IS_TUPLE  # in force with this opentelemetry-api
+    monkeypatch.setattr(outbox._run._runid, "_SPAN_CONTEXT_IS_TUPLE", by_index)
     box = Outbox(MemoryTransport(), close_at_exit=False)
     job = LineageJob("ns", "job")
     trace_id = uuid.uuid4().int
@@ -395,7 +395,7 @@ def test_a_run_reads_the_spans_context_alike_by_index_or_by_property(monkeypatch
 
 
 def test_a_span_context_layout_other_than_the_tuple_is_read_by_property(monkeypatch):
-    import outbox._runid
+    import outbox._run._runid
 
     class Reordered(tuple):  # a later opentelemetry-api that stored its fields otherwise
         def __new__(cls, trace_id, span_id, is_remote):
@@ -404,8 +404,8 @@ def test_a_span_context_layout_other_than_the_tuple_is_read_by_property(monkeypa
         trace_id = property(lambda self: self[1])
         is_valid = property(lambda self: True)
 
-    monkeypatch.setattr(outbox._runid.trace, "SpanContext", Reordered)
-    assert outbox._runid._span_context_is_tuple() is False
+    monkeypatch.setattr(outbox._run._runid.trace, "SpanContext", Reordered)
+    assert outbox._run._runid._span_context_is_tuple() is False
 
 
 @given(value=st.integers(0, 2**128 - 1))
@@ -463,7 +463,7 @@ def test_the_fast_span_lookup_is_the_apis_answer():
     from opentelemetry import context as otel_context
     from opentelemetry.sdk.trace import TracerProvider
 
-    from outbox._runid import _current_span, _current_span_api
+    from outbox._run._runid import _current_span, _current_span_api
 
     assert _current_span is not _current_span_api
     tracer = TracerProvider().get_tracer("test")
@@ -502,7 +502,7 @@ def test_the_fast_span_lookup_is_the_apis_answer():
 def test_another_runtime_context_gets_the_apis_own_lookup(monkeypatch):
     import opentelemetry.context
 
-    from outbox._runid import _current_span_api, _span_lookup
+    from outbox._run._runid import _current_span_api, _span_lookup
 
     class Elsewhere:  # a runtime context chosen with OTEL_PYTHON_CONTEXT
         pass

@@ -34,7 +34,7 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
-from outbox._serde import Unserializable, event_key, serialize
+from outbox._run._serde import Unserializable, event_key, serialize
 
 
 class Color(enum.Enum):
@@ -355,8 +355,8 @@ def test_an_attrs_object_in_a_dict_event_is_written_as_in_an_openlineage_python_
 
 
 def test_a_datetime_without_a_timezone_is_written_as_serde_writes_it_with_a_warning(monkeypatch, caplog):
-    from outbox import _refusals
-    from outbox._log import RateLimitedLog
+    from outbox._observability._log import RateLimitedLog
+    from outbox._run import _refusals
 
     monkeypatch.setattr(_refusals, "_log", RateLimitedLog(30.0))  # a fresh rate limit
     event = as_dict(datetime.datetime(2026, 12, 2, 10, 0))
@@ -499,7 +499,7 @@ def test_run_helpers_with_run_facets_match_serde():
     from openlineage.client.facet_v2 import processing_engine_run
 
     from outbox import LineageJob, s3_dataset
-    from outbox._run import RunRecord
+    from outbox._run._run import RunRecord
 
     engine = processing_engine_run.ProcessingEngineRunFacet(
         version="5.3", name="VAST_DATAENGINE", openlineageAdapterVersion="0.1.0"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from outbox import ConfigError, Outbox, Outcome
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 from outbox._spill import inspect_dir
 from outbox._spill._format import Settle, encode_event, encode_settle, file_header, read_header
 from outbox.tools.sink import Sink
@@ -101,7 +101,7 @@ def test_a_torn_tail_and_a_corrupt_record_are_skipped_and_never_glued():
 
 
 def test_a_shed_retires_its_numbers_and_no_successor_hands_the_shed_events_on(tmp_path):
-    from outbox._buffer import Buffer, Policy
+    from outbox._buffer._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)

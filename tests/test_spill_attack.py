@@ -20,8 +20,8 @@ import pytest
 from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
 from outbox import Outbox
-from outbox._log import RateLimitedLog
-from outbox._serde import SerializedEvent
+from outbox._observability._log import RateLimitedLog
+from outbox._run._serde import SerializedEvent
 from outbox._spill._disk import Disk
 from outbox._spill._format import FRAME, MAGIC, encode_event, file_header
 from outbox._spill._owners import Home

@@ -366,7 +366,7 @@ def test_a_shed_and_new_events_between_two_looks_are_counted_anew(tmp_path):
     """The same at the buffer's level, with the race made certain: the shed and the new
     events both happen between two looks of the spill.  The new events (new numbers) the disk
     refuses are counted."""
-    from outbox._buffer import Buffer, Policy
+    from outbox._buffer._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=100, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)

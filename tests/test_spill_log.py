@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from outbox import Outbox
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 from outbox._spill import inspect_dir
 from outbox._spill._format import encode_event, file_header
 from outbox.tools.sink import Sink, SinkBehaviour

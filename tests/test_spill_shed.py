@@ -9,11 +9,11 @@ from __future__ import annotations
 import orjson
 
 from outbox import Outbox
-from outbox._buffer import Buffer, Policy
-from outbox._intake import Intake
-from outbox._log import RateLimitedLog
-from outbox._slices import Slicer
+from outbox._buffer._buffer import Buffer, Policy
+from outbox._observability._log import RateLimitedLog
+from outbox._runtime._slices import Slicer
 from outbox._spill import Spill
+from outbox._worker._intake import Intake
 
 from support.helpers import ScriptedTransport, run_event, wait_until
 from support.spill_log import waiting

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 import outbox._spill._disk
-from outbox._buffer import Buffer, Policy
+from outbox._buffer._buffer import Buffer, Policy
 from outbox._spill import Spill
 from outbox._spill._format import Settle, encode_settle
 

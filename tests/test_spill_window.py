@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from outbox import Outbox
-from outbox._serde import serialize, weight
+from outbox._run._serde import serialize, weight
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -330,7 +330,7 @@ def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_
     write position past 3-9, which were never written: close reported all 15 on disk (counted
     spilled_at_close) with 7 missing from the segment.  (CI once found 876 of 2,500 missing in
     the adoption test above: seqs 374-1,249, the queue's window after a write of 374.)"""
-    from outbox._buffer import Buffer, Policy
+    from outbox._buffer._buffer import Buffer, Policy
     from outbox._spill import Spill
 
     buf = Buffer(max_events=20, max_bytes=10**7, policy=Policy.DROP_NEWEST, block_timeout=0.0)

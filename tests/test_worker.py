@@ -425,7 +425,7 @@ def test_a_request_goes_out_before_the_worker_serializes_the_next_batch(monkeypa
     in turn instead of at once (a tenth fewer events/s to a backend that answers at once).
     The worker gives new requests the loop until they are out, up to ``_ON_THE_WIRE``; that
     bound is a time, so here it is made long, and each request answers once out."""
-    from outbox import _worker
+    from outbox._worker import _conductor as _worker
 
     monkeypatch.setattr(_worker, "_ON_THE_WIRE", 30.0)
     transport = WrittenOverSeveralTurns()
@@ -473,7 +473,8 @@ def test_behind_a_handler_that_computes_the_worker_takes_the_next_batch_without_
     for a switch interval), the worker gives a new request one turn of the loop, not
     ``_ON_THE_WIRE``, before it takes (serializes) the next batch (#37: such a handler
     starved the sidecar).  The bound made long here: waiting for it would hold the request."""
-    from outbox import _slices, _worker
+    from outbox._runtime import _slices
+    from outbox._worker import _conductor as _worker
 
     monkeypatch.setattr(_worker, "_ON_THE_WIRE", 30.0)
     monkeypatch.setattr(_slices.Slicer, "contended", property(lambda self: True))

@@ -18,9 +18,9 @@ from contextlib import AbstractContextManager
 from itertools import accumulate
 from typing import Any
 
-from .._log import RateLimitedLog, never_silent
-from .._serde import SerializedEvent, serialize
-from .._slices import Slicer
+from .._observability._log import RateLimitedLog, never_silent
+from .._run._serde import SerializedEvent, serialize
+from .._runtime._slices import Slicer
 from ._format import encode_event, encode_settle, file_header, record_size
 from ._owners import Home
 from ._ranges import Ranges

@@ -31,7 +31,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from .._serde import SerializedEvent
+from .._run._serde import SerializedEvent
 
 __all__ = [
     "HEADER",

@@ -17,12 +17,12 @@ import os
 import time
 from typing import Any
 
-from .._buffer import Buffer, Reason
+from .._buffer._buffer import Buffer, Reason
+from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
-from .._log import RateLimitedLog, logger, never_silent
-from .._numbering import DELIVERED
-from .._serde import SerializedEvent, weight
-from .._slices import Slicer
+from .._observability._log import RateLimitedLog, logger, never_silent
+from .._run._serde import SerializedEvent, weight
+from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
 from ._owners import Home, dead_owners

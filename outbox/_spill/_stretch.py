@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
-from .._buffer import Buffer, Reason
-from .._log import RateLimitedLog
-from .._serde import SerializedEvent, weight
-from .._slices import Slicer
+from .._buffer._buffer import Buffer, Reason
+from .._observability._log import RateLimitedLog
+from .._run._serde import SerializedEvent, weight
+from .._runtime._slices import Slicer
 from ._disk import Disk, serialized
 from ._format import Event, NotOurs, SegmentReader
 from ._ranges import Ranges

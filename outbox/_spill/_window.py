@@ -22,7 +22,7 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-from .._buffer import Buffer
+from .._buffer._buffer import Buffer
 
 __all__ = ["Window"]
 

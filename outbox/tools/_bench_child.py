@@ -124,7 +124,7 @@ def _from_env(spec: dict[str, Any]) -> Any:
     import os
 
     from outbox import Outbox
-    from outbox._config import outbox_settings, resolve_transport_config
+    from outbox._toolkit import outbox_settings, resolve_transport_config
     from outbox.transports import transport_from_config
 
     resolved = resolve_transport_config(os.environ)

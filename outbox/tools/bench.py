@@ -195,7 +195,7 @@ class Entry:
 
 
 def _env_transport_type() -> str:
-    from .._config import resolve_transport_config
+    from .._toolkit import resolve_transport_config
 
     resolved = resolve_transport_config(os.environ)
     return "disabled" if resolved.disabled else str((resolved.config or {}).get("type"))

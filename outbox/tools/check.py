@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import ConfigError, Outbox
-from .. import _deadletter as deadletter
-from .._config import ResolvedTransport, resolve_transport_config
+from .. import _toolkit as toolkit
+from .._toolkit import ResolvedTransport, environment_proxy, redact_url, resolve_transport_config
 from ..transports import (
     CompositeTransport,
     ConsoleTransport,
@@ -45,7 +45,6 @@ from ..transports import (
     KafkaTransport,
     OpenLineageTransportAdapter,
 )
-from ..transports._http_settings import environment_proxy, redact_url
 from ._sink_rules import datahub_orchestrator
 
 __all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]
@@ -378,8 +377,8 @@ def read_sample(path: str) -> list[Any] | str:
         events = whole if isinstance(whole, list) else [whole]
     else:
         events = []
-        for item in deadletter.scan(io.BytesIO(data)):
-            if isinstance(item, deadletter.Torn):
+        for item in toolkit.scan(io.BytesIO(data)):
+            if isinstance(item, toolkit.Torn):
                 return f"{path} line {item.line} is not JSON (nor a sound record); give JSON lines of events"
             # (A record that holds only event_repr, or text that is not a JSON object: no sample.)
             if item.event is not None:
@@ -461,18 +460,12 @@ def settings_in_force(outbox: Outbox, configured: Mapping[str, Any]) -> dict[str
     """Every ``Outbox`` keyword with the value in force: what the built outbox holds, and for a
     keyword it keeps nowhere readable (``close_at_exit``, which check overrides for itself) what
     the environment set (``configured``), else the default."""
-    built = outbox._effective_settings()
-    worker = outbox._settings
-    held = {"name": outbox._name}
+    held = toolkit.settings_in_force(outbox)
     values: dict[str, Any] = {}
     for keyword, parameter in inspect.signature(Outbox).parameters.items():
         if keyword == "transport":
             continue
-        if keyword in built:
-            values[keyword] = built[keyword]
-        elif hasattr(worker, keyword):
-            values[keyword] = getattr(worker, keyword)
-        elif keyword in held:
+        if keyword in held:
             values[keyword] = held[keyword]
         else:
             values[keyword] = configured.get(keyword, parameter.default)
@@ -568,7 +561,7 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
     """The outbox ``environ`` configures and its resolved transport config; None (said) when
     the configuration is invalid.  The console fallback's own warning is kept quiet: the
     config check says it."""
-    from .._log import logger
+    from .._toolkit import logger
 
     quiet = _QuietConsoleFallback()
     logger.addFilter(quiet)
@@ -592,8 +585,7 @@ def _open(environ: Mapping[str, str], say: Callable[[str], None]) -> tuple[Outbo
 
 def _check_spill(environ: Mapping[str, str]) -> Check | None:
     """The spill directory's state (writable, size, owners, oldest event), when one is set."""
-    from .._config import outbox_settings
-    from .._spill import inspect_dir
+    from .._toolkit import inspect_dir, outbox_settings
 
     configured, _ = outbox_settings(environ)
     directory = configured.get("spill_dir")
@@ -624,7 +616,7 @@ def _config_check(
 ) -> Check:
     """Say the transport and every setting in force; the config check (failed when nothing
     is configured)."""
-    from .._config import outbox_settings
+    from .._toolkit import outbox_settings
 
     origin = resolved.origins.get("type") or resolved.origins.get("url") or "the configuration"
     say(f"transport   {outbox.transport!r} (from {origin})")

@@ -92,7 +92,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
-    from ..transports._http_settings import header_problem
+    from .._toolkit import header_problem
     from .sink import Sink, SinkBehaviour
 
     tables = tuple(t.strip() for spec in args.openmetadata_tables or () for t in spec.split(",") if t.strip())
@@ -191,9 +191,9 @@ def _forwarder(args: argparse.Namespace) -> Forwarder | str:
     """The forwarder ``outbox forward``'s arguments ask for, or what is wrong with them."""
     import os
 
-    from .._errors import ConfigError
+    from .. import ConfigError
+    from .._toolkit import secret_text
     from ..transports import HttpTransport
-    from ..transports._http_settings import secret_text
     from .forward import Forwarder
 
     url = args.url or os.environ.get("OPENLINEAGE_URL")

@@ -9,7 +9,7 @@ HTTP backend (Marquez, OpenMetadata, DataHub, ...) through :class:`HttpTransport
 * A record that is not an OpenLineage event (not a JSON object with ``eventTime`` and a
   ``run``, ``job`` or ``dataset``) is skipped and counted, or, with a dead-letter topic,
   produced there with an ``outbox-error`` header.
-* Retries are paced by the worker's own bounded backoff (:func:`outbox._retry.backoff_delay`,
+* Retries are paced by the worker's own bounded backoff (:func:`outbox._worker._retry.backoff_delay`,
   full jitter up to ``backoff_cap``; a server's ``Retry-After`` up to ``max_retry_after``), for
   as long as the backend fails: hours, any number of attempts.
 * SIGTERM (or ``stop``) drains: the batch in hand is tried until ``drain_timeout``, paced as
@@ -36,14 +36,18 @@ from typing import Any
 
 import orjson
 
-from .._log import RateLimitedLog, limit_library_logs, logger
-
 # The worker's backoff and close pacing: one implementation, one set of numbers.
-from .._retry import NO_TIME_LEFT as _NO_TIME_LEFT
-from .._retry import backoff_delay, close_paced
-from .._serde import SerializedEvent, serialize
-from ..transports._base import Outcome, OutcomeKind, Transport
-from ..transports.kafka import producer_settings
+from .._toolkit import NO_TIME_LEFT as _NO_TIME_LEFT
+from .._toolkit import (
+    RateLimitedLog,
+    backoff_delay,
+    close_paced,
+    limit_library_logs,
+    logger,
+    producer_settings,
+    serialize,
+)
+from ..transports import Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["BrokersUnreachable", "ForwardStats", "Forwarder"]
 

@@ -30,12 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .._deadletter import Entry, Torn, progress_path, scan
-from .._errors import ConfigError
-from ..transports._base import Outcome, OutcomeKind, SerializedEvent, Transport
+from .. import ConfigError
+from .._toolkit import Entry, Torn, progress_path, scan, settings_in_force
+from ..transports import Outcome, OutcomeKind, SerializedEvent, Transport
 
 if TYPE_CHECKING:
-    from .._stats import CloseReport
+    from .. import CloseReport
 
 __all__ = ["Busy", "Progress", "replay"]
 
@@ -155,8 +155,7 @@ class _DropFallbackWarning(logging.Filter):
 
 
 def _transport(env: Mapping[str, str], console: bool) -> Transport:
-    from .._config import resolve_transport_config
-    from .._log import logger
+    from .._toolkit import logger, resolve_transport_config
     from ..transports import ConsoleTransport, transport_from_config
 
     if console:
@@ -183,8 +182,7 @@ def _transport(env: Mapping[str, str], console: bool) -> Transport:
 
 
 def _settings(env: Mapping[str, str]) -> dict[str, Any]:
-    from .._config import outbox_settings
-    from .._settings import validate_one
+    from .._toolkit import outbox_settings, validate_one
 
     settings, origins = outbox_settings(env)
     for keyword, var in origins.items():
@@ -349,7 +347,7 @@ def _summary(path: str, tally: _Tally, report: CloseReport, record: Progress, ti
 def _send(file: Any, outbox: Any, transport: _Recording, done: Counter[str], deadline: float) -> _Tally:
     """Emit the file's events not ``done`` yet, in chunks the outbox's buffer holds, each
     flushed before the next; what is left when the deadline comes is counted unsent."""
-    limits = outbox._effective_settings()
+    limits = settings_in_force(outbox)
     max_events, max_bytes = int(limits["max_events"]), int(limits["max_bytes"])
     tally = _Tally()
     chunk: list[Entry] = []

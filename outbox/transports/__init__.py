@@ -2,13 +2,20 @@
 
 Each is an object with ``async send(batch, deadline) -> outcomes`` and
 ``async aclose()`` (see :class:`outbox.Transport`).
+
+This folder owns the protocol and the outcomes (``_base``), each backend's transport (``http``,
+with its private parts in ``_http/``; ``kafka``; ``console``, ``file``, ``memory``;
+``composite``; ``adapter`` for openlineage-python's own transports) and
+``transport_from_config``.  It may import ``outbox._config`` (the configuration readers),
+``outbox._runtime`` (threads, slices), ``outbox._run`` (``SerializedEvent``),
+``outbox._observability`` and ``outbox._errors``; the worker imports it, never the reverse.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._config import ResolvedTransport, openlineage_flag
+from .._config._config import ResolvedTransport, openlineage_flag
 from .._errors import ConfigError
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent, Transport
 from .adapter import OpenLineageTransportAdapter

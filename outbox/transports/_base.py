@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .._serde import SerializedEvent
+from .._run._serde import SerializedEvent
 
 __all__ = ["DELIVERED", "About", "Outcome", "OutcomeKind", "SerializedEvent", "Transport"]
 

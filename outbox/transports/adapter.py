@@ -26,12 +26,12 @@ from typing import Any
 
 import orjson
 
-from .._config import ResolvedTransport
+from .._config._config import ResolvedTransport
 from .._errors import ConfigError
-from .._log import RateLimitedLog
-from .._threads import DaemonExecutor, read_when_done
+from .._observability._log import RateLimitedLog
+from .._runtime._threads import DaemonExecutor, read_when_done
 from ._base import DELIVERED, Outcome, SerializedEvent
-from ._http_settings import config_secrets, safe_failure
+from ._http._settings import config_secrets, safe_failure
 
 __all__ = ["OpenLineageTransportAdapter"]
 

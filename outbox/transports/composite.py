@@ -2,7 +2,7 @@
 
 Sending to every member (``continue_on_success``, the default), an :class:`~outbox.Outbox`
 does not call this transport's ``send``: it gives each member a buffer, worker, retry list,
-circuit and lanes of its own (``outbox/_fanout.py``), so that a member that is down or slow
+circuit and lanes of its own (``outbox/_worker/_fanout.py``), so that a member that is down or slow
 never delays or drops another's events, and ``Outbox.stats().members`` shows each member's
 own accounts.  Here the composite is the description of its members and flags.
 
@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._log import RateLimitedLog
+from .._observability._log import RateLimitedLog
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["CompositeTransport"]

@@ -56,12 +56,11 @@ import httpcore._backends.anyio  # noqa: F401  # isort: skip
 if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
     sys.modules["sniffio"] = None  # type: ignore[assignment]
 
-from .._config import ResolvedTransport
+from .._config._config import ResolvedTransport
 from .._errors import ConfigError
-from .._log import RateLimitedLog, logger
+from .._observability._log import RateLimitedLog, logger
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
-from ._datahub import datahub_unsafe_dataset, warned_unsafe_dataset
-from ._http_answers import (
+from ._http._answers import (
     BATCH_UNSUPPORTED,
     MAX_ANSWER_BYTES,
     has_failed_events,
@@ -71,8 +70,9 @@ from ._http_answers import (
     snippet,
     status_outcome,
 )
-from ._http_config import TLS_KEYS, http_kwargs
-from ._http_settings import (
+from ._http._config import TLS_KEYS, http_kwargs
+from ._http._datahub import datahub_unsafe_dataset, warned_unsafe_dataset
+from ._http._settings import (
     NoBearer,
     Places,
     check_arguments,
@@ -88,7 +88,7 @@ from ._http_settings import (
     split_credentials,
     ssl_context,
 )
-from ._http_single import send_single
+from ._http._single import send_single
 
 __all__ = [
     "MAX_ANSWER_BYTES",

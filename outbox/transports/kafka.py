@@ -25,11 +25,11 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._config import ResolvedTransport, tls_context, warn_once
+from .._config._config import ResolvedTransport, tls_context, warn_once
 from .._errors import ConfigError
-from .._log import RateLimitedLog, limit_library_logs, never_silent
-from .._slices import checkpoint
-from .._threads import read_when_done
+from .._observability._log import RateLimitedLog, limit_library_logs, never_silent
+from .._runtime._slices import checkpoint
+from .._runtime._threads import read_when_done
 from ._base import DELIVERED, About, Outcome, OutcomeKind, SerializedEvent
 
 __all__ = ["SUPPORTED_KEYS", "KafkaTransport"]
@@ -225,8 +225,9 @@ class KafkaTransport:
         except (KafkaError, TimeoutError) as exc:
             return [self._outcome(exc)] * len(batch)
         # Records go straight into per-partition batches (aiokafka's create_batch/send_batch):
-        # several times cheaper than one send() and one future per record.
-        lanes: dict[int, list[tuple[int, bytes | None]]] = {}
+        # several times cheaper than one send() and one future per record.  A group per
+        # partition (not the worker's lanes: a lane is one request of the worker's).
+        groups: dict[int, list[tuple[int, bytes | None]]] = {}
         for index, event in enumerate(batch):
             if not index & 63:
                 checkpoint()
@@ -241,11 +242,11 @@ class KafkaTransport:
                 partition = partitions[index % len(partitions)]  # spread, as random does
             else:
                 partition = partitions[self._partition_of(key or b"", len(partitions))]
-            lanes.setdefault(partition, []).append((index, key))
+            groups.setdefault(partition, []).append((index, key))
         await asyncio.gather(
             *(
                 self._send_partition(producer, partition, members, batch, outcomes, deadline)
-                for partition, members in lanes.items()
+                for partition, members in groups.items()
             )
         )
         return [o if o is not None else DELIVERED for o in outcomes]

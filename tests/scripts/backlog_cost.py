@@ -10,9 +10,9 @@ import sys
 import time
 import uuid
 
-from outbox._backlog import Backlog
-from outbox._held import Held
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
+from outbox._worker._backlog import Backlog
+from outbox._worker._held import Held
 from outbox.transports import DELIVERED
 
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000

@@ -13,7 +13,8 @@ clock): the part that bounds events/s once the handler has emitted everything.
 import sys
 import time
 
-from outbox import Outbox, _sidecar
+from outbox import Outbox
+from outbox._worker import _sidecar
 from outbox.tools.benchmarks import throughput
 from outbox.transports import HttpTransport
 

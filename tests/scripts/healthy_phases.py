@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 
-from outbox import Outbox, _sidecar
+from outbox import Outbox
+from outbox._worker import _sidecar
 from outbox.tools.benchmarks import throughput
 from outbox.transports import HttpTransport
 

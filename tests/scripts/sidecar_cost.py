@@ -12,13 +12,13 @@ import sys
 import time
 
 from outbox import s3_dataset
-from outbox._backlog import Backlog
-from outbox._buffer import Buffer
-from outbox._intake import Intake
-from outbox._log import RateLimitedLog
-from outbox._run import Run
-from outbox._serde import serialize
-from outbox._slices import Slicer
+from outbox._buffer._buffer import Buffer
+from outbox._observability._log import RateLimitedLog
+from outbox._run._run import Run
+from outbox._run._serde import serialize
+from outbox._runtime._slices import Slicer
+from outbox._worker._backlog import Backlog
+from outbox._worker._intake import Intake
 from outbox.tools.benchmarks import throughput
 from outbox.transports import DELIVERED
 

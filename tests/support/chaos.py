@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent.parent))  # the repository: 
 import orjson
 
 from outbox import Outbox
-from outbox._config import ResolvedTransport
-from outbox._deadletter import Torn, rotated_path, scan
+from outbox._config._config import ResolvedTransport
+from outbox._observability._deadletter import Torn, rotated_path, scan
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import outbox._spill._spill
 from outbox import Outbox
-from outbox._numbering import Journal
+from outbox._buffer._numbering import Journal
 from outbox._spill import _disk, _stretch
 from outbox.transports import HttpTransport
 

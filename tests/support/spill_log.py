@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from outbox._serde import SerializedEvent
+from outbox._run._serde import SerializedEvent
 from outbox._spill._format import SegmentReader
 from outbox._spill._owners import is_owner
 from outbox._spill._streams import Streams, segment_paths

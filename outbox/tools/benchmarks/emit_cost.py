@@ -21,7 +21,7 @@ from openlineage.client.facet_v2 import error_message_run, job_type_job
 from openlineage.client.serde import Serde
 
 from outbox import Outbox, Outcome, SerializedEvent
-from outbox._serde import serialize
+from outbox._toolkit import serialize
 from outbox.transports import DELIVERED
 
 PRODUCER = "https://example.com/lineage-outbox/benchmarks"
@@ -280,9 +280,10 @@ def _drop_in_client() -> tuple[Any, Any]:
     from openlineage.client import OpenLineageClient
 
     from outbox import OutboxTransport
-    from outbox._bridge import OutboxConfig
 
-    transport = OutboxTransport(OutboxConfig({"type": "outbox.OutboxTransport", "close_at_exit": False}))
+    transport = OutboxTransport(
+        OutboxTransport.config_class({"type": "outbox.OutboxTransport", "close_at_exit": False})
+    )
     transport.outbox.close(0)
     transport.outbox = Outbox(NullTransport(), close_at_exit=False)
     return OpenLineageClient(transport=transport), transport

@@ -11,7 +11,7 @@ from typing import Any
 from openlineage.client.event_v2 import RunState
 
 from outbox import Outbox
-from outbox._serde import serialize
+from outbox._toolkit import serialize
 from outbox.tools.benchmarks import throughput
 from outbox.tools.benchmarks.emit_cost import sample_event
 

@@ -25,8 +25,7 @@ import time
 from typing import Any
 
 from outbox import Outbox, s3_dataset
-from outbox._run import Run
-from outbox._serde import serialize
+from outbox._toolkit import Run, serialize
 from outbox.tools.benchmarks.throughput import NULL_SERVER, Server, _emit_runs, _job
 from outbox.transports import HttpTransport
 

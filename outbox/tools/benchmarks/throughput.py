@@ -291,13 +291,13 @@ async def _raw_aiokafka(bootstrap: str, topic: str, records: list[tuple[bytes, b
 def bench_kafka_vs_raw(n: int) -> dict[str, Any]:
     """Events/s: the outbox's Kafka transport against the raw aiokafka producer with the same
     records (the outbox's own serialized events and keys), to the same broker, in one run."""
-    from outbox._serde import serialize
+    from outbox._toolkit import serialize
     from outbox.tools.broker import EmbeddedBroker
     from outbox.transports import KafkaTransport
 
     job = _job()
     events: list[Any] = []
-    from outbox._run import RunRecord
+    from outbox._toolkit import RunRecord
 
     now = time.time()
     for i in range(n // 2):

@@ -1,0 +1,553 @@
+"""The bounded buffer between ``emit`` and the worker, and the event accounting.
+
+Every event handed to ``emit`` ends in exactly one of: ``delivered``, a named
+reason in ``dropped``, or still held (``queued`` or ``in_flight``).  All of it
+is guarded by one lock that is never held across I/O.
+
+What is held, by count and by bytes, is in ``_holdings.py`` (the buffer's base
+class); this module is the admission: ``put``'s fast and slow paths, the overflow policies,
+the wait for room under ``block``, the side queue of re-entrant emits, close, and the counters.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .._run._serde import SerializedEvent
+from ._holdings import _INF, FIRST_ESTIMATE, Admission, Entry, Holdings, Measure, is_exact
+
+__all__ = [
+    "FIRST_ESTIMATE",
+    "SIDE_MAX",
+    "Buffer",
+    "Entry",
+    "Policy",
+    "Reason",
+    "count_held_locked",
+    "is_exact",
+]
+
+# The answers of ``put``, as module names: read on emit's path (a global, not an attribute).
+REFUSED, ACCEPTED, WAKE = Admission.REFUSED, Admission.ACCEPTED, Admission.WAKE
+
+# The most events parked by re-entrant emits (signal handlers) until the lock is free.
+SIDE_MAX = 1024
+#: Objects queued at the first guess (FIRST_ESTIMATE) before the emitter measures one itself:
+#: the sidecar measures the first object at once, but a starved sidecar may not run for a
+#: while, and a burst of large objects would pass max_bytes meanwhile (a flood of 100 KB dicts
+#: held 1,400 of them, 140 MiB in 64, before a sidecar under CI load ran).  Once per outbox.
+MEASURE_HERE_AFTER = 64
+
+
+class Policy(enum.Enum):
+    """What ``emit`` does when the buffer is full."""
+
+    #: Evict the oldest queued events to make room (keeps the freshest lineage).
+    DROP_OLDEST = "drop_oldest"
+    #: Refuse the new event.
+    DROP_NEWEST = "drop_newest"
+    #: Wait up to ``block_timeout`` for room, then refuse the new event.
+    BLOCK = "block"
+
+
+class Reason:
+    """The names under which lost events are counted in ``Stats.dropped``."""
+
+    #: The buffer was full (evicted under drop_oldest, refused under drop_newest or block).
+    DROPPED_FULL = "dropped_full"
+    #: ``emit`` after ``close`` began.
+    AFTER_CLOSE = "after_close"
+    #: Not acknowledged when the close deadline passed (a request cut off then may still have arrived).
+    DROPPED_SHUTDOWN = "dropped_shutdown"
+    #: The backend refused the event for good (HTTP 400/422, ...).
+    REJECTED_BY_BACKEND = "rejected_by_backend"
+    #: The backend kept answering 5xx to this event alone (``poison_attempts`` times) while it
+    #: took other events: it cannot map it (Marquez answers 500 to an eventTime without a time).
+    POISON = "poison"
+    #: Larger than the transport or the batch limit can ever carry.
+    TOO_LARGE = "too_large"
+    #: Could not be serialized, or pre-serialized text that is not a JSON object.
+    INVALID_EVENT = "invalid_event"
+    #: Lineage is turned off (``OPENLINEAGE_DISABLED=true``).
+    DISABLED = "disabled"
+    #: ``emit`` from a signal handler (or a finalizer) that interrupted its own thread inside
+    #: the outbox, when the small side queue such events wait in was full.
+    DROPPED_REENTRANT = "dropped_reentrant"
+    #: The worker stopped without being closed (see ``Stats.last_error``); nothing can be sent.
+    WORKER_STOPPED = "worker_stopped"
+    #: Not delivered by the close deadline, but written to the spill directory, where the
+    #: next outbox to start with it adopts and delivers them (not lost: handed on).
+    SPILLED_AT_CLOSE = "spilled_at_close"
+    #: With a spill, refused while the buffer overflows to disk (see ``_spill._window``)
+    #: because the spill directory holds ``max_spill_bytes``.
+    DROPPED_SPILL_FULL = "dropped_spill_full"
+    #: With a spill, an event held on disk only (the memory window's stretch) whose record was
+    #: found damaged when read back, or whose files were removed under the running outbox.
+    SPILL_LOST = "spill_lost"
+
+
+class Buffer(Holdings):
+    """The queue between ``emit`` and the worker, and every event's account.  ``emit`` visits
+    it once (:meth:`put`), whose fast paths compare queue lengths the holdings keep
+    (``object_room``, ``wake_at_objects``, ``full_at``: ``Holdings._recompute_locked``).  Counts
+    that would cost ``emit`` an addition are derived (``accepted``, ``estimated``, ``emitted``).
+    """
+
+    __slots__ = (
+        "__weakref__",  # the metrics' registry holds buffers weakly
+        "async_waiters",
+        "block_timeout",
+        "delivered",
+        "dropped",
+        "evicts",
+        "finalized",
+        "flush_target",
+        "full_reason",
+        "lock",
+        "measure_asked",
+        "no_block_thread",
+        "owned",
+        "policy",
+        "progress",
+        "refusal",
+        "refused",
+        "retried",
+        "side",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_events: int,
+        max_bytes: int,
+        policy: Policy,
+        block_timeout: float,
+    ) -> None:
+        super().__init__(max_events=max_events, max_bytes=max_bytes)
+        # What a refusal for room counts as (with a spill overflowing: ``dropped_spill_full``).
+        self.full_reason = Reason.DROPPED_FULL
+        self.policy = policy
+        self.full_fast = policy is not Policy.BLOCK
+        #: Full, an object makes room by evicting the oldest (drop_oldest), or is refused.
+        self.evicts = policy is Policy.DROP_OLDEST
+        self.block_timeout = block_timeout
+        # Re-entrant only so that re-entry by a signal handler or finalizer on a thread that
+        # holds it is *detected* (``lock._is_owned()``); no code path ever takes it twice.
+        self.lock = threading.RLock()
+        #: True when the calling thread holds the lock (a signal handler or finalizer in it).
+        self.owned: Callable[[], bool] = self.lock._is_owned  # type: ignore[attr-defined]
+        # Notified (under the lock) when events leave: room for blocked emitters, flushes.
+        self.progress = threading.Condition(self.lock)
+        # Async waiters (emit_async under block, aflush): callables run after progress.
+        self.async_waiters: set[Callable[[], None]] = set()
+        # flush() asks the worker to skip lingering for events up to this sequence number.
+        self.flush_target = -1
+        # What a refused emit counts as: after_close, or disabled.
+        self.refusal = Reason.AFTER_CLOSE
+        # Set when close() has settled the accounts: a late worker must not touch them.
+        self.finalized = False
+        #: The thread on which ``put`` never waits under ``block`` (the sidecar's): it refuses.
+        self.no_block_thread: int | None = None
+        # Counters.  Offered events that were not accepted (``emitted`` less ``accepted``).
+        self.refused = 0
+        self.delivered = 0
+        self.retried = 0
+        self.dropped: dict[str, int] = {}
+        # The first object queued asked the sidecar to measure it (the estimate a guess till then).
+        self.measure_asked = False
+        # Events emitted re-entrantly (a signal handler or finalizer interrupted a thread that
+        # held the lock): (event, size), or (None, reason) for a refusal; an atomic append,
+        # folded in by the next holder of the lock.
+        self.side: deque[tuple[Any, Any]] = deque()
+
+    def set_sidecar_thread(self, ident: int | None) -> None:
+        """The sidecar's thread: ``put`` never waits there (see ``no_block_thread``)."""
+        self.no_block_thread = ident
+
+    def spill_full_locked(self, full: bool) -> None:
+        """A refusal for room counts as ``dropped_spill_full`` while the spill is ``full``."""
+        self.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+
+    @property
+    def emitted(self) -> int:
+        """Events offered to an open outbox so far (accepted, or refused and counted)."""
+        return self.next_seq + self.refused
+
+    def learn_locked(self, observed: int) -> int:
+        """Take an observed mean size of serialized objects into the estimate (``reestimate_locked``)
+        and, if it grew, enforce the byte bound by the policy.  Returns the estimate before."""
+        before = self.reestimate_locked(observed)
+        if self.estimate > before:
+            self.enforce_bound_locked()
+        return before
+
+    def serialized_in_place_locked(self, done: Iterable[tuple[int, Any, SerializedEvent]]) -> int:
+        """Queued events serialized outside the lock (``(number, event, its serialized form)``)
+        take their serialized form's place, at its exact size, each if it is still queued as it
+        was (not taken, evicted, shed or put in its place meanwhile); what the objects among
+        them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
+        events in place: the intake's sampling, an emitter's measure, the spill.  Returns how
+        many took their place."""
+        numbers, queue, sizes = self.numbers, self.queue, self.sizes
+        placed = objects = total = 0
+        for seq, event, ser in done:
+            index = numbers.index_of(seq, len(queue))
+            if index is None or queue[index] is not event:
+                continue
+            was_object = not sizes[index]
+            size = self.replace_locked(index, ser)
+            placed += 1
+            if was_object:
+                objects += 1
+                total += size
+        if objects:
+            self.learn_locked(total // objects)
+        return placed
+
+    def enforce_bound_locked(self) -> int:
+        """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
+        the estimate grew, or a serialized event was found larger than its estimate).
+        Returns the bytes still over the bound (in flight: only the queue can be shed)."""
+        over = self.held_bytes_locked() - self.max_bytes
+        if over > 0:
+            over -= self.shed_locked(over)
+            self._recompute_locked()
+        return max(0, over)
+
+    # -- emitters' side ----------------------------------------------------------------
+
+    def put(self, event: Any, nbytes: int) -> int:
+        """``emit``'s whole visit to the buffer (it takes the lock): offer one event of ``nbytes``
+        bytes (0: an object, at the estimate).  Returns an :class:`Admission` (``ACCEPTED``;
+        ``WAKE``: accepted, and the worker must be woken; ``REFUSED``: counted; an int, as an
+        overflow's answer may be a bare value).  Never waits, except under ``block`` off
+        ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object
+        with room costs a comparison and two appends, and one in a buffer full by count (a long
+        outage: ``full_at``) as much again: the policy's answer, whatever the backlog."""
+        lock = self.lock
+        if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
+            # A signal handler or finalizer interrupted this very thread inside the outbox:
+            # the lock will not be released until we return.  Park the event aside.
+            return WAKE if self.put_reentrant(event, nbytes) else REFUSED
+        lock.acquire()
+        try:
+            queue = self.queue
+            n = len(queue)
+            if nbytes:
+                return self._put_text_locked(event, nbytes, n)
+            if n >= self.object_room:
+                if n != self.full_at:
+                    return self._put_slow_locked(event, nbytes)
+                reason, dropped = self.full_reason, self.dropped
+                dropped[reason] = dropped.get(reason, 0) + 1
+                if not self.evicts:  # drop_newest
+                    self.refused += 1
+                    return REFUSED
+                # drop_oldest: the oldest goes, this one takes its place (the accounts as they
+                # were, unless the oldest had its exact size: then recomputed, full_at with them).
+                # (The one eviction, ``Holdings._popleft_locked``, inlined for emit's path.)
+                queue.popleft()
+                queue.append(event)
+                sizes = self.sizes
+                size = sizes.popleft()
+                sizes.append(0)
+                numbers = self.numbers
+                first = numbers.head
+                if numbers.jumps:
+                    numbers.advance(1)
+                else:
+                    numbers.head, numbers.pos0 = first + 1, numbers.pos0 + 1
+                if self.journal is not None:
+                    self.journal.note(first, numbers.head, reason)
+                if size:
+                    self.exact_bytes -= size
+                    self.exact_count -= 1
+                    self._recompute_locked()
+                if n < self.wake_at_objects:
+                    return ACCEPTED
+                self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+                return WAKE
+            queue.append(event)
+            self.sizes.append(0)
+            if n < self.wake_at_objects - 1:
+                return ACCEPTED
+            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            return WAKE
+        finally:
+            lock.release()
+
+    def _put_text_locked(self, event: Any, nbytes: int, n: int) -> int:
+        """:meth:`put` for text (its exact size known): checked against the accounts as they
+        are, then the fast path's numbers lowered without recomputing them."""
+        estimate = self.estimate
+        queued = self.exact_bytes + (n - self.exact_count) * estimate + nbytes
+        if (
+            self.closed
+            or n + self.in_flight >= self.room_events
+            or queued + self.in_flight_bytes > self.room_bytes
+        ):
+            return self._put_slow_locked(event, nbytes)
+        self.queue.append(event)
+        self.sizes.append(nbytes)
+        self.exact_bytes += nbytes
+        self.exact_count += 1
+        # Lowered by nbytes // estimate: never above the exact figure (a recompute makes it so).
+        drop = nbytes // estimate
+        self.object_room -= drop
+        self.wake_at_objects -= drop
+        if n + 1 >= self.wake_at_events or queued >= self.wake_at_bytes:
+            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            return WAKE
+        return ACCEPTED
+
+    def _put_slow_locked(self, event: Any, nbytes: int) -> int:
+        """:meth:`put` when the fast path does not apply: closed, full, or the first object
+        (whose size the sidecar has yet to measure)."""
+        if self.closed:
+            self.refuse_locked()
+            return REFUSED
+        result = self.put_locked(event, nbytes)
+        if not result:
+            if nbytes > self.max_bytes:  # (an object is never refused for its estimate)
+                self.drop_offered_locked(Reason.TOO_LARGE)
+            elif self.policy is Policy.BLOCK and threading.get_ident() != self.no_block_thread:
+                result = self._wait_for_room_locked(event, nbytes)
+            else:
+                self.drop_offered_locked(self.full_reason)
+        return result
+
+    def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
+        """Wait (the lock released) up to ``block_timeout`` for room for an event offered; counts
+        it ``dropped_full`` (``dropped_shutdown`` if closed meanwhile) if none comes."""
+        deadline = time.monotonic() + self.block_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.closed:
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else self.full_reason)
+                return REFUSED
+            self.progress.wait(remaining)
+            if not self.closed:
+                result = self.put_locked(event, nbytes)
+                if result:
+                    return result
+
+    def put_locked(self, event: Any, nbytes: int) -> int:
+        """Try to add one event of ``nbytes`` bytes (0: an object, at the estimate), making room
+        under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_spill._window``).
+        Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
+        no room (nothing counted: the caller applies the policy, and counts with
+        :meth:`drop_offered_locked`)."""
+        window = self.window
+        if window is None:
+            return self.queue_locked(event, nbytes)
+        result = window.put(self, event, nbytes)
+        if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or self.estimate):
+            result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
+        return result
+
+    def queue_locked(self, event: Any, nbytes: int) -> int:
+        """:meth:`put_locked` to the queue itself."""
+        queue = self.queue
+        price = nbytes or self.estimate
+        held = self.held_bytes_locked()
+        if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
+            price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
+        ):
+            self._recompute_locked()  # (evictions may have happened)
+            return REFUSED
+        queue.append(event)
+        self.sizes.append(nbytes)
+        result = ACCEPTED
+        if nbytes:
+            self.exact_bytes += nbytes
+            self.exact_count += 1
+        elif self.measured:
+            pass
+        elif not self.measure_asked:
+            # The first object: the sidecar measures it now, so the estimate is not a guess.
+            self.measure_asked = True
+            self.wake_at_events = self.wake_at_bytes = _INF
+            result = WAKE
+        elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
+            # The sidecar has not measured it yet, and a burst is queueing at a guess: the
+            # emitter measures one (emit sees ``WAKE``, and ``_worker._intake.measure_here``).
+            self.measure_here = Measure.DUE
+            result = WAKE
+        if result == ACCEPTED and (
+            len(queue) >= self.wake_at_events or held - self.in_flight_bytes + price >= self.wake_at_bytes
+        ):
+            self.wake_at_events = self.wake_at_bytes = _INF
+            result = WAKE
+        self._recompute_locked()
+        return result
+
+    def drop_offered_locked(self, reason: str, n: int = 1) -> None:
+        """``n`` events offered (to ``emit``, or to a composite's member) are refused: counted."""
+        self.refused += n
+        self.count_locked(reason, n)
+
+    def _evict_for(self, nbytes: int) -> bool:
+        queue, reason, evicted = self.queue, self.full_reason, 0
+        while queue and nbytes <= self.max_bytes and not self.has_room_locked(nbytes):
+            self._popleft_locked(reason)  # (nothing is evicted for an event that never fits)
+            evicted += 1
+        if evicted:
+            self.count_locked(reason, evicted)
+            self._recompute_locked()
+        return self.has_room_locked(nbytes)
+
+    def shed_locked(self, nbytes: int) -> int:
+        """Drop queued events until ``nbytes`` are freed (or none is left), the oldest under
+        ``drop_oldest``, else the newest.  Returns the bytes freed."""
+        freed = 0
+        n = 0
+        # (While the buffer overflows to the spill, the newest queued are not the newest.)
+        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
+        while self.queue and freed < nbytes:
+            freed += pop(Reason.DROPPED_FULL)
+            n += 1
+        if n:
+            self.count_locked(Reason.DROPPED_FULL, n)
+            self._recompute_locked()
+        return freed
+
+    def count_locked(self, reason: str, n: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    # -- worker's side --------------------------------------------------------------------
+
+    def notify_locked(self) -> None:
+        """Events left the buffer: wake whoever waits for room or for a flush."""
+        self.progress.notify_all()
+        for waiter in tuple(self.async_waiters):
+            waiter()
+
+    def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
+        """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted); ``lowest``
+        is the oldest number still in flight (inf: none).  Wakes whoever waits for room or flush."""
+        self.in_flight -= n_events
+        self.in_flight_bytes -= n_bytes
+        self.in_flight_low = lowest
+        self._recompute_locked()
+        self.notify_locked()
+
+    def record_answer_locked(self, delivered: int, retried: int) -> None:
+        """Count what the backend took, and the events it asked to have sent again."""
+        self.delivered += delivered
+        self.retried += retried
+
+    def refuse_locked(self) -> None:
+        """An event offered while closed: counted under the buffer's refusal (and as emitted
+        when offered to an outbox that was open: its worker is gone)."""
+        if self.refusal == Reason.WORKER_STOPPED:
+            self.refused += 1
+        self.count_locked(self.refusal)
+
+    def close_locked(self, refusal: str | None = None, *, final: bool = False) -> None:
+        """Accept nothing more (counted under ``refusal``, if given, from now on); ``final``:
+        nothing held will be sent either.  Blocked emitters and flushes are woken."""
+        self.close_unlocked(refusal)
+        if final:
+            self.finalized = True
+        self.notify_locked()
+
+    def close_unlocked(self, refusal: str | None = None) -> None:
+        """:meth:`close_locked` from a signal handler in the lock's holder: atomic stores."""
+        if refusal is not None:
+            self.refusal = refusal
+        self.closed = True
+        self.object_room, self.full_at = 0, -1
+
+    def ask_flush_locked(self, target: int) -> None:
+        """Send every event up to sequence number ``target`` without lingering."""
+        self.flush_target = max(self.flush_target, target)
+
+    def put_reentrant(self, event: Any, nbytes: int) -> bool:
+        """``emit`` re-entered on a thread that holds the lock: the event waits in the side queue
+        (at most ``SIDE_MAX``) for the next holder of the lock."""
+        side = self.side
+        if self.closed:
+            side.append((None, self.refusal))
+            return False
+        if len(side) >= SIDE_MAX:
+            side.append((None, Reason.DROPPED_REENTRANT))
+            return False
+        side.append((event, nbytes))
+        return True
+
+    def fold_side_locked(self) -> bool:
+        """Take in what was emitted re-entrantly.  Returns True if an event was queued."""
+        side = self.side
+        queued = False
+        while side:
+            event, nbytes = side.popleft()
+            if event is None:
+                if nbytes != Reason.AFTER_CLOSE and nbytes != Reason.DISABLED:
+                    self.refused += 1
+                self.count_locked(nbytes)
+                continue
+            if self.closed and self.finalized:
+                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
+            elif self.put_locked(event, nbytes):
+                queued = True
+            else:
+                self.drop_offered_locked(Reason.TOO_LARGE if nbytes > self.max_bytes else Reason.DROPPED_FULL)
+        return queued
+
+    def snapshot_locked(self) -> dict[str, Any]:
+        self.fold_side_locked()
+        return self.snapshot_unlocked()
+
+    def snapshot_unlocked(self) -> dict[str, Any]:
+        """The counters as they are (read without the lock only by a re-entrant caller)."""
+        return _counters(self)
+
+    def watch_locked(self, waiter: Callable[[], None], watching: bool = True) -> None:
+        """Run ``waiter`` after each progress (an async waiter), or no longer."""
+        (self.async_waiters.add if watching else self.async_waiters.discard)(waiter)
+
+    def recount_locked(self, was: str, now: str, n: int) -> None:
+        """``n`` events counted as lost under ``was`` count under ``now`` instead."""
+        left = self.dropped.pop(was, 0) - n
+        if left:
+            self.dropped[was] = left
+        self.count_locked(now, n)
+
+
+def count_held_locked(buf: Buffer, on_disk: int, reason: str) -> int:
+    """The events still held at the end (a close, a stopped worker) are let go: ``on_disk`` of
+    them handed on in the spill directory (``spilled_at_close``), the rest lost under ``reason``.
+    Returns how many were lost."""
+    held = buf.clear_locked()
+    kept = min(held, on_disk)
+    if kept:
+        buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
+    if held > kept:
+        buf.count_locked(reason, held - kept)
+    return held - kept
+
+
+def _counters(buf: Buffer) -> dict[str, Any]:
+    side = [size for event, size in list(buf.side) if event is not None]
+    refused = [reason for event, reason in list(buf.side) if event is None]
+    dropped = dict(buf.dropped)
+    for reason in refused:
+        dropped[reason] = dropped.get(reason, 0) + 1
+    pending = len(side) + sum(r not in (Reason.AFTER_CLOSE, Reason.DISABLED) for r in refused)
+    return {
+        "emitted": buf.emitted + pending,
+        "accepted": buf.accepted,
+        "delivered": buf.delivered,
+        "retried": buf.retried,
+        "dropped": dropped,
+        "queued_events": len(buf.queue) + len(side) + buf.beyond,
+        "queued_bytes": buf.queued_bytes
+        + sum(side)
+        + (buf.window.bytes(buf.estimate) if buf.window is not None else 0),
+        "in_flight": buf.in_flight,
+    }

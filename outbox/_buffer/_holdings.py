@@ -1,0 +1,455 @@
+"""The buffer's holdings: what it holds, queued and in flight, by count and by bytes, and what
+an object event may still take.
+
+:class:`Buffer` is these holdings with an admission policy on top (who gets in, what is shed
+when full, who waits).  This part decides nothing: it moves events between queued and in
+flight, prices them (exact sizes, and objects at a running estimate), and derives from that
+the two numbers ``emit``'s fast path compares (:meth:`Holdings._recompute_locked`).  Its state
+lives on the buffer itself (a base class, ``__slots__``), so that the fast path reads it
+without going through another object.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable
+from itertools import accumulate, islice, repeat, starmap
+from typing import Any, Protocol
+
+from .._run._serde import SerializedEvent, weight
+from ._numbering import Journal, Numbering
+
+__all__ = ["FIRST_ESTIMATE", "Admission", "Entry", "Holdings", "Measure", "Overflow", "is_exact"]
+
+_INF = float("inf")
+
+# An event taken by the worker: (sequence number, the event as given, its size in bytes:
+# exact for str/bytes, an estimate for objects until the worker serializes them).
+Entry = tuple[int, Any, int]
+
+#: What an object counts for until the sidecar has measured one: emit never serializes, so
+#: the size of an object event is unknown until the sidecar does.  4 KiB is several times a
+#: typical event (0.5-1 KiB), and small enough that the default 64 MiB holds more objects than
+#: the default max_events (10,000): a burst at start-up is never dropped for its estimate.
+FIRST_ESTIMATE = 4096
+_TEXT = (str, bytes, bytearray)
+
+
+class Admission(enum.IntEnum):
+    """What the buffer answers for one event offered (``Buffer.put``, ``put_locked``, an
+    overflow's ``put``).  An ``int``, so that an overflow may answer with the bare value."""
+
+    #: Not accepted: refused, and counted under its reason (or the policy is to apply).
+    REFUSED = 0
+    #: Accepted.
+    ACCEPTED = 1
+    #: Accepted, and the worker must be woken (a batch is due, or the queue needs it).
+    WAKE = 2
+
+
+class Measure(enum.IntEnum):
+    """Whether an emitter measures a queued object itself (``Holdings.measure_here``): once,
+    when ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has not run
+    (starved, or still starting)."""
+
+    #: The sidecar measures (it has, or nothing calls for an emitter to).
+    SIDECAR = 0
+    #: Due: the next emitter that wakes the sidecar measures the newest queued object.
+    DUE = 1
+    #: Claimed: an emitter measures (or has measured) it; never again.
+    CLAIMED = 2
+
+
+class Overflow(Protocol):
+    """What the buffer asks of an overflow (the spill's memory window, ``_spill._window``):
+    admission beyond the queue's share, and what it holds."""
+
+    def put(self, buf: Any, event: Any, nbytes: int) -> int:
+        """``put_locked``'s answer for one event (``Admission.REFUSED``, or 0: no room, the
+        policy applies)."""
+
+    def has_room(self, buf: Any, nbytes: int) -> bool:
+        """Whether an event of ``nbytes`` (0: an object) would be accepted now."""
+
+    def bytes(self, estimate: int) -> int:
+        """Bytes it holds in memory."""
+
+    def clear(self) -> int:
+        """Forget everything; returns how many events that was."""
+
+    def restore(self, buf: Any) -> None:
+        """Set the fast paths' bounds (``set_room_locked``) for its state."""
+
+
+def is_exact(event: Any) -> bool:
+    """Whether an event's size is known exactly (text, or serialized by the sidecar), rather
+    than counted at the running estimate of an object's size."""
+    return event.__class__ is SerializedEvent or isinstance(event, _TEXT)
+
+
+class Holdings:
+    """What the buffer holds and what an object may still take (see the module docstring).
+
+    The fast path's two numbers: what an object may still take, kept as a queue length,
+    ``object_room``, and when the worker must be woken, as another, ``wake_at_objects``; both
+    recomputed by every method that changes the accounts.  Counts that would cost ``emit`` an
+    addition are derived: ``accepted`` from the sequence numbers, ``estimated`` (objects
+    queued at the estimate) from the queue's length.  The caller holds the buffer's lock for
+    every ``_locked`` method.
+    """
+
+    __slots__ = (
+        "beyond",
+        "closed",
+        "estimate",
+        "exact_bytes",
+        "exact_count",
+        "full_at",
+        "full_fast",
+        "in_flight",
+        "in_flight_bytes",
+        "in_flight_low",
+        "journal",
+        "max_bytes",
+        "max_events",
+        "measure_here",
+        "measured",
+        "numbers",
+        "object_room",
+        "queue",
+        "room_bytes",
+        "room_events",
+        "sizes",
+        "taken_at",
+        "wake_at_bytes",
+        "wake_at_events",
+        "wake_at_objects",
+        "window",
+    )
+
+    def __init__(self, *, max_events: int, max_bytes: int) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        # -- the spill's memory window (``_spill._window``): the fast paths' bounds, which are
+        # max_events / max_bytes without a spill; events accepted beyond the queue (in the
+        # overflow, or released to disk).
+        self.room_events = max_events
+        self.room_bytes = max_bytes
+        self.window: Overflow | None = None
+        self.beyond = 0
+        # -- (end of the window's part)
+        # The queue is two parallel deques rather than one of tuples, so that emit allocates
+        # no object the garbage collector tracks (and never triggers a collection).  The
+        # event at queue[i] has the sequence number ``numbers.seq_at(i)`` (``head_seq + i``
+        # unless events were shed from the tail: ``_numbering``); sizes[i] is its exact
+        # size, or 0 for an object counted at the running ``estimate`` (emit never serializes).
+        self.queue: deque[Any] = deque()
+        self.sizes: deque[int] = deque()
+        self.numbers = Numbering()
+        # ``numbers.pos0`` after the last take: an untake is refused if anything left the
+        # head since.
+        self.taken_at = -1
+        # The numbers settled (delivered or lost), for a durable log of them (the spill's):
+        # None, and never written, without one.
+        self.journal: Journal | None = None
+        # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
+        # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
+        # an exact size (exact_bytes in all); the others are objects (``estimated``).
+        self.exact_bytes = 0
+        self.exact_count = 0
+        self.in_flight = 0
+        self.in_flight_bytes = 0
+        # Lowest sequence number among in-flight events (inf when none).
+        self.in_flight_low: float = _INF
+        # Closed: no room for anything more.
+        self.closed = False
+        # The worker asks to be woken when the queue reaches these sizes.
+        self.wake_at_events: float = 1
+        self.wake_at_bytes: float = _INF
+        # The fast path's two numbers (see the class docstring): an object is appended while
+        # the queue is shorter than object_room, and the worker woken when it reaches
+        # wake_at_objects.  0 (no fast path) until the first object is measured.
+        self.object_room: float = 0
+        self.wake_at_objects: float = 1
+        # When full by count (bytes to spare for one more object) and no overflow is attached,
+        # the queue length at which the policy answers an object in O(1) (``Buffer.put``: the
+        # oldest goes and the new one takes its place, or the new one is refused); -1 otherwise.
+        # Set only where ``full_fast`` (the policy has such an answer: not ``block``).
+        self.full_at: float = -1
+        self.full_fast = False
+        # Running estimate of a serialized object event's size, learnt by the sidecar (which
+        # serializes every object it sends, and samples the newest queued ones while it is
+        # behind); ``measured`` once it has measured one.  Until then the first object queued
+        # wakes the sidecar, which measures it at once.
+        self.estimate = FIRST_ESTIMATE
+        self.measured = False
+        # Due once ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has
+        # not run (starved, or still starting): the emitter measures the newest itself, once.
+        self.measure_here = Measure.SIDECAR
+
+    def reestimate_locked(self, observed: int) -> int:
+        """Take an observed mean size (of object events, serialized) into the estimate: up at
+        once (an estimate that is short lets large events overrun ``max_bytes``), down slowly;
+        every queued object is re-priced with it.  Returns the estimate before."""
+        before = self.estimate
+        grew = not self.measured or observed >= before
+        estimate = observed if grew else (before * 7 + observed) // 8
+        # Within max_bytes, so that an object always fits an empty buffer.
+        self.estimate = min(max(64, estimate), self.max_bytes)
+        self.measured = True
+        self._recompute_locked()
+        return before
+
+    def claim_measure_here_locked(self) -> bool:
+        """Whether the emitter is to measure the newest queued object now (once: see
+        ``_worker._intake.measure_here``)."""
+        if self.measure_here is not Measure.DUE:
+            return False
+        self.measure_here = Measure.CLAIMED
+        return True
+
+    @property
+    def estimated(self) -> int:
+        """Objects queued, counted at the estimate (not serialized yet)."""
+        return len(self.queue) - self.exact_count
+
+    @property
+    def head_seq(self) -> int:
+        """The sequence number of the oldest queued event (of the next one, if none is)."""
+        return self.numbers.head
+
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far: every one got the next sequence number, never reused."""
+        return self.numbers.end(len(self.queue)) + self.beyond
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next accepted event will get."""
+        return self.numbers.end(len(self.queue)) + self.beyond
+
+    def keep_journal_locked(self) -> None:
+        """From now on, note the numbers settled (for the spill's log)."""
+        if self.journal is None:
+            self.journal = Journal()
+
+    def note_locked(self, first: int, end: int, outcome: str) -> None:
+        """The events numbered ``first`` to ``end`` (excluded) are settled with ``outcome``
+        (``DELIVERED`` or a loss reason): in the journal, if one is kept."""
+        if self.journal is not None:
+            self.journal.note(first, end, outcome)
+
+    def note_each_locked(self, seqs: Iterable[int], outcome: str) -> None:
+        """:meth:`note_locked` for events by number."""
+        if self.journal is not None:
+            for seq in seqs:
+                self.journal.note(seq, seq + 1, outcome)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued: exact sizes, and the estimate for each object not yet measured."""
+        return self.exact_bytes + self.estimated * self.estimate
+
+    def held_bytes_locked(self) -> int:
+        """Bytes held, queued and in flight: what ``max_bytes`` bounds."""
+        return self.exact_bytes + self.estimated * self.estimate + self.in_flight_bytes
+
+    def has_room_locked(self, nbytes: int) -> bool:
+        """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
+        if self.window is not None:
+            return bool(self.window.has_room(self, nbytes))
+        held = self.held_bytes_locked()
+        return len(self.queue) + self.in_flight < self.max_events and (
+            held + (nbytes or self.estimate) <= self.max_bytes
+        )
+
+    def _recompute_locked(self) -> None:
+        """The fast path's numbers, after anything changed the accounts: the queue length up
+        to which objects fit (by count, and by bytes at the estimate), and the one at which
+        the worker asked to be woken."""
+        n = len(self.queue)
+        estimate = self.estimate
+        queued = self.exact_bytes + (n - self.exact_count) * estimate
+        if self.closed or not self.measured:
+            self.object_room = 0
+            self.full_at = -1
+        else:
+            room = n + (self.room_bytes - queued - self.in_flight_bytes) // estimate
+            by_count = self.room_events - self.in_flight
+            self.object_room = min(by_count, room)
+            # Full by count alone, with a queued event to go: one out makes room for one in.
+            full = by_count == n > 0 and room > n and self.full_fast and self.window is None
+            self.full_at = n if full else -1
+        wake = self.wake_at_events
+        if self.wake_at_bytes != _INF:
+            # Objects until the *queued* bytes reach wake_at_bytes (what the worker takes a
+            # batch by; bytes in flight are not the queue's): ceil(missing / estimate), at least 1.
+            wake = min(wake, n + max(1, -(-(self.wake_at_bytes - queued) // estimate)))
+        self.wake_at_objects = wake
+
+    # -- the spill window's part (``_spill._window``): it changes the accounts only through these
+
+    def attach_overflow(self, overflow: Overflow) -> None:
+        """Admission goes through ``overflow`` (``Buffer.put_locked`` hands it every event)."""
+        self.window = overflow
+
+    def set_room_locked(self, room_events: int, room_bytes: int) -> None:
+        """The fast paths' bounds: the window's share of the buffer, or none (0, -1) while
+        its overflow holds events (they must stay behind them)."""
+        self.room_events, self.room_bytes = room_events, room_bytes
+        self._recompute_locked()
+
+    def went_beyond_locked(self, n: int) -> None:
+        """``n`` more events accepted beyond the queue (into the overflow, or adopted from a
+        dead owner into the stretch): they have the next sequence numbers."""
+        self.beyond += n
+
+    def retire_beyond_locked(self, n: int, reason: str) -> int:
+        """The ``n`` events accepted beyond the queue, right after it (the stretch's first),
+        are lost (the caller counts them under ``reason``): their numbers are retired.
+        Returns the first."""
+        first = self.numbers.retire_next(len(self.queue), n)
+        self.beyond -= n
+        self.note_locked(first, first + n, reason)
+        self._recompute_locked()
+        return first
+
+    def rejoin_locked(self, events: Iterable[Any], sizes: list[int]) -> None:
+        """Events accepted beyond the queue (the overflow's, or read back from the spill) join
+        the queue's tail, oldest first, at ``sizes`` (0: an object, at the estimate)."""
+        self.queue.extend(events)
+        self.sizes.extend(sizes)
+        self.exact_bytes += sum(sizes)
+        self.exact_count += len(sizes) - sizes.count(0)
+        self.beyond -= len(sizes)
+        self._recompute_locked()
+
+    def replace_locked(self, index: int, ser: SerializedEvent) -> int:
+        """Put the serialized form of the queued object at ``index`` in its place, at its
+        exact size (the sidecar measured it).  Returns that size."""
+        size = weight(ser)
+        old = self.sizes[index]
+        if old:
+            self.exact_bytes -= old
+        else:
+            self.exact_count += 1
+        self.exact_bytes += size
+        self.sizes[index] = size
+        self.queue[index] = ser
+        self._recompute_locked()
+        return size
+
+    def _popleft_locked(self, reason: str) -> int:
+        """Drop the oldest queued event (counted by the caller under ``reason``); returns the
+        bytes it counted for."""
+        self.queue.popleft()
+        size = self.sizes.popleft()
+        first = self.numbers.head
+        self.numbers.advance(1)
+        if self.journal is not None:
+            self.journal.note(first, self.numbers.head, reason)
+        if size:
+            self.exact_bytes -= size
+            self.exact_count -= 1
+            return size
+        return self.estimate
+
+    def _pop_locked(self, reason: str) -> int:
+        """Drop the newest queued event (counted by the caller under ``reason``: its number is
+        retired, never given again); returns the bytes it counted for."""
+        seq = self.numbers.retire_tail(len(self.queue))
+        self.queue.pop()
+        size = self.sizes.pop()
+        if self.journal is not None:
+            self.journal.note(seq, seq + 1, reason)
+        if size:
+            self.exact_bytes -= size
+            self.exact_count -= 1
+            return size
+        return self.estimate
+
+    def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
+        """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the
+        queue to in flight.  The caller holds the lock: this runs at C speed (no Python
+        loop over the events), since every ``emit`` waits for it."""
+        queue, sizes = self.queue, self.sizes
+        n = min(len(queue), max_events)
+        if not n:
+            return []
+        estimate = self.estimate
+        # Each size as it counts: an object's 0 becomes the estimate ({0: e}.get(s, s), at C speed).
+        raw = list(islice(sizes, n))
+        priced = list(map({0: estimate}.get, raw, raw))
+        if n < len(queue) or self.queued_bytes > max_bytes:
+            totals = list(accumulate(priced))
+            if totals[-1] > max_bytes:
+                n = max(1, bisect_right(totals, max_bytes))
+                raw, priced = raw[:n], priced[:n]
+        seqs = self.numbers.advance(n)
+        batch = list(zip(seqs, starmap(queue.popleft, repeat((), n)), priced, strict=False))
+        deque(starmap(sizes.popleft, repeat((), n)), maxlen=0)  # dropped, at C speed
+        objects = raw.count(0)
+        self.in_flight_low = min(self.in_flight_low, seqs[0])
+        self.taken_at = self.numbers.pos0
+        self.exact_bytes -= sum(raw)
+        self.exact_count -= n - objects
+        self.in_flight += n
+        self.in_flight_bytes += sum(priced)
+        self._recompute_locked()
+        return batch
+
+    def untake_locked(self, entries: list[Entry]) -> bool:
+        """Put events taken last (the newest of the last take, in order) back at the head of
+        the queue, as if they had not been taken.  Returns False, changing nothing, if the
+        policy has evicted newer events from the head meanwhile (then these older ones would
+        have gone first: the caller drops them)."""
+        if self.numbers.pos0 != self.taken_at:
+            return False
+        self.taken_at = -1
+        queue, sizes = self.queue, self.sizes
+        size = 0
+        for _, event, nbytes in reversed(entries):
+            queue.appendleft(event)
+            size += nbytes
+            if is_exact(event):
+                sizes.appendleft(nbytes)
+                self.exact_bytes += nbytes
+                self.exact_count += 1
+            else:  # an object again, counted at the estimate
+                sizes.appendleft(0)
+        self.numbers.restore([entry[0] for entry in entries])
+        self.in_flight -= len(entries)
+        self.in_flight_bytes -= size
+        self._recompute_locked()
+        return True
+
+    def reprice_in_flight_locked(self, delta: int) -> None:
+        """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
+        self.in_flight_bytes += delta
+        self._recompute_locked()
+
+    def clear_locked(self) -> int:
+        """Forget everything held (queued and in flight); returns how many events that was."""
+        held = len(self.queue) + self.in_flight + self.beyond
+        self.numbers.clear(len(self.queue), self.beyond)
+        if self.window is not None:
+            self.window.clear()
+            self.window.restore(self)
+        self.beyond = 0
+        self.queue.clear()
+        self.sizes.clear()
+        self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
+        self.in_flight_low = _INF
+        self._recompute_locked()
+        return held
+
+    def lowest_unsettled_locked(self) -> float:
+        """Sequence number of the oldest event not yet delivered or dropped."""
+        return min(self.in_flight_low, self.head_seq)
+
+    def wake_at_locked(self, events: float, nbytes: float) -> None:
+        """Wake the worker once this many events, or bytes, are queued (inf: never)."""
+        self.wake_at_events, self.wake_at_bytes = events, nbytes
+        self._recompute_locked()

@@ -1,0 +1,153 @@
+"""The sidecar's share of the GIL: its per-event work runs in short slices, and between two
+slices it lets go of the GIL long enough for an application thread that waits for it to
+take it.
+
+Why a sleep, and not ``time.sleep(0)`` or an ``await``: CPython hands the GIL to a waiting
+thread only if that thread wakes up and takes it before the releasing one takes it back.  A
+release that lasts a system call (``sleep(0)``, a zero-timeout ``epoll_wait``) is nearly always
+won back by the releaser, and each such release restarts the waiter's 5 ms switch interval:
+a sidecar that computes between quick releases makes a handler wait for milliseconds (this
+was measured: ``python -m outbox.tools.benchmarks tail --work cpu``).  Sleeping ``HANDOFF``
+seconds lets the waiter in; if nobody waits, the sidecar has lost a few tens of microseconds
+of wall time and no CPU.
+
+The sleeps happen only while handlers emit (an emit within the last ``ACTIVE`` seconds), and
+never in attached mode (the worker then runs on the application's own event loop, which a
+sleep would hold up).
+
+The price of politeness is paid by the sidecar: a handler that computes without pause gives
+the GIL back only when CPython forces it to (every 5 ms, ``sys.getswitchinterval()``), so a
+sidecar that hands over after every 30 µs slice would get well under 1% of the time, fall
+behind and drop events.  So the slice grows, doubling up to ``LONGEST_SLICE``, while the
+sidecar is behind (more than a batch waits in the queue) and its hand-offs are slow to come
+back (the handler computes); it shrinks back by halves once it has caught up.  Past that
+point the handler's tail is traded for not losing its events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .._buffer._buffer import Buffer
+
+__all__ = ["HANDOFF", "LONGEST_SLICE", "SLICE", "Slicer", "checkpoint", "install"]
+
+#: Seconds of the sidecar's Python work between two hand-offs while handlers emit.
+SLICE = 30e-6
+#: The longest slice: CPython's default switch interval.
+LONGEST_SLICE = 5e-3
+#: Seconds the sidecar lets go of the GIL at a hand-off (a waiting thread needs about 10-50 µs
+#: to wake up and take it; Linux's default timer slack makes the sleep about 50 µs longer).
+HANDOFF = 20e-6
+#: A hand-off that took longer than this to come back found a handler computing.
+SLOW_HANDOFF = 1e-3
+#: Handlers that emitted within this many seconds are taken to be running.
+ACTIVE = 0.05
+
+_local = threading.local()
+
+
+class Slicer:
+    """Ends the sidecar's slices: :meth:`begin` when a stretch of work starts, then
+    :meth:`checkpoint` between two events of it (cheap: a clock read).
+
+    Args:
+        buffer: whose ``emitted`` count tells whether handlers run, and whose queue whether
+            the sidecar is behind.
+        behind_above: queued events above which the sidecar is behind (a batch's worth).
+        on_handoff: called at each hand-off, before the GIL is let go (the worker samples
+            what queued objects weigh there, so a long stretch of work cannot leave the
+            estimate stale).
+    """
+
+    __slots__ = (
+        "_active_until",
+        "_budget",
+        "_clock",
+        "_contended",
+        "_emitted",
+        "_sleep",
+        "_started",
+        "behind_above",
+        "buffer",
+        "enabled",
+        "on_handoff",
+    )
+
+    def __init__(
+        self,
+        buffer: Buffer,
+        *,
+        behind_above: int = 1000,
+        on_handoff: Callable[[], None] | None = None,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.buffer = buffer
+        self.behind_above = behind_above
+        self.on_handoff = on_handoff
+        self.enabled = enabled
+        self._clock, self._sleep = clock, sleep
+        self._started = clock()
+        self._budget = SLICE
+        self._emitted = -1
+        self._active_until = 0.0
+        self._contended = False
+
+    @property
+    def budget(self) -> float:
+        """Seconds of work the current slice may take before a hand-off."""
+        return self._budget
+
+    @property
+    def contended(self) -> bool:
+        """Whether the last hand-off was slow to come back: a handler computes without pause,
+        and any wait of the sidecar's gives it the GIL for a switch interval."""
+        return self._contended
+
+    def begin(self) -> None:
+        """A stretch of work starts (the sidecar was waiting until now: its slice is fresh)."""
+        self._started = self._clock()
+
+    def checkpoint(self) -> None:
+        """Between two events: if this slice has lasted its budget, hand the GIL over."""
+        now = self._clock()
+        if now - self._started < self._budget:
+            return
+        if self.on_handoff is not None:
+            self.on_handoff()
+        if self.enabled:
+            emitted = self.buffer.emitted
+            if emitted != self._emitted:
+                self._emitted = emitted
+                self._active_until = now + ACTIVE
+            if now < self._active_until:
+                before = self._clock()
+                self._sleep(HANDOFF)
+                slow = self._contended = self._clock() - before > SLOW_HANDOFF
+                buf = self.buffer  # (read without the lock: it only sizes the next slice)
+                behind = len(buf.queue) + buf.in_flight > self.behind_above
+                if slow and behind:
+                    self._budget = min(LONGEST_SLICE, self._budget * 2)
+                elif not behind:
+                    self._budget = max(SLICE, self._budget / 2)
+            else:
+                self._budget = SLICE  # nobody emits: no hand-off, and a short slice when they do
+                self._contended = False
+        self._started = self._clock()
+
+
+def install(slicer: Slicer) -> None:
+    """Make ``slicer`` the one :func:`checkpoint` uses on this thread (the sidecar's)."""
+    _local.slicer = slicer
+
+
+def checkpoint() -> None:
+    """For transports: between two records of a batch, let the application's threads in if
+    the sidecar has computed for a slice already.  A no-op outside a sidecar thread."""
+    slicer = getattr(_local, "slicer", None)
+    if slicer is not None:
+        slicer.checkpoint()

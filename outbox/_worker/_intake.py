@@ -1,0 +1,349 @@
+"""The intake: events leave the buffer here, are serialized, and become :class:`Held` items for
+the backlog.  It keeps the estimate of what object events weigh true (emit counts an object at
+that estimate, never serializing it), and the byte bound with it.
+
+Its work is per event and runs on the sidecar's thread in slices (``_runtime._slices``), so that a
+handler waiting for the GIL gets it within a few tens of microseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._buffer._buffer import Buffer, Entry, Reason
+from .._observability._deadletter import DeadLetter
+from .._observability._log import RateLimitedLog
+from .._run._run import RunRecord
+from .._run._serde import SerializedEvent, serialize
+from .._runtime._slices import SLICE, Slicer
+from ._held import Held
+
+__all__ = ["Intake", "measure_here"]
+
+_INF = float("inf")
+_TEXT_TYPES = (str, bytes, bytearray)
+# Held(...) without its Python-level __new__ (once per event).
+_new_held = tuple.__new__
+# While objects wait in the queue, the newest (at most SAMPLE_MOST of the last SAMPLE_SPAN) are
+# measured every SAMPLE_INTERVAL, so that events that grow are re-priced within it.
+SAMPLE_INTERVAL = 0.01
+SAMPLE_MOST = 4
+SAMPLE_SPAN = 64
+# A dead letter: (reason, detail, the body if serialized, the event as given).
+DeadRecord = tuple[str, str, bytes | None, Any]
+
+
+def measure_here(buf: Buffer) -> None:
+    """Measure the newest queued object on the emitter's thread, once (``buf.measure_here``
+    is 1: a burst of objects queued at the first guess while the sidecar did not run, see
+    ``_buffer._buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
+    size, the estimate learnt from it and the byte bound enforced.  A sidecar that measured
+    meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
+    to count."""
+    with buf.lock:
+        if not buf.claim_measure_here_locked():
+            return
+        sizes = buf.sizes
+        index = len(sizes) - 1
+        while index >= 0 and sizes[index]:
+            index -= 1
+        if buf.measured or index < 0:
+            return
+        seq, event = buf.numbers.seq_at(index), buf.queue[index]
+    try:
+        ser = serialize(event)
+    except Exception:
+        return
+    with buf.lock:
+        buf.serialized_in_place_locked(((seq, event, ser),))
+
+
+class Intake:
+    """Takes events from ``buffer`` for the worker.
+
+    Args:
+        max_batch_events, max_batch_bytes, linger: the batching settings.
+        slicer: ends the slices of its per-event work.
+        log: the worker's rate-limited log.
+        dead_letter: where events dropped here (too large, unserializable) are kept, if anywhere.
+        lowest_held: the sequence number of the oldest event the worker holds beyond what is
+            being taken (for the buffer's flush accounting).
+    """
+
+    def __init__(
+        self,
+        buffer: Buffer,
+        *,
+        max_batch_events: int,
+        max_batch_bytes: int,
+        linger: float,
+        slicer: Slicer,
+        log: RateLimitedLog,
+        dead_letter: DeadLetter | None,
+        lowest_held: Callable[[], float],
+    ) -> None:
+        self.buffer = buffer
+        self.max_batch_events = max_batch_events
+        self.max_batch_bytes = max_batch_bytes
+        self.linger = linger
+        self.slicer = slicer
+        self.log = log
+        self.dead_letter = dead_letter
+        self.lowest_held = lowest_held
+        self._linger_until = _INF
+        self._sampled_at = 0.0
+        self._sampled_seq = -1
+
+    # -- when ------------------------------------------------------------------------------
+
+    def due(self, now: float, urgent: bool) -> float:
+        """Seconds until a batch is worth taking from the queue (0: now; inf: the queue is
+        empty and nothing needs a look before an emit says so).  Also arms the buffer's
+        wake-up thresholds for the wait.  ``urgent``: closing (no lingering)."""
+        buf = self.buffer
+        with buf.lock:
+            if buf.side:
+                buf.fold_side_locked()  # emitted from a signal handler
+            queue = buf.queue
+            if queue:
+                if self._linger_until == _INF:
+                    self._linger_until = now + self.linger
+                if (
+                    urgent
+                    or buf.flush_target >= buf.head_seq
+                    or len(queue) >= self.max_batch_events
+                    or buf.queued_bytes >= self.max_batch_bytes
+                    or now >= self._linger_until
+                ):
+                    buf.wake_at_locked(_INF, _INF)
+                    return 0.0
+                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                return max(0.0, self._linger_until - now)
+            if urgent:
+                return _INF
+            if self.linger > 0:
+                # Look again after the linger rather than be woken by the next event: a wake-up
+                # is a syscall on the emitting thread, and hands this thread the GIL in the
+                # middle of the caller's work.  An event emitted meanwhile still goes within
+                # the linger.  (Idle, that is ten looks a second.)
+                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                self._linger_until = now + self.linger
+                return self.linger
+            buf.wake_at_locked(1, _INF)
+            return _INF
+
+    # -- sizes -----------------------------------------------------------------------------
+
+    def sample_wait(self, timeout: float, look_again: float = _INF) -> float:
+        """``timeout`` shortened to the next sampling of the queued objects, if any wait, else
+        to ``look_again`` (objects may come meanwhile: emit does not wake the worker for them)."""
+        buf = self.buffer
+        if not buf.estimated or buf.next_seq - 1 == self._sampled_seq:
+            # Nothing new since the last look (read without the lock: a stale value only
+            # moves the look by one wake).
+            return min(timeout, look_again)
+        return min(timeout, max(0.0, self._sampled_at + SAMPLE_INTERVAL - time.monotonic()))
+
+    def sample(self, fresh: bool = False) -> None:
+        """Measure the newest queued objects, if new ones came since the last look and the
+        sampling interval has passed (at once for the very first object, and when ``fresh``:
+        before events are taken, at the price they count for).  They are serialized in place
+        (the work is not lost); when they weigh more than estimated, every queued object is
+        re-priced at once and the byte bound enforced by the policy."""
+        buf = self.buffer
+        now = time.monotonic()
+        if not fresh and (
+            (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
+            or not buf.estimated
+            or buf.next_seq - 1 == self._sampled_seq
+        ):
+            # Read without the lock first: the slices call this between events, mostly for
+            # nothing (a stale read only moves a sample to the next look).
+            return
+        picked: list[tuple[int, Any]] = []
+        with buf.lock:
+            if not buf.estimated or (buf.measured and not fresh and now < self._sampled_at + SAMPLE_INTERVAL):
+                return
+            queue, sizes = buf.queue, buf.sizes
+            newest = buf.next_seq - 1
+            if newest == self._sampled_seq:
+                return
+            self._sampled_at, self._sampled_seq = now, newest
+            index = len(queue) - 1
+            stop = max(-1, index - SAMPLE_SPAN)
+            while index > stop and len(picked) < SAMPLE_MOST:
+                if not sizes[index]:
+                    picked.append((buf.numbers.seq_at(index), queue[index]))
+                index -= 1
+        # In one stretch, without hand-offs (a few events: its length is bounded by what they
+        # weigh), so that the estimate is learnt from them at once: a flood of grown events
+        # would otherwise go on at the old estimate while the sidecar waits for the GIL.
+        done: list[tuple[int, Any, SerializedEvent]] = []
+        started = time.perf_counter()
+        for seq, event in picked:
+            try:
+                done.append((seq, event, serialize(event)))
+            except Exception:  # left as it is: taking it counts it as invalid_event
+                continue
+            if time.perf_counter() - started > SLICE:
+                break
+        if not done:
+            return
+        with buf.lock:
+            buf.serialized_in_place_locked(done)
+
+    # -- taking ----------------------------------------------------------------------------
+
+    def take(self, events: int, nbytes: int, window_bytes: int) -> list[Held]:
+        """Up to ``events`` events and ``nbytes`` bytes (at least one event) from the queue,
+        serialized, at most ``window_bytes`` bytes of them once their exact sizes are known (what
+        does not fit goes back to the queue, where the policy can shed it)."""
+        self.sample(fresh=True)
+        buf = self.buffer
+        with buf.lock:
+            taken = buf.take_locked(events, nbytes) if buf.queue else []
+            if not buf.queue:
+                self._linger_until = _INF  # the next event starts a linger of its own
+        if not taken:
+            return []
+        try:
+            return self._serialize(taken, window_bytes)
+        except Exception:
+            # A bug of ours: back to the head of the queue first, so nothing taken is lost.
+            with buf.lock:
+                if not buf.finalized and not buf.untake_locked(taken):
+                    # Newer events were evicted meanwhile: these older ones would have been too.
+                    buf.count_locked(Reason.DROPPED_FULL, len(taken))
+                    buf.note_each_locked((entry[0] for entry in taken), Reason.DROPPED_FULL)
+                    buf.settle_locked(len(taken), sum(entry[2] for entry in taken), self.lowest_held())
+            raise
+
+    def _serialize(self, batch: list[Entry], window_bytes: int) -> list[Held]:
+        """Serialize what was taken, in slices: between two events, the GIL goes to the
+        application's threads once a slice has lasted its budget."""
+        ready: list[Held] = []
+        lost: dict[str, list[int]] = {}
+        lost_bytes = adjust = sizes = objects = total = 0
+        limit = self.max_batch_bytes
+        untaken: list[Entry] = []
+        dead: list[DeadRecord] = []
+        buf = self.buffer
+        self.slicer.begin()
+        checkpoint, append = self.slicer.checkpoint, ready.append
+        count, twice = len(batch), 2 * window_bytes
+        mean = 0  # what the objects serialized so far weigh, on average
+        for position, (seq, event, estimate) in enumerate(batch):
+            checkpoint()
+            if total > window_bytes or (mean and total + (count - position) * mean > twice):
+                # Taken by estimate, found larger (or about to be, at the weight of the objects
+                # serialized so far): the rest goes back to the queue unserialized, where the
+                # policy can shed it (serializing it now would hold it twice in memory).
+                untaken = batch[position:]
+                break
+            cls = event.__class__
+            if cls is SerializedEvent:
+                ser, is_object = event, False
+            else:
+                is_object = cls is tuple or cls is RunRecord or not isinstance(event, _TEXT_TYPES)
+                if estimate > limit and not is_object:
+                    # Its exact size is known (at least its length in characters): too large
+                    # for any batch, so never spend the time (and the GIL) parsing it.
+                    self._too_large(seq, estimate, None, event, lost, dead)
+                    lost_bytes += estimate
+                    continue
+                try:
+                    ser = serialize(event)
+                except Exception as exc:
+                    self._invalid(seq, exc, event, lost, dead)
+                    lost_bytes += estimate
+                    continue
+            key = ser[2]  # weight(ser), in line (once per event): the body and the key
+            size = len(ser[0]) + len(key) if key else len(ser[0])
+            if is_object:
+                sizes += size
+                objects += 1
+                mean = sizes // objects
+                if size > 2 * buf.estimate and mean > buf.estimate:
+                    self._reprice_now(mean)
+            if size > limit:
+                self._too_large(seq, size, ser.body, event, lost, dead)
+                lost_bytes += estimate
+                continue
+            adjust += size - estimate
+            total += size
+            append(_new_held(Held, (seq, ser, size)))
+        ready = self._account(ready, untaken, lost, lost_bytes, adjust, mean)
+        if dead and self.dead_letter is not None:
+            self.dead_letter.write(dead)
+        return ready
+
+    def _account(
+        self,
+        ready: list[Held],
+        untaken: list[Entry],
+        lost: dict[str, list[int]],
+        lost_bytes: int,
+        adjust: int,
+        mean_object: int,
+    ) -> list[Held]:
+        """The buffer's accounts after a batch was serialized: the untaken back in the queue,
+        the in-flight bytes re-priced, the estimate learnt (``mean_object``: 0 if no object
+        was serialized), the byte bound enforced, the lost counted.  Returns what goes on."""
+        buf = self.buffer
+        with buf.lock:
+            if buf.finalized:
+                return []
+            if untaken and not buf.untake_locked(untaken):
+                lost.setdefault(Reason.DROPPED_FULL, []).extend(entry[0] for entry in untaken)
+                lost_bytes += sum(entry[2] for entry in untaken)
+            buf.reprice_in_flight_locked(adjust)
+            if mean_object:
+                buf.learn_locked(mean_object)
+            # An estimate that was short: back within max_bytes by the policy, from the queue;
+            # then, if need be, from the newest of this batch (not yet sent).
+            over = buf.enforce_bound_locked()
+            while over > 0 and ready:
+                dropped = ready.pop()
+                over -= dropped.size
+                lost.setdefault(Reason.DROPPED_FULL, []).append(dropped.seq)
+                lost_bytes += dropped.size
+            if lost:
+                for reason, seqs in lost.items():
+                    buf.count_locked(reason, len(seqs))
+                    buf.note_each_locked(seqs, reason)
+                lowest = min(self.lowest_held(), ready[0].seq if ready else _INF)
+                buf.settle_locked(sum(map(len, lost.values())), lost_bytes, lowest)
+        return ready
+
+    def _reprice_now(self, mean_object: int) -> None:
+        """Objects grew: re-price the queue at ``mean_object`` now (and shed by the policy), not
+        once this batch is done, which may be long with handlers taking the GIL."""
+        buf = self.buffer
+        with buf.lock:
+            buf.learn_locked(mean_object)
+
+    def _invalid(
+        self, seq: int, exc: Exception, event: Any, lost: dict[str, list[int]], dead: list[DeadRecord]
+    ) -> None:
+        """An event that cannot be serialized: counted ``invalid_event``, warned about, dead-lettered."""
+        lost.setdefault(Reason.INVALID_EVENT, []).append(seq)
+        self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
+        dead.append((Reason.INVALID_EVENT, str(exc), None, event))
+
+    def _too_large(
+        self,
+        seq: int,
+        size: int,
+        body: bytes | None,
+        event: Any,
+        lost: dict[str, list[int]],
+        dead: list[DeadRecord],
+    ) -> None:
+        limit = self.max_batch_bytes
+        lost.setdefault(Reason.TOO_LARGE, []).append(seq)
+        self.log.warning(
+            "too_large", "dropping a %d-byte event: larger than max_batch_bytes (%d)", size, limit
+        )
+        dead.append((Reason.TOO_LARGE, f"larger than max_batch_bytes ({limit})", body, event))
