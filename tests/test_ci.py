@@ -11,7 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+from support.paths import REPO
+
+ROOT = REPO
 
 PYTHON = """#!/bin/bash
 # A Python that records its arguments; -m venv makes a folder of such tools.

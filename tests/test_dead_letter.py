@@ -22,8 +22,9 @@ from outbox.transports import HttpTransport
 
 from support.counting_server import CountingServer
 from support.helpers import refused_port, run_event, wait_until
+from support.paths import REPO
 
-ROOT = Path(__file__).parent.parent
+ROOT = REPO
 
 
 def read(path) -> list:

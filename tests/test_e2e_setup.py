@@ -10,13 +10,14 @@ import socket
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import httpx
 import pytest
 from e2e import peers
 
 from outbox.tools import apache_kafka
+
+from support.paths import TESTS
 
 FAKE_MVN = """#!/bin/sh
 for arg in "$@"; do
@@ -196,7 +197,7 @@ def test_marquez_says_each_long_step_before_it_begins(tmp_path, monkeypatch):
 def test_the_lines_reach_the_terminal_past_pytests_capture(tmp_path):
     """The suite's own ``say`` fixture, in a pytest run with capture on (the default): a test
     that passes shows none of its output, yet the set-up's line is there."""
-    tests = Path(__file__).parent
+    tests = TESTS
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(tests)!r})\nfrom e2e.conftest import say  # noqa: F401\n"
     )
@@ -253,7 +254,7 @@ def test_marquez(marquez):
 def run_like_a_stranger(tmp_path, **variables: str) -> str:
     """The e2e suite's fixtures in a pytest run with no peer: no Maven on PATH, no jars cached,
     no Marquez scripts; the summary of what was skipped, and why."""
-    tests = Path(__file__).parent
+    tests = TESTS
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
         "from e2e.conftest import apache_kafka, marquez, owned_kafka, say  # noqa: F401\n"

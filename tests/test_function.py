@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,9 @@ from outbox.tools.sink import Sink
 import support.spec as spec
 from support.helpers import refused_port, wait_until
 from support.kafka_helpers import read_topic
+from support.paths import REPO
 
-ROOT = Path(__file__).parent.parent
+ROOT = REPO
 OBJECTS = ("docs-src/lineage-src/orders.csv", "docs-src/lineage-src/orders.bad")
 
 

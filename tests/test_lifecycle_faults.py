@@ -32,9 +32,9 @@ from support.helpers import (
     run_script,
     wait_until,
 )
+from support.paths import REPO, TESTS
 
 GRACE = 0.5  # what close() may take beyond its deadline
-TESTS = os.path.dirname(os.path.abspath(__file__))  # (for children that time with support.chaos)
 
 
 def make(transport, **kw) -> Outbox:
@@ -153,7 +153,7 @@ def test_demo_against_a_refused_backend_uses_its_deadline_counts_everything_and_
             text=True,
             timeout=60,
             env=env,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            cwd=REPO,
         )
         attempts = proxy.connections
     output = result.stdout + result.stderr
@@ -679,7 +679,7 @@ def test_outboxes_alive_at_exit_close_together_within_one_shutdown_timeout():
         import atexit, logging, sys, time
         atexit.register(lambda: print("exited", time.monotonic() - exiting,
                                       pulse.unexplained(exiting, time.monotonic()), flush=True))
-        sys.path.insert(0, {TESTS!r})
+        sys.path.insert(0, {str(TESTS)!r})
         from support.chaos import Pulse  # (imports outbox: its exit hook runs before the one above)
         pulse = Pulse(slow_emit=float("inf"))
         logging.basicConfig()
@@ -770,7 +770,7 @@ def test_close_holds_its_deadline_when_a_transport_blocks_the_sidecar():
 def test_kafka_unreachable_at_shutdown_leaves_nothing_behind(servers):
     code = f"""
     import sys, time
-    sys.path.insert(0, {TESTS!r})
+    sys.path.insert(0, {str(TESTS)!r})
     from support.chaos import running_time
     from outbox import Outbox
     from outbox.transports import KafkaTransport

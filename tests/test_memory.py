@@ -11,11 +11,12 @@ MiB, object 77-82 MiB."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-FLOOD = Path(__file__).parent / "scripts" / "flood.py"
+from support.paths import TESTS
+
+FLOOD = TESTS / "scripts" / "flood.py"
 MAX_BYTES_MIB = 64
 
 # Eight floods in fresh interpreters (about 15 s): once per CI run, on 3.11 (docs/development.md),

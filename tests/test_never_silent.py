@@ -12,13 +12,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from outbox._log import FIRST_NEVER_SILENT
 
 from support.helpers import refused_port
+from support.paths import REPO
 
 PRELUDE = """
 import logging, os, shutil, sys, tempfile
@@ -260,7 +260,7 @@ def test_a_spill_directory_that_fails_is_said_once(tmp_path):
 def test_every_key_said_once_on_stderr_is_one_the_library_logs():
     """``FIRST_NEVER_SILENT`` names keys of other modules' logs: a key renamed there would go
     silent here without a word."""
-    package = Path(__file__).parent.parent / "outbox"
+    package = REPO / "outbox"
     source = "".join(p.read_text() for p in package.rglob("*.py") if p.name != "_log.py")
     for key in FIRST_NEVER_SILENT:
         assert f'"{key}"' in source, key

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+from support.paths import REPO
+
+ROOT = REPO
 # The README, then docs/: a marker is looked for in all of them.
 README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
@@ -182,7 +184,7 @@ def run_demo(tmp_path, **variables: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(Path(__file__).parent.parent), **variables},
+        env={**env, "PYTHONPATH": str(REPO), **variables},
     )
 
 

@@ -6,21 +6,20 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from outbox import ConfigError, Outbox
 
 from support.helpers import refused_port
+from support.paths import TESTS
 
 KEY = "dd-KEY-5a1e0b"
-TESTS = str(Path(__file__).parent)
 
 
 def clean_env(**env: str) -> dict[str, str]:
     kept = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
-    return {**kept, "PYTHONPATH": TESTS, **env}
+    return {**kept, "PYTHONPATH": str(TESTS), **env}
 
 
 @pytest.mark.parametrize(

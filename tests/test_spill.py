@@ -26,6 +26,7 @@ from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event, segment_bytes, wait_until
+from support.paths import TESTS
 from support.spill_children import read_line, start_child
 from support.spill_log import records, waiting
 
@@ -542,7 +543,7 @@ time.sleep(60)
 
 def test_a_forked_child_does_not_keep_its_dead_parents_events_from_adoption(tmp_path):
     spill = str(tmp_path / "spill")
-    code = FORKING.format(tests=str(Path(__file__).parent), url=refused_url(), spill=spill)
+    code = FORKING.format(tests=str(TESTS), url=refused_url(), spill=spill)
     parent = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -17,6 +17,7 @@ from outbox._spill._format import HEADER
 from outbox.transports import DELIVERED
 
 from support.helpers import ScriptedTransport, run_event, wait_until
+from support.paths import REPO, TESTS
 
 RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
 # Events of about 430 bytes: 16 KiB of spill holds about 37 of them, 45 more than it takes.
@@ -281,7 +282,6 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
     they are read in place, in the dead owner's files (moved into the adopter's directory),
     which must stay until they are delivered.  Else a SIGKILL of the adopter loses them,
     counted nowhere."""
-    import os
     import subprocess
     import sys
     import textwrap
@@ -295,7 +295,7 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
     report = first.close(0.3)
     assert report.undelivered == {"spilled_at_close": total}, report
     code = _ADOPT_AND_HOLD.format(
-        paths=[os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(__file__)],
+        paths=[str(REPO), str(TESTS)],
         spill=spill,
         dead=dead,
         small=SMALL,

@@ -1,12 +1,12 @@
 """The test suite's own promises: a failure reads from the test to the assertion."""
 
-from pathlib import Path
+from support.paths import REPO, TESTS
 
 pytest_plugins = ["pytester"]
 
 
 def test_a_failing_test_prints_its_own_frames_not_the_runners(pytester):
-    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
     pytester.makepyfile(
         test_demo="""
         def helper(x):
@@ -31,8 +31,8 @@ def test_a_failing_test_prints_its_own_frames_not_the_runners(pytester):
 def test_not_slow_leaves_out_the_slow_tests_and_never_starts_the_end_to_end_suite(pytester):
     """.ci/run appends -m "not slow" to the README's command on 3.12 and 3.13: that must not
     select the e2e tests, which the default run leaves out and -m e2e alone runs."""
-    root = Path(__file__).parent.parent
-    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    root = REPO
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
     (pytester.path / "pyproject.toml").write_text((root / "pyproject.toml").read_text())
     pytester.makepyfile(
         test_fast="def test_fast(): pass",
