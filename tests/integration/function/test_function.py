@@ -228,7 +228,7 @@ def test_the_unchanged_openlineage_client_handler_through_outbox_transport(clean
     with Sink() as sink:
         clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "outbox.OutboxTransport")
         clean_env.setenv("OPENLINEAGE_URL", sink.url)
-        module, calls = simulate(OBJECTS, fresh_module("seed_lineagefn"))
+        module, calls = simulate(OBJECTS, fresh_module("support.seed_lineagefn"))
         assert type(module.client.transport).__name__ == "OutboxTransport"
         module.client.close(5)
         events = sink.events
