@@ -1,6 +1,6 @@
 """outbox forward through outages of hours, on a fake clock: the real ``Forwarder`` code, with
 ``time.monotonic`` and the waits of its module replaced by a clock that jumps instead of
-sleeping.  (tests/test_forward.py runs it against the embedded broker and the sink, in real
+sleeping.  (tests/tools/test_forward.py runs it against the embedded broker and the sink, in real
 time.)"""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ threads emit long runs.  The broker keeps what it wrote, so the topic is the evi
   was emitted; every run's events are in the topic in order (first occurrences: a batch whose
   acknowledgement was lost is written again, after it, never after a later one).
 
-    CHAOS_SEED=7 KAFKA_CHAOS_STEPS=60 pytest tests/test_chaos_kafka.py
+    CHAOS_SEED=7 KAFKA_CHAOS_STEPS=60 pytest tests/integration/transports/test_chaos_kafka.py
 
 Before a partition's producer batches went one at a time, seeds 2 and 4 found a run's later events
 written before its earlier ones (2 of 6 seeds tried).

@@ -20,7 +20,7 @@ def make(transport, **kw) -> Outbox:
 
 def test_batches_fill_to_max_batch_events():
     transport = ScriptedTransport()
-    # One batch in flight at a time: lanes would split the window by run (tests/test_lanes.py).
+    # One batch in flight at a time: lanes would split the window by run (tests/unit/worker/test_lanes.py).
     outbox = make(transport, max_batch_events=100, linger=5.0, max_concurrency=1)
     for i in range(250):
         outbox.emit(run_event(n=i))
