@@ -23,6 +23,7 @@ from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import DELIVERED, HttpTransport, MemoryTransport
 
+from support import parts
 from support.chaos import Pulse, running_time
 from support.helpers import (
     ScriptedTransport,
@@ -231,7 +232,7 @@ def test_an_error_in_the_workers_own_accounting_is_survived():
     outbox = make(transport, linger=0, backoff_base=0.01, backoff_cap=0.02)
     outbox.emit(run_event(n=0))
     assert outbox.flush(5)
-    worker = outbox._sidecar.worker
+    worker = parts.worker(outbox)
     real = worker.metrics
 
     class Broken:
@@ -259,7 +260,7 @@ def test_a_worker_that_stops_makes_emit_refuse_counted_and_stats_say_why():
     transport = Hostile(SystemExit("a library called sys.exit"))
     outbox = make(transport, linger=0)
     outbox.emit(run_event(n=0))
-    assert wait_until(lambda: outbox._sidecar.finished.done(), 5)
+    assert wait_until(lambda: parts.sidecar(outbox).finished.done(), 5)
     assert outbox.emit(run_event(n=1)) is False
     stats = outbox.stats()
     assert stats.dropped == {"worker_stopped": 2}
@@ -289,7 +290,7 @@ def test_a_task_that_raises_the_stop_again_as_it_is_cancelled_has_its_exception_
     loop.run_until_complete(asyncio.sleep(0))  # it waits
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outbox._sidecar._end_tasks(loop)
+        parts.sidecar(outbox)._end_tasks(loop)
         assert task.done()
         del task
         loop.close()
@@ -332,7 +333,7 @@ def test_a_worker_stopped_with_a_lane_on_the_wire_leaves_no_task_pending(caplog)
     outbox.emit(run_event(n=0))
     assert transport.waiting.wait(10)
     outbox.emit(run_event(n=1))  # another run: a second lane, which stops the loop
-    assert wait_until(outbox._sidecar.finished.done, 10)
+    assert wait_until(parts.sidecar(outbox).finished.done, 10)
     assert transport.cancelled.is_set()  # the lane on the wire was ended, not abandoned
     assert outbox.emit(run_event(n=2)) is False
     exact(outbox)
@@ -351,10 +352,10 @@ async def test_an_attached_worker_whose_loop_goes_away_makes_emit_refuse():
     await outbox.__aenter__()
     outbox.emit(run_event())
     assert await asyncio.to_thread(transport.send_started.wait, 5)  # on the wire
-    outbox._sidecar.task.cancel()  # what the loop does to its tasks when it ends
+    parts.sidecar(outbox).task.cancel()  # what the loop does to its tasks when it ends
     # Until the worker has ended: its way out takes turns of the loop, which beside load
     # (or with a transport slow to end) can take longer than a fixed 0.05 s.
-    assert await asyncio.to_thread(wait_until, outbox._sidecar.finished.done, 10)
+    assert await asyncio.to_thread(wait_until, parts.sidecar(outbox).finished.done, 10)
     assert outbox.emit(run_event()) is False
     stats = outbox.stats()
     assert stats.lost == 2
@@ -712,7 +713,7 @@ def test_a_short_close_from_another_thread_returns_by_its_own_deadline():
     long_close.start()
     # Once the long close has begun (not 0.1 s later: beside load it may not have by then,
     # and the short one would come first, alone).
-    assert wait_until(lambda: outbox._sidecar.close_started is not None)
+    assert wait_until(lambda: parts.sidecar(outbox).close_started is not None)
     report, took = running_time(lambda: outbox.close(0.5))  # the time this process ran
     assert took <= 0.5 + GRACE
     assert report.undelivered == {"dropped_shutdown": 1}

@@ -25,6 +25,7 @@ from outbox._spill._format import Settle, encode_event, encode_settle, file_head
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import run_event, segment_bytes, wait_until
 from support.paths import TESTS
 from support.spill_children import read_line, start_child
@@ -154,7 +155,7 @@ def test_from_env_reads_the_spill_variables(tmp_path):
     }
     box = Outbox.from_env(env, shutdown_timeout=0.1)
     try:
-        settings = box._effective_settings()
+        settings = parts.effective_settings(box)
         assert settings["spill_dir"] == str(tmp_path / "spill")
         assert settings["max_spill_bytes"] == 10 * 1024 * 1024
         assert settings["spill_interval"] == 0.2
@@ -208,9 +209,9 @@ def test_an_adoption_cut_short_by_a_close_sends_nothing_twice(tmp_path, monkeypa
     second = Outbox(HttpTransport(down, timeout=0.5), spill_dir=spill, max_events=30, shutdown_timeout=3)
     spilled = second.stats().spill
     assert spilled["recovered"] == 100
-    assert spilled["recovering"] + second._buffer.in_flight + len(second._buffer.queue) == 100
+    assert spilled["recovering"] + parts.held(second) == 100
     assert spilled["stretch_events"] > 0
-    assert second._buffer.queue.__len__() + second._buffer.in_flight <= 30
+    assert parts.held(second) <= 30
     assert second.close().undelivered == {"spilled_at_close": 100}
     with Sink() as sink:
         third = Outbox(HttpTransport(sink.url), spill_dir=spill)
@@ -255,7 +256,7 @@ def test_a_close_that_reports_without_the_worker_leaves_the_spill_for_a_successo
     transport.release.set()
     # Made without the worker, the report still tells what is on disk: handed on, not lost.
     assert report.undelivered == {"spilled_at_close": 10}
-    box._sidecar.finished.result(10)  # (the worker ends once the transport lets it)
+    parts.sidecar(box).finished.result(10)  # (the worker ends once the transport lets it)
     with Sink() as sink:
         successor = Outbox(HttpTransport(sink.url), spill_dir=spill)
         assert successor.close(10).complete

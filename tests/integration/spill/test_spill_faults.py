@@ -32,6 +32,7 @@ from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import run_event, wait_until
 from support.spill_children import read_line, start_child, tell
 
@@ -84,7 +85,7 @@ def test_a_full_filesystem_is_counted_as_enospc_warned_once_and_the_outbox_goes_
             event["run"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": body}}
             accepted += box.emit(event)  # never raises
             if n % 10 == 0 and not box.stats().spill.get("failed_enospc"):  # paced until full
-                wait_until(lambda: len(box._buffer.window.events) < 40, 1)
+                wait_until(lambda: parts.in_window(box) < 40, 1)
         assert wait_until(lambda: box.stats().spill.get("failed_enospc", 0) > 0), box.stats().spill
         warnings = spill_warnings(caplog)
         assert len(warnings) == 1, warnings

@@ -16,6 +16,7 @@ from outbox import Outbox, Outcome, SerializedEvent
 from outbox._spill._format import HEADER
 from outbox.transports import DELIVERED
 
+from support import parts
 from support.helpers import ScriptedTransport, run_event, wait_until
 from support.paths import REPO, TESTS
 
@@ -201,7 +202,7 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
         assert wait_until(lambda: spilled(box, "written") + spilled(box, "not_spilled_full") == 1000)
         refused = spilled(box, "not_spilled_full")
         assert refused > 500, box.stats().spill  # still queued, tried again every tick
-        spill = box._spill
+        spill = parts.spill(box)
         encoded, writes = [0], [0]
         encode, room = spill_module.encode_event, spill.disk.writer.room
 
@@ -288,7 +289,7 @@ def test_adopted_events_the_full_disk_refused_keep_their_dead_owners_files_until
 
     spill = str(tmp_path / "spill")
     first = Outbox(ScriptedTransport(open_gate=False), spill_dir=spill, max_events=1000, linger=0.0)
-    dead = first._spill.home.owner
+    dead = parts.spill(first).home.owner
     total = 50  # about 21 KiB: beyond the adopter's 16 KiB, and fewer than the worker takes ahead
     for n in range(total):
         assert first.emit(run_event(run_id=RUNS[n % 4], n=n))

@@ -23,6 +23,7 @@ from outbox._spill._format import encode_event, file_header
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import run_event, wait_until
 from support.spill_children import read_line, start_child, tell
 from support.spill_log import waiting
@@ -124,8 +125,8 @@ def test_two_live_owners_never_adopt_each_other(tmp_path):
         assert first.emit(run_event(n=n))
         assert second.emit(run_event(n=100 + n))
     for box in (first, second):
-        box._spill.begin_close()  # a scan at the next tick  # type: ignore[union-attr]
-        assert wait_until(lambda box=box: not box._spill.has_pending())  # type: ignore[union-attr]
+        parts.spill(box).begin_close()  # a scan at the next tick  # type: ignore[union-attr]
+        assert wait_until(lambda box=box: not parts.spill(box).has_pending())  # type: ignore[union-attr]
     assert first.stats().spill["owners_adopted"] == second.stats().spill["owners_adopted"] == 0
     assert inspect_dir(spill)["owners_alive"] == 2
     assert first.close().undelivered == {"spilled_at_close": 20}
@@ -206,7 +207,7 @@ def test_damaged_and_foreign_files_are_counted_never_fatal_and_foreign_ones_left
     # Left alone: what is not ours, and what could not be read (the next outbox tries again).
     assert (spill / "other.lock").read_text() == "not ours"
     assert (spill / "someone-else" / "lock").read_text() == "not ours either"
-    assert (home.parent / box._spill.home.owner / home.name / "notes.txt").exists()  # type: ignore[union-attr]
+    assert (home.parent / parts.spill(box).home.owner / home.name / "notes.txt").exists()  # type: ignore[union-attr]
 
 
 def test_a_segment_this_process_may_not_read_is_counted_and_the_outbox_starts(tmp_path):

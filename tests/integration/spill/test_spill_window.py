@@ -20,6 +20,7 @@ from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.chaos import Pulse
 from support.helpers import ScriptedTransport, run_event, wait_until
 from support.spill_log import records, waiting
@@ -56,12 +57,12 @@ def emit_through_the_overflow(box: Outbox, ns: range, pace: float = 1.0) -> None
     for n in ns:
         assert box.emit(run_event(run_id=RUNS[n % 4], n=n)), box.stats().dropped
         if n % 10 == 0:
-            wait_until(lambda: len(box._buffer.window.events) < 20, pace)
+            wait_until(lambda: parts.in_window(box) < 20, pace)
 
 
 def held_in_memory(box: Outbox) -> tuple[int, int]:
     """(events, bytes) the buffer holds in memory: its queue, in flight, the overflow."""
-    buf = box._buffer
+    buf = parts.buffer(box)
     with buf.lock:
         window = buf.window
         events = len(buf.queue) + buf.in_flight + len(window.events)
@@ -155,7 +156,7 @@ def test_an_outage_beyond_the_buffer_is_held_on_disk_and_delivered_in_order(tmp_
                 most = max(most, held_in_memory(box)[0])
                 # The sidecar's turn: it writes the overflow to disk within a tick (the promise
                 # holds while it keeps pace with emit; this machine is shared and loaded).
-                wait_until(lambda: len(box._buffer.window.events) < 20)
+                wait_until(lambda: parts.in_window(box) < 20)
         assert most <= max_events
         assert wait_until(lambda: box.stats().spill["stretch_events"] > 1500)
         assert box.stats().dropped == {}
@@ -186,7 +187,7 @@ def test_the_overflow_full_applies_the_policy_under_its_own_reason(tmp_path):
             if box.emit(run_event(run_id=RUNS[n % 3], n=n)):
                 accepted.append(n)
             if n % 10 == 0 and not box.stats().dropped:  # paced until the disk is full
-                wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+                wait_until(lambda: parts.in_window(box) < 20, 1)
         dropped = box.stats().dropped
         assert dropped.get("dropped_spill_full", 0) > 0, dropped
         assert set(dropped) <= {"dropped_spill_full", "dropped_full"}
@@ -350,7 +351,7 @@ def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_
 
 def sidecar_cpu(box: Outbox) -> float:
     """Seconds of CPU the outbox's sidecar thread has used."""
-    thread = box._sidecar.thread
+    thread = parts.sidecar(box).thread
     assert thread is not None
     assert thread.ident is not None
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
@@ -386,7 +387,7 @@ def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within
         shutdown_timeout=5,
     )
     try:
-        buf = box._buffer
+        buf = parts.buffer(box)
         for n in range(32):
             assert box.emit(text(n))
         # All of it taken from the queue, held by the backend: the window's bytes are in flight.
@@ -452,7 +453,7 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
     try:
-        buf = box._buffer
+        buf = parts.buffer(box)
         n = 0
         while box.stats().spill["stretch_events"] < 40 and n < 2_000:
             box.emit(run_event(run_id=RUNS[n % 4], n=n))
@@ -504,7 +505,7 @@ def _spill_full_box(tmp_path) -> tuple[Outbox, ScriptedTransport]:
         box.emit(run_event(run_id=RUNS[n % 3], n=n))
         n += 1
         if n % 10 == 0:  # the sidecar's turn: the overflow goes to disk within a tick
-            wait_until(lambda: len(box._buffer.window.events) < 20, 1)
+            wait_until(lambda: parts.in_window(box) < 20, 1)
     return box, transport
 
 
@@ -579,7 +580,7 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
         # Each batch takes 50 ms: the read back lasts a second, not a moment the test may miss.
         transport.delay = 0.05
         transport.gate.set()
-        runs = box._spill.stretch.runs
+        runs = parts.spill(box).stretch.runs
 
         def reading():
             return runs and runs[0].reader is not None and runs[0].reader.fd >= 0

@@ -9,6 +9,7 @@ from outbox import ConfigError, Outbox
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.chaos import running_time
 from support.helpers import run_event, run_script, wait_until
 
@@ -35,7 +36,7 @@ def test_max_retry_after_is_validated_and_read_from_the_environment():
     with pytest.raises(ConfigError, match="max_retry_after=-1"):
         Outbox(HttpTransport("http://127.0.0.1:9"), max_retry_after=-1)
     outbox = Outbox.from_env({"OUTBOX_MAX_RETRY_AFTER": "12.5"}, close_at_exit=False)
-    assert outbox._settings.max_retry_after == 12.5
+    assert parts.settings(outbox).max_retry_after == 12.5
     outbox.close(0)
 
 

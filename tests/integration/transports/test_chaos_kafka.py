@@ -28,6 +28,7 @@ from outbox.tools.broker import EmbeddedBroker
 from outbox.tools.faultproxy import FaultProxy, free_port
 from outbox.transports import KafkaTransport
 
+from support import parts
 from support.chaos import Pulse
 from support.helpers import run_event
 from support.kafka_helpers import create_topic, read_topic
@@ -117,7 +118,7 @@ def test_a_flapping_kafka_broker_keeps_every_invariant_and_every_runs_order(seed
             )
             assert stats.queued_events + stats.in_flight <= settings["max_events"], (steps, stats)
             assert stats.queued_bytes <= settings["max_bytes"], (steps, stats)
-            assert outbox._sidecar.stopped is None, (steps, outbox._sidecar.stopped)
+            assert parts.sidecar(outbox).stopped is None, (steps, parts.sidecar(outbox).stopped)
             worst = max((pulse.unexplained(began, ended) for began, ended in slow), default=0.0)
             assert worst < 0.5, (steps, worst)
 

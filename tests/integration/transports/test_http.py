@@ -14,6 +14,7 @@ from outbox.transports import HttpTransport
 from outbox.transports.http import _SINGLE_SLICE, parse_retry_after, redact_url
 
 import support.spec as spec
+from support import parts
 from support.chaos import running_time
 from support.helpers import run_event, wait_until
 
@@ -438,11 +439,11 @@ def test_close_during_a_long_single_mode_batch_counts_what_was_acknowledged(sink
     arrived = len(sink.events)
     assert report.delivered >= 8
     # Requests cut off at the deadline arrived without an answer: at most 4 per lane.
-    assert report.delivered <= arrived <= report.delivered + 4 * outbox._settings.max_concurrency
+    assert report.delivered <= arrived <= report.delivered + 4 * parts.settings(outbox).max_concurrency
     assert report.delivered + report.undelivered.get("dropped_shutdown", 0) == 1000
     assert report.undelivered.keys() <= {"dropped_shutdown"}
     # Deferred events are not failures; only the requests cut off at the deadline (4 a lane) are.
-    assert outbox.stats().retried <= 4 * outbox._settings.max_concurrency
+    assert outbox.stats().retried <= 4 * parts.settings(outbox).max_concurrency
 
 
 def test_a_request_does_not_search_sys_path_for_sniffio(sink, monkeypatch):

@@ -20,6 +20,7 @@ from outbox._deadletter import DeadLetter, Entry, Torn, scan
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.counting_server import CountingServer
 from support.helpers import refused_port, run_event, wait_until
 from support.paths import REPO
@@ -380,7 +381,7 @@ def test_the_file_is_rotated_at_its_cap_and_a_full_one_counts_what_it_could_not_
         for n in range(200):
             assert outbox.emit(run_event(n=n))
         report = outbox.close(30)
-        dead = outbox._dead_letter
+        dead = parts.dead_letter(outbox)
         public = outbox.stats().dead_letter
     assert report.undelivered == {"rejected_by_backend": 200}
     assert path.stat().st_size <= 20 * 1024
@@ -456,7 +457,7 @@ def test_dead_letter_in_a_missing_folder_or_on_a_directory_is_a_config_error(tmp
     with pytest.raises(ConfigError, match="is a FIFO"):
         Outbox(HttpTransport("http://127.0.0.1:9"), dead_letter=tmp_path / "fifo")
     outbox = Outbox.from_env({"OUTBOX_DEAD_LETTER": str(tmp_path / "d.jsonl")}, close_at_exit=False)
-    assert outbox._dead_letter is not None
+    assert parts.dead_letter(outbox) is not None
     outbox.close(0)
 
 

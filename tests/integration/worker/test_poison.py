@@ -17,6 +17,7 @@ from outbox import About, Outbox, Outcome
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import run_event, wait_until
 
 
@@ -94,7 +95,7 @@ def test_a_backend_that_answers_500_to_everything_is_down_not_poisoned():
 
 def test_poison_attempts_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_POISON_ATTEMPTS": "3"}, close_at_exit=False)
-    assert outbox._settings.poison_attempts == 3
+    assert parts.settings(outbox).poison_attempts == 3
     outbox.close(0)
 
 

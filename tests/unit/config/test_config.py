@@ -9,6 +9,8 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.transports import ConsoleTransport, FileTransport
 
+from support import parts
+
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
@@ -34,20 +36,20 @@ def test_outbox_variables_set_the_knobs():
             "OUTBOX_NAME": "fn",
         }
     )
-    assert outbox._limits.max_events == 2000
-    assert outbox._limits.max_bytes == 8 * 1024 * 1024
-    assert outbox._limits.policy.value == "drop_newest"
-    assert outbox._settings.max_batch_events == 50
-    assert outbox._settings.max_batch_bytes == 512 * 1024
-    assert outbox._settings.linger == 0.25
-    assert outbox._shutdown_timeout == 2.0
-    assert outbox._name == "fn"
+    assert parts.limits(outbox).max_events == 2000
+    assert parts.limits(outbox).max_bytes == 8 * 1024 * 1024
+    assert parts.limits(outbox).policy.value == "drop_newest"
+    assert parts.settings(outbox).max_batch_events == 50
+    assert parts.settings(outbox).max_batch_bytes == 512 * 1024
+    assert parts.settings(outbox).linger == 0.25
+    assert parts.shutdown_timeout(outbox) == 2.0
+    assert parts.name(outbox) == "fn"
     outbox.close(0)
 
 
 def test_keyword_arguments_override_variables():
     outbox = from_env({"OUTBOX_MAX_EVENTS": "2000"}, max_events=30)
-    assert outbox._limits.max_events == 30
+    assert parts.limits(outbox).max_events == 30
     outbox.close(0)
 
 

@@ -22,6 +22,7 @@ from outbox._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
 from outbox._serde import serialize, weight
 from outbox._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
 
+from support import parts
 from support.helpers import ScriptedTransport, run_event, wait_until
 
 # Modules whose code serializes or walks an event: none may run on the caller's thread.
@@ -146,7 +147,7 @@ def test_emit_never_serializes_on_the_callers_thread():
     hot = {"outbox._outbox", "outbox._buffer", "builtins", "collections", "_thread"}
     wake = {"outbox._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    assert calls.modules["outbox._sidecar"] <= len(events) // outbox._settings.max_batch_events + 1
+    assert calls.modules["outbox._sidecar"] <= len(events) // parts.settings(outbox).max_batch_events + 1
     assert calls.modules["socket"] <= calls.modules["outbox._sidecar"], calls.modules
     assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
     stats = outbox.stats()
@@ -259,9 +260,9 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.queued_bytes <= max_bytes, stats
     assert stats.queued_events <= max_bytes // size + 1, stats
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
-    assert outbox._buffer.estimate >= size * 0.99
+    assert parts.buffer(outbox).estimate >= size * 0.99
     assert calls.modules.get("outbox._serde", 0) >= 1  # measured here...
-    assert outbox._buffer.measure_here == 2  # ... once
+    assert parts.buffer(outbox).measure_here == 2  # ... once
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
@@ -275,12 +276,12 @@ def test_a_sidecar_that_runs_measures_the_first_object_itself():
     outbox, transport = _stuck()
     outbox.emit(run_event())
     assert transport.send_started.wait(10)
-    assert wait_until(lambda: outbox._buffer.measured, 10)
+    assert wait_until(lambda: parts.buffer(outbox).measured, 10)
     with CallRecorder() as calls:
         for i in range(3 * MEASURE_HERE_AFTER):
             outbox.emit(run_event(n=i))
     assert calls.serializing() == {}, calls.modules
-    assert outbox._buffer.measure_here == 0
+    assert parts.buffer(outbox).measure_here == 0
     outbox.close(0.1)
 
 
@@ -502,7 +503,7 @@ def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
     """Every event the sidecar serializes passes a checkpoint: its work is sliced, on its
     own thread, and the checkpoints run there (never on the emitting thread)."""
     outbox, transport = _stuck()
-    worker = outbox._sidecar.worker
+    worker = parts.worker(outbox)
     assert worker is not None
     seen: Counter[int] = Counter()
 
@@ -511,7 +512,7 @@ def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
             seen[threading.get_ident()] += 1
             super().checkpoint()
 
-    worker.slicer = worker.intake.slicer = Counting(outbox._buffer)
+    worker.slicer = worker.intake.slicer = Counting(parts.buffer(outbox))
     transport.gate.set()
     for event in _mixed_events(3_000):
         outbox.emit(event)
@@ -556,7 +557,7 @@ def _in_an_outage(policy: str, backlog: int) -> tuple[Outbox, Any]:
     fill = backlog - 1_000 if policy == "block" else backlog + 10
     for _ in range(fill):
         outbox.emit(event)
-    assert wait_until(lambda: outbox._buffer.measured)
+    assert wait_until(lambda: parts.buffer(outbox).measured)
     return outbox, event
 
 
@@ -568,7 +569,7 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
     calls = {}
     for backlog in (2_000, 40_000):
         outbox, event = _in_an_outage(policy, backlog)
-        buf = outbox._buffer
+        buf = parts.buffer(outbox)
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
         assert held >= backlog - 1_000
@@ -599,7 +600,7 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     job = LineageJob("tests", "job")
     with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):  # (the first object: measured)
         pass
-    assert wait_until(lambda: outbox._buffer.measured)
+    assert wait_until(lambda: parts.buffer(outbox).measured)
     spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 64, 1, is_remote=False)) for i in range(200)]
     contexts = [trace.set_span_in_context(span) for span in spans]
     tokens = [None]
@@ -615,8 +616,8 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     calls = sum(n for name, n in ours.items() if not name.endswith(("_woken", ".wake")))
     assert calls <= 8 * len(contexts), ours
     assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
-    with outbox._buffer.lock:
-        queued = list(outbox._buffer.queue)[-2:]
+    with parts.buffer(outbox).lock:
+        queued = list(parts.buffer(outbox).queue)[-2:]
     assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
     assert [record[1] for record in queued] == ["START", "COMPLETE"]
     outbox.close(0.1)

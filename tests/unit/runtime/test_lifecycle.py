@@ -15,6 +15,7 @@ import pytest
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED, FileTransport, MemoryTransport
 
+from support import parts
 from support.chaos import running_time
 from support.helpers import ScriptedTransport, run_event, wait_until
 
@@ -68,7 +69,7 @@ def test_close_returns_even_if_the_transport_blocks_the_loop():
     assert report.undelivered == {"dropped_shutdown": 1}
     # The worker finishing later must not change the settled accounts: once it has (its
     # thread ends), not 2 s later, by which time a send that began late had not returned.
-    sidecar = outbox._sidecar.thread
+    sidecar = parts.sidecar(outbox).thread
     assert sidecar is not None
     sidecar.join(10)
     assert not sidecar.is_alive()
@@ -269,7 +270,7 @@ def test_fork_gives_the_child_a_fresh_working_sidecar(tmp_path):
         try:
             stats = outbox.stats()
             fresh = stats.emitted == 0 and stats.queued_events == 0 and stats.in_flight == 0
-            outbox._transport = FileTransport(child_file, append=True)  # where the child ships
+            parts.set_transport(outbox, FileTransport(child_file, append=True))  # where the child ships
             ok = outbox.emit(run_event(n=3)) and outbox.flush(5)
             code = 0 if (fresh and ok) else 2
         finally:

@@ -15,6 +15,7 @@ from outbox._log import RateLimitedLog
 from outbox._slices import Slicer
 from outbox._spill import Spill
 
+from support import parts
 from support.helpers import ScriptedTransport, run_event, wait_until
 from support.spill_log import waiting
 
@@ -86,7 +87,7 @@ def test_a_close_hands_on_the_events_queued_between_a_shed_and_the_take(tmp_path
         policy="drop_newest",
         linger=0.0,
     )
-    spill = box._spill
+    spill = parts.spill(box)
     assert spill is not None
     tick = spill.tick
     armed, fired = [False], [False]

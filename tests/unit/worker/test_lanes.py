@@ -21,6 +21,7 @@ from outbox import About, Outbox, Outcome
 from outbox._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
 from outbox._worker import CLOSE_GRACE
 
+from support import parts
 from support.chaos import running_time
 from support.helpers import run_event, wait_until
 
@@ -211,7 +212,7 @@ def test_lanes_keep_order_through_random_failures(seed):
 
 def test_max_concurrency_is_a_setting():
     outbox = Outbox.from_env({"OUTBOX_MAX_CONCURRENCY": "3"}, close_at_exit=False)
-    assert outbox._settings.max_concurrency == 3
+    assert parts.settings(outbox).max_concurrency == 3
     outbox.close(0)
 
 
@@ -338,8 +339,8 @@ def test_an_event_emitted_while_idle_is_sent_within_the_linger_without_a_wake_up
     assert outbox.flush(5)
     time.sleep(0.5)  # idle: the queue has been empty for a while
     wakes = []
-    original = outbox._sidecar.wake
-    outbox._sidecar.wake = lambda: (wakes.append(1), original())[1]
+    original = parts.sidecar(outbox).wake
+    parts.sidecar(outbox).wake = lambda: (wakes.append(1), original())[1]
     emitted = time.monotonic()
     outbox.emit(run_event(n=1))
     while len(backend.arrived) < 2 and time.monotonic() - emitted < 5:
@@ -430,7 +431,7 @@ def test_an_error_while_events_are_taken_loses_nothing():
     )
     outbox.emit(run_event(n=0))
     assert outbox.flush(5)
-    worker = outbox._sidecar.worker
+    worker = parts.worker(outbox)
     original = worker.intake._serialize
     calls = []
 
@@ -487,7 +488,7 @@ def test_an_error_while_lanes_are_on_the_wire_settles_them_first():
     )
     outbox.emit(run_event(n=0))
     assert outbox.flush(5)
-    worker = outbox._sidecar.worker
+    worker = parts.worker(outbox)
     original = worker._take
     calls = []
 

@@ -9,6 +9,7 @@ import pytest
 from outbox import Outbox, Outcome, SerializedEvent
 from outbox.transports import DELIVERED
 
+from support import parts
 from support.chaos import running_time
 from support.helpers import FailingTransport, ScriptedTransport, run_event, wait_until
 
@@ -456,7 +457,7 @@ class TakesAheadWhileOnTheWire:
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> list[Outcome]:
         if self.took_ahead is None:
             assert self.outbox is not None
-            buf = self.outbox._buffer
+            buf = parts.buffer(self.outbox)
             for _ in range(500):
                 if buf.in_flight > len(batch):
                     break
