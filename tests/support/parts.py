@@ -73,3 +73,18 @@ def dead_letter(box: Outbox) -> Any:
 def set_transport(box: Outbox, transport: Transport) -> None:
     """Where the outbox ships from now on (a forked child's own transport, in a test)."""
     box._transport = transport
+
+
+def http_headers(transport: Any) -> Any:
+    """The headers an HTTP transport sends with every request (authorization included)."""
+    return transport._headers
+
+
+def http_verify(transport: Any) -> Any:
+    """What an HTTP transport verifies TLS with (a bool, a CA path or an SSL context)."""
+    return transport._verify
+
+
+def http_forcelist(transport: Any) -> Any:
+    """The HTTP statuses an HTTP transport retries (openlineage-python's status_forcelist)."""
+    return transport._forcelist

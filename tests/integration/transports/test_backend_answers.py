@@ -371,7 +371,7 @@ def test_a_header_that_slipped_past_the_checks_is_never_quoted_in_a_log(caplog):
     returns a retry naming the problem, never the text, and the worker logs no exception."""
     with Sink() as sink:
         transport = HttpTransport(sink.url, mode="single")
-        transport._headers["X-Api-Key"] = "abc\r\nd-s3cret"
+        parts.http_headers(transport)["X-Api-Key"] = "abc\r\nd-s3cret"
         outbox = Outbox(transport, linger=0, backoff_base=0.01, backoff_cap=0.05, close_at_exit=False)
         with caplog.at_level(logging.DEBUG):
             outbox.emit(run_event())

@@ -9,6 +9,7 @@ import pytest
 from outbox import ConfigError, Outbox
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import wait_until
 
 
@@ -41,7 +42,7 @@ def test_endpoint_and_api_key_variables():
         }
     )
     assert t.single_url == "http://om:8585/api/v1/openlineage/lineage"
-    assert t._headers["Authorization"] == "Bearer s3cr3t-key"
+    assert parts.http_headers(t)["Authorization"] == "Bearer s3cr3t-key"
     assert "s3cr3t-key" not in repr(t)
 
 
@@ -67,11 +68,11 @@ def test_transport_variables_with_openlineage_and_our_keys():
     assert t.mode == "batch"
     assert t.max_concurrent_requests == 4
     assert t.compression == "gzip"
-    assert t._headers["X-Tenant"] == "t1"
-    assert t._headers["Authorization"] == "Bearer k"
+    assert parts.http_headers(t)["X-Tenant"] == "t1"
+    assert parts.http_headers(t)["Authorization"] == "Bearer k"
     assert t.timeout == 2.5
-    assert t._verify is False
-    assert t._forcelist == {409}
+    assert parts.http_verify(t) is False
+    assert parts.http_forcelist(t) == {409}
 
 
 def test_async_http_with_its_own_keys_and_openlineage_url():
