@@ -1,5 +1,5 @@
 """Floods an outbox whose backend is down with 100 KB events of one kind; prints how much the
-process grew (peak RSS) and what the outbox holds.  Used by tests/test_memory.py:
+process grew (peak RSS) and what the outbox holds.  Used by tests/integration/buffer/test_memory.py:
 
     python tests/scripts/flood.py dict 20000 [HOLD]
 

@@ -1,5 +1,5 @@
 """openlineage-python transports written as its users write them (``module.Class`` in the
-config), for tests/test_openlineage_adapter.py."""
+config), for tests/unit/transports/test_openlineage_adapter.py."""
 
 from __future__ import annotations
 

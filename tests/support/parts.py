@@ -1,0 +1,90 @@
+"""The one place the tests look inside an outbox: its buffer, its sidecar and worker, its
+resolved settings, its spill and dead-letter file.  A test that must see a part goes through
+these, never ``box._buffer``, so that when the facade's parts move or are renamed, this file
+changes and the tests do not.  (A part's own interface, once reached, is the part's: a test of
+the buffer calls the buffer's methods.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outbox import Outbox, Transport
+
+
+def buffer(box: Outbox) -> Any:
+    """The bounded buffer ``emit`` puts into (admission, bounds, the policy)."""
+    return box._buffer
+
+
+def held(box: Outbox) -> int:
+    """The events the buffer holds: queued, and taken by the worker but not yet settled."""
+    buf = box._buffer
+    return len(buf.queue) + buf.in_flight
+
+
+def in_window(box: Outbox) -> int:
+    """With a spill: the events the buffer's memory window holds."""
+    return len(box._buffer.window.events)
+
+
+def sidecar(box: Outbox) -> Any:
+    """The sidecar that runs the worker (its thread, its loop, its tasks)."""
+    return box._sidecar
+
+
+def worker(box: Outbox) -> Any:
+    """The worker: intake, backlog, lanes, sender."""
+    return box._sidecar.worker
+
+
+def settings(box: Outbox) -> Any:
+    """The worker's resolved settings (batching, lanes, retries)."""
+    return box._settings
+
+
+def effective_settings(box: Outbox) -> Any:
+    """Every setting as the outbox resolved it (what ``outbox check`` prints)."""
+    return box._effective_settings()
+
+
+def limits(box: Outbox) -> Any:
+    """The buffer's resolved bounds and policy."""
+    return box._limits
+
+
+def name(box: Outbox) -> str | None:
+    return box._name
+
+
+def shutdown_timeout(box: Outbox) -> float:
+    return box._shutdown_timeout
+
+
+def spill(box: Outbox) -> Any:
+    """The spill (``spill_dir``), or None."""
+    return box._spill
+
+
+def dead_letter(box: Outbox) -> Any:
+    """The dead-letter file's writer, or None."""
+    return box._dead_letter
+
+
+def set_transport(box: Outbox, transport: Transport) -> None:
+    """Where the outbox ships from now on (a forked child's own transport, in a test)."""
+    box._transport = transport
+
+
+def http_headers(transport: Any) -> Any:
+    """The headers an HTTP transport sends with every request (authorization included)."""
+    return transport._headers
+
+
+def http_verify(transport: Any) -> Any:
+    """What an HTTP transport verifies TLS with (a bool, a CA path or an SSL context)."""
+    return transport._verify
+
+
+def http_forcelist(transport: Any) -> Any:
+    """The HTTP statuses an HTTP transport retries (openlineage-python's status_forcelist)."""
+    return transport._forcelist
