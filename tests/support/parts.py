@@ -39,7 +39,7 @@ def worker(box: Outbox) -> Any:
 
 def settings(box: Outbox) -> Any:
     """The worker's resolved settings (batching, lanes, retries)."""
-    return box._settings
+    return box._assembly.settings
 
 
 def effective_settings(box: Outbox) -> Any:
@@ -49,15 +49,15 @@ def effective_settings(box: Outbox) -> Any:
 
 def limits(box: Outbox) -> Any:
     """The buffer's resolved bounds and policy."""
-    return box._limits
+    return box._assembly.limits
 
 
 def name(box: Outbox) -> str | None:
-    return box._name
+    return box._assembly.name
 
 
 def shutdown_timeout(box: Outbox) -> float:
-    return box._shutdown_timeout
+    return box._assembly.shutdown_timeout
 
 
 def spill(box: Outbox) -> Any:
@@ -67,12 +67,12 @@ def spill(box: Outbox) -> Any:
 
 def dead_letter(box: Outbox) -> Any:
     """The dead-letter file's writer, or None."""
-    return box._dead_letter
+    return box._assembly.dead_letter
 
 
 def set_transport(box: Outbox, transport: Transport) -> None:
     """Where the outbox ships from now on (a forked child's own transport, in a test)."""
-    box._transport = transport
+    box._assembly.transport = transport
 
 
 def http_headers(transport: Any) -> Any:
