@@ -29,6 +29,7 @@ import contextlib
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from .._serde import SerializedEvent
@@ -52,9 +53,8 @@ _EVENT, _SETTLE, _RANGE = struct.Struct(">BQdHH"), struct.Struct(">BBHI"), struc
 HEADER = FRAME.size + _EVENT.size
 _NONE = 0xFFFF
 _CHUNK = 256 * 1024
-# (Bound once: the reader runs for every record read back.  NamedTuples built without their
-# Python-level __new__.)
-_FRAME_SIZE, _unpack_frame, _crc32, _view = FRAME.size, FRAME.unpack_from, zlib.crc32, memoryview
+# (Bound once: _decode runs for every record read.  NamedTuples built without their Python-level
+# __new__.)
 _EVENT_SIZE, _unpack_event, _new = _EVENT.size, _EVENT.unpack_from, tuple.__new__
 #: A record's payload never exceeds this (an event larger than any batch is never spilled).
 MAX_PAYLOAD = 1 << 30
@@ -165,20 +165,13 @@ class SegmentReader:
     chunk, or one record if it is larger, in memory at most.  Without ``bodies``, events come
     without their JSON (a replay needs only their numbers).
 
-    :meth:`next` returns a record, an ``int`` (the offset of a stretch of bytes that is not a
-    sound record: torn or corrupt; reading goes on after it), or None at the end of what is
-    written (:meth:`tail_left` then tells a torn tail from a clean end)."""
+    :meth:`records` yields each record from ``offset`` on, and an ``int`` (the offset of a
+    stretch of bytes that is not a sound record: torn or corrupt; reading goes on after it),
+    up to the end of what is written (:meth:`tail_left` then tells a torn tail from a clean
+    end); called again, it goes on from there (a segment still being appended to)."""
 
     def __init__(self, path: str, bodies: bool = True) -> None:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
-        self._chunk, self._at = b"", 0  # the bytes read ahead, from file offset _at
-
-    def _have(self, n: int) -> int:
-        """Where ``n`` bytes from ``offset`` are in the chunk (read anew if need be)."""
-        start = self.offset - self._at
-        if start < 0 or start + n > len(self._chunk):
-            self._chunk, self._at, start = os.pread(self.fd, max(n, _CHUNK), self.offset), self.offset, 0
-        return start
 
     def open(self) -> str:
         """Open the file and read its header; returns its stream.
@@ -201,47 +194,52 @@ class SegmentReader:
                 os.close(self.fd)
             self.fd = -1
 
-    def next(self) -> Event | Settle | int | None:
-        """The next record (see the class docstring).  Raises OSError if the disk fails."""
-        chunk, pos = self._chunk, self.offset - self._at
-        if pos < 0 or pos + _FRAME_SIZE > len(chunk):
-            pos = self._have(_FRAME_SIZE)
-            chunk = self._chunk
-            if pos + _FRAME_SIZE > len(chunk):
-                return None
-        magic, length, crc = _unpack_frame(chunk, pos)
-        # A frame that runs past the end of the file: cut short (the end of what is written),
-        # unless a record follows it (then its length field was damaged).
-        cut = False
-        if magic == MAGIC and length <= MAX_PAYLOAD:
-            start = pos + _FRAME_SIZE
-            end = start + length
-            if end > len(chunk):
-                cut = self.offset + _FRAME_SIZE + length > os.fstat(self.fd).st_size
-                if not cut:  # (never read more than the file holds)
-                    pos = self._have(_FRAME_SIZE + length)
-                    chunk, start, end = self._chunk, pos + _FRAME_SIZE, pos + _FRAME_SIZE + length
-                    cut = end > len(chunk)
-            if not cut:
-                good = _crc32(_view(chunk)[start:end]) == crc
-                record = _decode(chunk, start, end, self.bodies) if good else None
-                if record is not None:
-                    self.offset += _FRAME_SIZE + length
-                    return record
-        bad, pos = self.offset, self.offset + 1
-        while True:  # on to the next magic (or the end)
-            chunk = os.pread(self.fd, _CHUNK, pos)
-            found = chunk.find(MAGIC)
-            if found >= 0:
-                self.offset = pos + found
-                return bad
-            if len(chunk) < _CHUNK:
-                if cut:
-                    return None  # nothing follows: a torn tail (``tail_left``)
-                # (The last bytes may begin a magic whose rest is still being written.)
-                self.offset = max(pos, pos + len(chunk) - len(MAGIC) + 1)
-                return bad
-            pos += len(chunk) - len(MAGIC) + 1
+    def records(self) -> Iterator[Event | Settle | int]:
+        """The records (see the class docstring).  Raises OSError if the disk fails."""
+        fd, bodies, size = self.fd, self.bodies, FRAME.size
+        unpack, crc32, view, pread = FRAME.unpack_from, zlib.crc32, memoryview, os.pread
+        chunk, at = b"", 0  # the bytes read ahead, from file offset ``at``
+        while True:
+            offset = self.offset
+            pos = offset - at
+            if pos < 0 or pos + size > len(chunk):
+                chunk, at, pos = pread(fd, _CHUNK, offset), offset, 0
+                if len(chunk) < size:
+                    return
+            magic, length, crc = unpack(chunk, pos)
+            # A frame that runs past the end of the file: cut short (the end of what is written),
+            # unless a record follows it (then its length field was damaged).
+            cut = False
+            if magic == MAGIC and length <= MAX_PAYLOAD:
+                start = pos + size
+                end = start + length
+                if end > len(chunk):
+                    cut = offset + size + length > os.fstat(fd).st_size
+                    if not cut:  # (never read more than the file holds)
+                        chunk, at = pread(fd, max(size + length, _CHUNK), offset), offset
+                        start, end = size, size + length
+                        cut = end > len(chunk)
+                if not cut and crc32(view(chunk)[start:end]) == crc:
+                    record = _decode(chunk, start, end, bodies)
+                    if record is not None:
+                        self.offset = offset + size + length
+                        yield record
+                        continue
+            pos = offset + 1
+            while True:  # on to the next magic (or the end)
+                ahead = pread(fd, _CHUNK, pos)
+                found = ahead.find(MAGIC)
+                if found >= 0:
+                    self.offset = pos + found
+                    break
+                if len(ahead) < _CHUNK:
+                    if cut:
+                        return  # nothing follows: a torn tail (``tail_left``)
+                    # (The last bytes may begin a magic whose rest is still being written.)
+                    self.offset = max(pos, pos + len(ahead) - len(MAGIC) + 1)
+                    break
+                pos += len(ahead) - len(MAGIC) + 1
+            yield offset
 
     def tail_left(self) -> bool:
         """Whether bytes are left beyond what was read (a torn tail, once nothing more comes)."""

@@ -167,9 +167,8 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
             with contextlib.suppress(OSError, NotOurs):
                 reader.open()
                 counts["bytes"] += os.fstat(reader.fd).st_size
-                while (record := reader.next()) is not None and not isinstance(record, Event):
-                    pass
-                oldest += [record.at] if record is not None else []
+                first = next((record for record in reader.records() if isinstance(record, Event)), None)
+                oldest += [first.at] if first is not None else []
             reader.close()
     state.update(counts, oldest_event_age=max(0.0, time.time() - min(oldest)) if oldest else None)
     return state

@@ -104,16 +104,16 @@ class Streams:
                     raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
                 numbers = present.setdefault(seg.stream, Ranges())
-                while (record := reader.next()) is not None:
-                    if isinstance(record, int):
-                        damaged("corrupt_records", "a damaged record at byte %d of %s", record, path)
-                    elif isinstance(record, Event):
+                for record in reader.records():
+                    if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
                         seg.numbers.add(record.seq, record.seq + 1)
-                    elif isinstance(record, Settle):
+                    elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
                             settled.setdefault(record.stream, Ranges()).add(a, b)
+                    else:
+                        damaged("corrupt_records", "a damaged record at byte %d of %s", record, path)
                 if reader.tail_left():
                     damaged("torn_records", "a record cut short at the end of %s", path)
                 self.files.append(seg)

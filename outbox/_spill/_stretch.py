@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from .._log import RateLimitedLog
 from .._serde import SerializedEvent, weight
 from .._slices import Slicer
 from ._disk import Disk, serialized
-from ._format import Event, NotOurs, SegmentReader
+from ._format import Event, NotOurs, SegmentReader, Settle
 from ._ranges import Ranges
 from ._window import Window
 
@@ -54,6 +55,7 @@ class Run:
     remaining: int = field(init=False)
     index: int = 0
     reader: SegmentReader | None = None
+    records: Iterator[Event | Settle | int] | None = None
     #: Stretches of bytes that were not a sound record.
     damaged: int = 0
 
@@ -70,7 +72,7 @@ class Run:
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
-            self.reader = None
+            self.reader = self.records = None
 
     def read(self, want: int, max_bytes: int) -> list[Item]:
         """Up to ``want`` events (and ``max_bytes``, at least one), in file order; once the last
@@ -78,16 +80,38 @@ class Run:
         the disk fails."""
         out: list[Item] = []
         nbytes = 0
-        while len(out) < want and (not out or nbytes < max_bytes):
-            record = self._next()
-            if record is None:
-                # Its last file read to its end: what it still holds is not there (each was
-                # written whole before it was handed to this run).
-                out.extend(self._gaps(want - len(out)))
-                break
-            stream, event = record
-            out.append((stream, event.seq, event.event))
-            nbytes += weight(event.event)
+        while len(out) < want and self.index < len(self.paths):
+            if self.reader is None:
+                reader = SegmentReader(self.paths[self.index])
+                try:
+                    reader.open()
+                except (OSError, NotOurs):
+                    self.index += 1
+                    continue
+                self.reader = reader
+            if self.records is None:
+                self.records = self.reader.records()
+            stream = self.reader.stream
+            numbers = self.todo.get(stream)
+            for record in self.records:
+                if record.__class__ is Event:
+                    if numbers is not None and numbers.take(record.seq):
+                        event = record.event
+                        out.append((stream, record.seq, event))
+                        nbytes += weight(event)
+                        if len(out) >= want or nbytes >= max_bytes:
+                            return out
+                elif record.__class__ is int:
+                    self.damaged += 1
+            self.records = None
+            if self.index >= len(self.paths) - 1:
+                break  # the end of what is written: more may be appended
+            self.close()
+            self.index += 1
+        if len(out) < want:
+            # Its last file read to its end: what it still holds is not there (each was
+            # written whole before it was handed to this run).
+            out.extend(self._gaps(want - len(out)))
         return out
 
     def _gaps(self, n: int) -> list[Item]:
@@ -97,30 +121,6 @@ class Run:
                 numbers.remove(seq, seq + 1)
                 out.append((stream, seq, None))
         return out
-
-    def _next(self) -> tuple[str, Event] | None:
-        while self.index < len(self.paths):
-            if self.reader is None:
-                reader = SegmentReader(self.paths[self.index])
-                try:
-                    reader.open()
-                except (OSError, NotOurs):
-                    self.index += 1
-                    continue
-                self.reader = reader
-            record = self.reader.next()
-            if record.__class__ is Event:
-                numbers = self.todo.get(self.reader.stream)
-                if numbers is not None and numbers.take(record.seq):
-                    return self.reader.stream, record
-            elif record is None:
-                if self.index >= len(self.paths) - 1:
-                    return None  # the end of what is written: more may be appended
-                self.close()
-                self.index += 1
-            elif isinstance(record, int):
-                self.damaged += 1
-        return None
 
 
 @dataclass(slots=True)

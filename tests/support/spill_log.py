@@ -39,9 +39,7 @@ def records(data: bytes) -> list[Any]:
     reader = SegmentReader(file.name)
     try:
         reader.open()
-        out = []
-        while (record := reader.next()) is not None:
-            out.append(record)
+        out = list(reader.records())
         if reader.tail_left():
             out.append(reader.offset)
         return out
