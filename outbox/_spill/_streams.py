@@ -144,7 +144,7 @@ class Streams:
         return [
             seg
             for seg in self.files
-            if not any(self.stream(seg.stream).live.overlaps(a, b) for a, b in seg.numbers)
+            if not any(self.stream(seg.stream).live.clip(a, b) for a, b in seg.numbers)
             and not (seg is self.checkpoint_file and anything)
         ]
 

@@ -95,7 +95,7 @@ class Run:
             numbers = self.todo.get(stream)
             for record in self.records:
                 if record.__class__ is Event:
-                    if numbers is not None and numbers.take(record.seq):
+                    if numbers is not None and numbers.remove(record.seq, record.seq + 1):
                         event = record.event
                         out.append((stream, record.seq, event))
                         nbytes += weight(event)
