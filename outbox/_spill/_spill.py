@@ -25,9 +25,8 @@ from .._serde import SerializedEvent, weight
 from .._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
-from ._owners import Home, dead_owners
+from ._owners import Home, dead_owners, segment_paths
 from ._ranges import Ranges
-from ._streams import segment_paths
 from ._stretch import Run, Stretch
 from ._window import Window
 
@@ -189,11 +188,11 @@ class Spill:
             if now >= self._next_scan or self._scan_now:
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
                 self._adopt()
-            writer = self.disk.writer
+            disk = self.disk
             with buf.lock:
                 if not window.active:  # overflow to disk again once it works and has room
-                    full = writer.room() <= 0 and not writer.failing
-                    window.usable = not writer.failing and not full
+                    full = disk.room() <= 0 and not disk.failing
+                    window.usable = not disk.failing and not full
                     buf.spill_full_locked(full)
                 self._place_locked(buf)
         except Exception as exc:  # a bug of ours must not stop the worker
@@ -229,7 +228,7 @@ class Spill:
     def _write_queued(self, buf: Buffer, slicer: Slicer | None) -> None:
         """Write the queued events not written yet (serialized in place in the buffer: the
         intake does not do it again), as many as the disk has room for."""
-        room = self.disk.writer.room()
+        room = self.disk.room()
         with buf.lock:
             numbers, queue, foreign = buf.numbers, buf.queue, self.stretch.foreign
             n = len(queue)
@@ -244,7 +243,7 @@ class Spill:
         # (One that cannot be serialized is never on disk: the intake counts it invalid_event.
         # One larger than the whole spill stays in memory only, counted not spilled.)
         done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
-        batch = [item for item in done if self.disk.writer.holds(item[2])]
+        batch = [item for item in done if self.disk.holds(item[2])]
         if len(batch) < len(done):
             count = self.disk.not_spilled
             count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
@@ -324,8 +323,7 @@ class Spill:
             home = Home(self.directory)
         except ConfigError as exc:  # (counted by errno, as a failed write: failed_eexist, ...)
             code = getattr(exc.__cause__, "errno", None) or 0
-            name = errno.errorcode.get(code, "EOTHER")
-            self.disk.writer.failures[name] = self.disk.writer.failures.get(name, 0) + 1
+            self.disk.failures[errno.errorcode.get(code, "EOTHER")] += 1
             self._retry_home_at = time.monotonic() + RETRY_AFTER
             with buf.lock:
                 if window is not None:
@@ -351,7 +349,7 @@ class Spill:
         disk.write_settlements()
         self._closed = True
         self.stretch.close()
-        disk.writer.rotate()
+        disk.rotate()
         on_disk = self.on_disk()
         if disk.unsettled_events(losses=True):
             # A settlement of events counted lost could not be written: handing the files on
@@ -377,8 +375,7 @@ class Spill:
                 self.directory,
             )
         if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
-            disk.drop_all()
-            self.home.remove()
+            disk.drop_all(keep=[self.directory])  # (this owner's directory too)
         self.home.release()
         return on_disk
 
@@ -401,7 +398,7 @@ class Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own, adopting nothing."""
         self.stretch.close()
-        for fd in (self.home.lock_fd, self.disk.writer.fd):
+        for fd in (self.home.lock_fd, self.disk.fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -428,7 +425,7 @@ class Spill:
             "owners_left": len(self._not_taken),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
-            **{f"failed_{name.lower()}": n for name, n in dict(disk.writer.failures).items()},
+            **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
             "overflow_events": len(window.events) if window is not None else 0,
             "stretch_events": window.disk if window is not None else 0,
             **streams.damage,

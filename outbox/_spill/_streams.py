@@ -9,16 +9,16 @@ restated) is written to a segment that stays.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ._format import Event, NotOurs, SegmentReader, Settle, encode_settle
+from ._owners import prune
 from ._ranges import Ranges
 
-__all__ = ["SegFile", "Stream", "Streams", "segment_paths"]
+__all__ = ["SegFile", "Stream", "Streams"]
 
 
 @dataclass(slots=True, eq=False)
@@ -47,21 +47,6 @@ class Stream:
         """Event records ``[first, end)`` are on disk: live, unless settled meanwhile."""
         for a, b in self.settled.outside(first, end):
             self.live.add(a, b)
-
-
-def segment_paths(directory: str) -> list[str]:
-    """The segments of an owner's directory, after those of the owners it adopted (its
-    subdirectories, oldest first, each the same way): the order their events were handed on."""
-    try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError:
-        return []
-    paths: list[str] = []
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                paths.extend(segment_paths(entry.path))
-    return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
 
 
 class Streams:
@@ -97,17 +82,16 @@ class Streams:
             warn("spill: " + what + "; skipped", *args)
 
         for path in paths:
-            reader = SegmentReader(path, bodies=False)
+            reader, seg = SegmentReader(path, bodies=False), None
             try:
                 named = reader.open()
                 if named != os.path.basename(os.path.dirname(path)):
                     raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
-                numbers = present.setdefault(seg.stream, Ranges())
+                numbers = seg.numbers
                 for record in reader.records():
                     if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
-                        seg.numbers.add(record.seq, record.seq + 1)
                     elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
@@ -125,6 +109,10 @@ class Streams:
                 )
             finally:
                 reader.close()
+                if seg is not None:  # (what was read before a failure counts too)
+                    found = present.setdefault(seg.stream, Ranges())
+                    for a, b in seg.numbers:
+                        found.add(a, b)
         handed: dict[str, Ranges] = {}
         for name, numbers in present.items():
             stream, done, top = self.stream(name), settled.get(name, Ranges()), numbers.last()
@@ -166,10 +154,10 @@ class Streams:
                 ]
         return records
 
-    def forget(self, dead: list[SegFile], home: str) -> int:
-        """Delete ``dead`` files, and the adopted owners' directories left empty (never
-        ``home``, this owner's own).  Returns the bytes of this owner's own segments freed."""
-        freed, gone, dirs = 0, set(), set()
+    def forget(self, dead: list[SegFile], keep: Collection[str]) -> None:
+        """Delete ``dead`` files, and the adopted owners' directories they leave empty (never
+        one of ``keep``: this owner's own, while it lives)."""
+        gone, dirs = set(), set()
         for seg in dead:
             try:
                 os.unlink(seg.path)
@@ -178,7 +166,6 @@ class Streams:
             except OSError:
                 continue  # (kept: tried again later)
             gone.add(id(seg))
-            freed += seg.size if seg.stream == self.home else 0
             dirs.add(os.path.dirname(seg.path))
         self.files = [seg for seg in self.files if id(seg) not in gone]
         if id(self.checkpoint_file) in gone:
@@ -186,16 +173,4 @@ class Streams:
         kept = {seg.stream for seg in self.files} | {self.home}
         for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
             del self.streams[name]
-        held = {os.path.dirname(seg.path) for seg in self.files} | {home}
-        while dirs:  # deepest first, then their parents; never one that holds files, nor above
-            path = max(dirs, key=len)
-            dirs.discard(path)
-            if path in held or any(h.startswith(path + os.sep) for h in held):
-                continue
-            for name in ("lock", "reserve"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(path, name))
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-                dirs.add(os.path.dirname(path))
-        return freed
+        prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))

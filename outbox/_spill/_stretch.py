@@ -175,22 +175,21 @@ class Stretch:
         done = serialized(list(enumerate(events, start)), slicer)
         wrote = disk.append([(seq, _writable(ser, disk)) for seq, _, ser in done], buf.lock, drain)
         self.stuck = wrote < len(done)
-        writer = disk.writer
         with buf.lock:
             if buf.finalized or buf.next_seq - len(window.events) != start:
                 return  # cleared meanwhile (a close that reported without the worker)
-            buf.spill_full_locked(writer.full and not writer.failing)
-            window.usable = not writer.failing and not writer.full
-            if not wrote or writer.last is None:
+            buf.spill_full_locked(disk.full and not disk.failing)
+            window.usable = not disk.failing and not disk.full
+            if not wrote or disk.last is None:
                 return
             window.release(wrote)
             self.foreign.add(start, start + wrote)
             last = self.runs[-1] if self.runs else None
             if last is not None and last.own and last.first + last.remaining == start:
-                last.extend(self.owner, start, start + wrote, writer.last.path)
+                last.extend(self.owner, start, start + wrote, disk.last.path)
             else:
                 self.runs.append(
-                    Run(start, [writer.last.path], {self.owner: Ranges([(start, start + wrote)])}, True)
+                    Run(start, [disk.last.path], {self.owner: Ranges([(start, start + wrote)])}, True)
                 )
             buf.notify_locked()  # room in the overflow for blocked emitters
 
@@ -293,7 +292,7 @@ def _writable(ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
     """What is written for an overflow event: itself, or its tombstone."""
     if ser is None:
         return _TOMBSTONES[Reason.INVALID_EVENT]
-    return ser if disk.writer.holds(ser) else _TOMBSTONES[Reason.DROPPED_SPILL_FULL]
+    return ser if disk.holds(ser) else _TOMBSTONES[Reason.DROPPED_SPILL_FULL]
 
 
 def _is_json_object(body: bytes) -> bool:

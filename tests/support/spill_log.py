@@ -10,8 +10,8 @@ from typing import Any
 
 from outbox._serde import SerializedEvent
 from outbox._spill._format import SegmentReader
-from outbox._spill._owners import is_owner
-from outbox._spill._streams import Streams, segment_paths
+from outbox._spill._owners import is_owner, segment_paths
+from outbox._spill._streams import Streams
 from outbox._spill._stretch import Run
 
 
