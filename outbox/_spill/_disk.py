@@ -21,7 +21,7 @@ from typing import Any
 from .._log import RateLimitedLog, never_silent
 from .._serde import SerializedEvent, serialize
 from .._slices import Slicer
-from ._format import encode_event, encode_settle, file_header, record_size
+from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
 from ._owners import RESERVE, Home, prune
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
@@ -244,7 +244,7 @@ class Disk:
             self.number += 1
             path = os.path.join(self.home.path, f"{self.number:08d}.seg")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            header = file_header(self.home.owner)
+            header = file_header(self.home.owner, VOUCHED)  # (events come from ``serialized``)
             try:
                 if os.write(fd, header) != len(header):
                     raise OSError(errno.ENOSPC, "the header was cut short")

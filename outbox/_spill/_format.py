@@ -2,9 +2,11 @@
 
 A segment file begins with a header naming the *stream* it belongs to (the owner that wrote it)::
 
-    b"OBXL" | u8 version (1) | u8 0 | u16 len(stream) | stream
+    b"OBXL" | u8 version (1) | u8 flags | u16 len(stream) | stream
 
-then holds framed, checksummed records, appended::
+(flags bit 0, ``VOUCHED``: every event body in the file is this library's serializer's output, a
+JSON object, which the writer vouches for; a reader parses only the bodies of other files, and
+never sends one that is not a JSON object), then holds framed, checksummed records, appended::
 
     b"OBXs" | u32 len(payload) | u32 crc32(payload) | payload
 
@@ -17,7 +19,9 @@ An event record holds one accepted event of the file's stream under its sequence
 id or message key 0xFFFF long: none).  A settlement says that the numbers ``[first, end)`` of a
 stream (any stream: an adopter settles the events it adopted) are settled, delivered or lost
 (the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating what is
-settled of a stream.  Numbers are never reused, so a settlement is a fact for ever, and replay is
+settled of a stream.  An event whose body is ``!`` and a reason is a *tombstone*: an event that
+could not be written (``TOMBSTONES``), counted lost under that reason when read back, in its
+order.  Numbers are never reused, so a settlement is a fact for ever, and replay is
 a union.  A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader
 looks for the next magic and goes on from there, never gluing a torn record to the next one (a
 frame whose length runs past the end of the file is a torn tail only if no magic follows it).
@@ -36,6 +40,8 @@ from .._serde import SerializedEvent
 
 __all__ = [
     "HEADER",
+    "TOMBSTONES",
+    "VOUCHED",
     "Event",
     "NotOurs",
     "SegmentReader",
@@ -62,6 +68,12 @@ MAX_PAYLOAD = 1 << 30
 OUTCOMES: tuple[str, ...] = ("settled", "delivered", "dropped_full", "dropped_spill_full", "dropped_shutdown")
 OUTCOMES += ("rejected_by_backend", "poison", "too_large", "invalid_event", "worker_stopped", "spill_lost")
 _CODES = {name: code for code, name in enumerate(OUTCOMES)}
+#: The header's flag: every event body in the file is the serializer's (see the docstring).
+VOUCHED = 1
+#: What is written in place of an event that cannot be (see the docstring), by why.
+TOMBSTONES = {
+    why: SerializedEvent(b"!" + why.encode(), None, None) for why in ("invalid_event", "dropped_spill_full")
+}
 
 
 class Event(NamedTuple):
@@ -76,9 +88,9 @@ class Settle(NamedTuple):
     ranges: list[tuple[int, int]]
 
 
-def file_header(stream: str) -> bytes:
+def file_header(stream: str, flags: int = 0) -> bytes:
     data = stream.encode()
-    return _FILE.pack(_FILE_MAGIC, 1, 0, len(data)) + data
+    return _FILE.pack(_FILE_MAGIC, 1, flags, len(data)) + data
 
 
 def read_header(data: bytes) -> tuple[str, int] | None:
@@ -172,6 +184,7 @@ class SegmentReader:
 
     def __init__(self, path: str, bodies: bool = True) -> None:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
+        self.vouched = False
 
     def open(self) -> str:
         """Open the file and read its header; returns its stream.
@@ -181,11 +194,13 @@ class SegmentReader:
             NotOurs: it is not a segment of ours.
         """
         self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        header = read_header(os.pread(self.fd, _FILE.size + _NONE, 0))
+        data = os.pread(self.fd, _FILE.size + _NONE, 0)
+        header = read_header(data)
         if header is None:
             self.close()
             raise NotOurs(self.path)
         self.stream, self.offset = header
+        self.vouched = bool(_FILE.unpack_from(data)[2] & VOUCHED)
         return self.stream
 
     def close(self) -> None:

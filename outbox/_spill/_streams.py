@@ -5,20 +5,31 @@ which are settled.  Recovery is a replay: every file read, events less settlemen
 A file goes once none of its events is live; but its settlements may still be the only word on
 events of other files, so before such a file goes a *checkpoint* (every stream's settled numbers,
 restated) is written to a segment that stays.
+
+What lives is read back by *runs* (the stretch, ``_window``): some files and the numbers to hand
+out of them, by stream.  A run hands out, in file order, each record whose number it still holds,
+once; whatever it holds when its last file is read to its end was damaged (a *gap*, which the
+spill counts lost).  Memory: one record, or a 256 KiB chunk.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from ._format import Event, NotOurs, SegmentReader, Settle, encode_settle
+import orjson
+
+from .._serde import SerializedEvent, weight
+from ._format import TOMBSTONES, Event, NotOurs, SegmentReader, Settle, encode_settle
 from ._owners import prune
 from ._ranges import Ranges
 
-__all__ = ["SegFile", "Stream", "Streams"]
+__all__ = ["Item", "Run", "SegFile", "Stream", "Streams"]
+
+#: What a run hands out: (stream, number there, the event; None: a gap).
+Item = tuple[str, int, SerializedEvent | None]
 
 
 @dataclass(slots=True, eq=False)
@@ -174,3 +185,85 @@ class Streams:
         for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
             del self.streams[name]
         prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """One run: events numbered here from ``first``, to be read from ``paths`` (``todo``: the
+    numbers, by stream, not handed out yet)."""
+
+    first: int
+    paths: list[str]
+    todo: dict[str, Ranges]
+    own: bool = False
+    index: int = 0
+    reader: SegmentReader | None = None
+    records: Iterator[Event | Settle | int] | None = None
+    #: Stretches of bytes that were not a sound record.
+    damaged: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return sum(len(numbers) for numbers in self.todo.values())
+
+    def extend(self, stream: str, first: int, end: int, path: str) -> None:
+        """More of this owner's events, written to ``path`` (its own runs grow)."""
+        self.todo.setdefault(stream, Ranges()).add(first, end)
+        if not self.paths or self.paths[-1] != path:
+            self.paths.append(path)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = self.records = None
+
+    def read(self, want: int, max_bytes: int) -> list[Item]:
+        """Up to ``want`` events (and ``max_bytes``, at least one), in file order; once the last
+        file is read to its end, what is still to hand out comes as gaps.  A body that is not a
+        JSON object comes as the ``invalid_event`` tombstone.  Raises OSError if the disk fails."""
+        out: list[Item] = []
+        nbytes = 0
+        while len(out) < want and self.index < len(self.paths):
+            if self.reader is None:
+                reader = SegmentReader(self.paths[self.index])
+                try:
+                    reader.open()
+                except (OSError, NotOurs):
+                    self.index += 1
+                    continue
+                self.reader = reader
+            if self.records is None:
+                self.records = self.reader.records()
+            stream, vouched = self.reader.stream, self.reader.vouched
+            numbers = self.todo.get(stream)
+            for record in self.records:
+                if record.__class__ is Event:
+                    if numbers is not None and numbers.remove(record.seq, record.seq + 1):
+                        event = record.event
+                        if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
+                            event = TOMBSTONES["invalid_event"]
+                        out.append((stream, record.seq, event))
+                        nbytes += weight(event)
+                        if len(out) >= want or nbytes >= max_bytes:
+                            return out
+                elif record.__class__ is int:
+                    self.damaged += 1
+            self.records = None
+            if self.index >= len(self.paths) - 1:
+                break  # the end of what is written: more may be appended
+            self.close()
+            self.index += 1
+        # Its last file read to its end: what it still holds is not there (each was written
+        # whole before it was handed to this run).
+        for stream, numbers in self.todo.items():
+            while (seq := numbers.first()) is not None and len(out) < want:
+                numbers.remove(seq, seq + 1)
+                out.append((stream, seq, None))
+        return out
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False

@@ -11,8 +11,7 @@ from typing import Any
 from outbox._serde import SerializedEvent
 from outbox._spill._format import SegmentReader
 from outbox._spill._owners import is_owner, segment_paths
-from outbox._spill._streams import Streams
-from outbox._spill._stretch import Run
+from outbox._spill._streams import Run, Streams
 
 
 def waiting(directory: Any) -> list[tuple[str, int, SerializedEvent]]:
