@@ -211,33 +211,34 @@ class SegmentReader:
 
     def records(self) -> Iterator[Event | Settle | int]:
         """The records (see the class docstring).  Raises OSError if the disk fails."""
-        fd, bodies, size = self.fd, self.bodies, FRAME.size
-        unpack, crc32, view, pread = FRAME.unpack_from, zlib.crc32, memoryview, os.pread
-        chunk, at = b"", 0  # the bytes read ahead, from file offset ``at``
+        fd, bodies, size, magic_, most = self.fd, self.bodies, FRAME.size, MAGIC, MAX_PAYLOAD
+        unpack, crc32, view, pread, decode = FRAME.unpack_from, zlib.crc32, memoryview, os.pread, _decode
+        chunk, at, mv = b"", 0, view(b"")  # the bytes read ahead, from file offset ``at``
+        offset = self.offset
         while True:
-            offset = self.offset
             pos = offset - at
             if pos < 0 or pos + size > len(chunk):
                 chunk, at, pos = pread(fd, _CHUNK, offset), offset, 0
+                mv = view(chunk)
                 if len(chunk) < size:
                     return
             magic, length, crc = unpack(chunk, pos)
             # A frame that runs past the end of the file: cut short (the end of what is written),
             # unless a record follows it (then its length field was damaged).
             cut = False
-            if magic == MAGIC and length <= MAX_PAYLOAD:
+            if magic == magic_ and length <= most:
                 start = pos + size
                 end = start + length
                 if end > len(chunk):
                     cut = offset + size + length > os.fstat(fd).st_size
                     if not cut:  # (never read more than the file holds)
                         chunk, at = pread(fd, max(size + length, _CHUNK), offset), offset
-                        start, end = size, size + length
+                        mv, start, end = view(chunk), size, size + length
                         cut = end > len(chunk)
-                if not cut and crc32(view(chunk)[start:end]) == crc:
-                    record = _decode(chunk, start, end, bodies)
+                if not cut and crc32(mv[start:end]) == crc:
+                    record = decode(chunk, start, end, bodies)
                     if record is not None:
-                        self.offset = offset + size + length
+                        offset = self.offset = offset + size + length
                         yield record
                         continue
             pos = offset + 1
@@ -255,6 +256,7 @@ class SegmentReader:
                     break
                 pos += len(ahead) - len(MAGIC) + 1
             yield offset
+            offset = self.offset
 
     def tail_left(self) -> bool:
         """Whether bytes are left beyond what was read (a torn tail, once nothing more comes)."""

@@ -238,11 +238,11 @@ class Run:
             numbers = self.todo.get(stream)
             for record in self.records:
                 if record.__class__ is Event:
-                    if numbers is not None and numbers.remove(record.seq, record.seq + 1):
-                        event = record.event
+                    seq, _, event = record
+                    if numbers is not None and numbers.remove(seq, seq + 1):
                         if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
                             event = TOMBSTONES["invalid_event"]
-                        out.append((stream, record.seq, event))
+                        out.append((stream, seq, event))
                         nbytes += weight(event)
                         if len(out) >= want or nbytes >= max_bytes:
                             return out
@@ -256,9 +256,9 @@ class Run:
         # Its last file read to its end: what it still holds is not there (each was written
         # whole before it was handed to this run).
         for stream, numbers in self.todo.items():
-            while (seq := numbers.first()) is not None and len(out) < want:
-                numbers.remove(seq, seq + 1)
-                out.append((stream, seq, None))
+            while (gap := numbers.first()) is not None and len(out) < want:
+                numbers.remove(gap, gap + 1)
+                out.append((stream, gap, None))
         return out
 
 
