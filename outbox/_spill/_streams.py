@@ -18,6 +18,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -26,10 +27,11 @@ from ._format import TOMBSTONES, Event, NotOurs, SegmentReader, Settle, encode_s
 from ._owners import prune
 from ._ranges import Ranges
 
-__all__ = ["Item", "Run", "SegFile", "Stream", "Streams"]
+__all__ = ["Read", "Run", "SegFile", "Stream", "Streams"]
 
-#: What a run hands out: (stream, number there, the event; None: a gap).
-Item = tuple[str, int, SerializedEvent | None]
+#: What a run hands out: the events (None: a gap), and where they came from, in order, as
+#: ``[stream, the first's number there, how many]``.
+Read = tuple[list[SerializedEvent | None], list[list[Any]]]
 
 
 @dataclass(slots=True, eq=False)
@@ -217,13 +219,16 @@ class Run:
             self.reader.close()
             self.reader = self.records = None
 
-    def read(self, want: int, max_bytes: int) -> list[Item]:
-        """Up to ``want`` events (and ``max_bytes``, at least one), in file order; once the last
-        file is read to its end, what is still to hand out comes as gaps.  A body that is not a
-        JSON object comes as the ``invalid_event`` tombstone.  Raises OSError if the disk fails."""
-        out: list[Item] = []
+    def read(self, want: int, max_bytes: int) -> Read:
+        """Up to ``want`` events (and ``max_bytes``, at least one), in file order, and where each
+        came from; once the last file is read to its end, what is still to hand out comes as
+        gaps (None).  A body that is not a JSON object comes as the ``invalid_event`` tombstone.
+        Raises OSError if the disk fails."""
+        events: list[SerializedEvent | None] = []
+        origins: list[list[Any]] = []
+        last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
         nbytes = 0
-        while len(out) < want and self.index < len(self.paths):
+        while len(events) < want and self.index < len(self.paths):
             if self.reader is None:
                 reader = SegmentReader(self.paths[self.index])
                 try:
@@ -242,10 +247,14 @@ class Run:
                     if numbers is not None and numbers.remove(seq, seq + 1):
                         if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
                             event = TOMBSTONES["invalid_event"]
-                        out.append((stream, seq, event))
+                        events.append(event)
+                        if last[1] + last[2] == seq and last[0] == stream:
+                            last[2] += 1
+                        else:
+                            origins.append(last := [stream, seq, 1])
                         nbytes += weight(event)
-                        if len(out) >= want or nbytes >= max_bytes:
-                            return out
+                        if len(events) >= want or nbytes >= max_bytes:
+                            return events, origins
                 elif record.__class__ is int:
                     self.damaged += 1
             self.records = None
@@ -256,10 +265,11 @@ class Run:
         # Its last file read to its end: what it still holds is not there (each was written
         # whole before it was handed to this run).
         for stream, numbers in self.todo.items():
-            while (gap := numbers.first()) is not None and len(out) < want:
+            while (gap := numbers.first()) is not None and len(events) < want:
                 numbers.remove(gap, gap + 1)
-                out.append((stream, gap, None))
-        return out
+                events.append(None)
+                origins.append([stream, gap, 1])
+        return events, origins
 
 
 def _is_json_object(body: bytes) -> bool:

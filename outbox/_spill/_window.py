@@ -37,7 +37,7 @@ from .._slices import Slicer
 from ._disk import Disk, serialized
 from ._format import TOMBSTONES
 from ._ranges import Ranges
-from ._streams import Item, Run
+from ._streams import Read, Run
 
 __all__ = ["READ_AGAIN_AFTER", "Window"]
 
@@ -246,33 +246,34 @@ class Window:
             return
         run = self.runs[0]
         try:
-            items = run.read(min(room, run.remaining), room_bytes)
+            read: Read = run.read(min(room, run.remaining), room_bytes)
         except OSError as exc:
             log.warning("spill-read", "spill: reading back failed: %s", exc)
-            items = []
-        if not items:
+            read = [], []
+        events, origins = read
+        if not events:
             self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             return
         with buf.lock:
             if buf.finalized or self.disk != disk:
                 return
-            self.remember(buf.next_seq - buf.beyond, items)  # (from the stretch's first number)
+            self.remember(buf.next_seq - buf.beyond, origins)  # (from the stretch's first number)
             if not run.remaining:
                 self.runs.popleft()
                 run.close()
-            bad = self._rejoin_locked(buf, items)
-            self.disk -= len(items)
+            bad = self._rejoin_locked(buf, events)
+            self.disk -= len(events)
             self.settle(buf)
         if bad:
             log.warning("spill-unreadable", "spill: %d event(s) could not be read back; counted lost", bad)
 
-    def _rejoin_locked(self, buf: Buffer, items: list[Item]) -> int:
+    def _rejoin_locked(self, buf: Buffer, read: list[SerializedEvent | None]) -> int:
         """Events read back join the queue's tail, in order; one that cannot be read, or whose
         body is not a JSON object (a tombstone, say), is counted lost in its place (its number
         retired).  Returns how many were."""
         events: list[SerializedEvent] = []
         bad = 0
-        for _, _, event in items:
+        for event in read:
             if event is not None and event.body[:1] == b"{":  # (``Run.read`` checked it)
                 events.append(event)
                 continue
@@ -292,15 +293,9 @@ class Window:
             buf.rejoin_locked(events, [weight(e) for e in events])
         return bad
 
-    def remember(self, first: int, items: list[Item]) -> None:
-        """``items`` read back are numbered here from ``first``: where each came from."""
-        origins: list[list[Any]] = []
-        for stream, seq, _ in items:
-            if origins and origins[-1][0] == stream and origins[-1][1] + origins[-1][2] == seq:
-                origins[-1][2] += 1
-            else:
-                origins.append([stream, seq, 1])
-        self.spans.append(Span(first, origins, len(items)))
+    def remember(self, first: int, origins: list[list[Any]]) -> None:
+        """Events read back are numbered here from ``first``: where they came from."""
+        self.spans.append(Span(first, origins, sum(n for _, _, n in origins)))
 
     def origins(self, first: int, end: int) -> list[tuple[str, int, int]]:
         """Where the events numbered ``[first, end)`` here came from: ``(stream, first, end)``

@@ -54,9 +54,10 @@ def install_audit(path: str) -> None:
 
     remember = _window.Window.remember
 
-    def audited_remember(self, first, items):  # type: ignore[no-untyped-def]
-        say(f"T {first} " + " ".join(f"{stream}:{seq}" for stream, seq, _ in items))
-        remember(self, first, items)
+    def audited_remember(self, first, origins):  # type: ignore[no-untyped-def]
+        # (``origins``: [stream, its first number there, how many], in the order read back)
+        say(f"T {first} " + " ".join(f"{s}:{seq}" for s, a, n in origins for seq in range(a, a + n)))
+        remember(self, first, origins)
 
     append = _disk.Disk.append
 

@@ -24,9 +24,14 @@ def waiting(directory: Any) -> list[tuple[str, int, SerializedEvent]]:
             continue
         paths = segment_paths(str(owner))
         run = Run(0, paths, Streams().replay(paths, lambda *args: None))
-        got = run.read(run.remaining, 1 << 30)
+        events, origins = run.read(run.remaining, 1 << 30)
         run.close()
-        out.extend((stream, seq, event) for stream, seq, event in got if event is not None)
+        numbers = [(stream, seq) for stream, first, n in origins for seq in range(first, first + n)]
+        out.extend(
+            (stream, seq, event)
+            for (stream, seq), event in zip(numbers, events, strict=True)
+            if event is not None
+        )
     return out
 
 
