@@ -88,16 +88,10 @@ class Reason:
 
 
 class Buffer(Holdings):
-    """The queue between ``emit`` and the worker, and every event's account.
-
-    ``emit`` visits it once, through :meth:`put`.  Its fast path (an object event, room to
-    spare) compares one number and appends: what an object may still take is kept as a queue
-    length, ``object_room``, and when the worker must be woken as another, ``wake_at_objects``,
-    both recomputed by every other method that changes the accounts (the holdings'
-    ``_recompute_locked``), all of which run in the sidecar or on the slow path.  Counts that
-    would cost ``emit`` an addition are derived: ``accepted`` from the sequence numbers,
-    ``estimated`` (objects queued at the estimate) from the queue's length, ``emitted`` from
-    both and the refusals.
+    """The queue between ``emit`` and the worker, and every event's account.  ``emit`` visits
+    it once (:meth:`put`), whose fast paths compare queue lengths the holdings keep
+    (``object_room``, ``wake_at_objects``, ``full_at``: ``Holdings._recompute_locked``).  Counts
+    that would cost ``emit`` an addition are derived (``accepted``, ``estimated``, ``emitted``).
     """
 
     __slots__ = (
@@ -106,6 +100,7 @@ class Buffer(Holdings):
         "block_timeout",
         "delivered",
         "dropped",
+        "evicts",
         "finalized",
         "flush_target",
         "full_reason",
@@ -133,16 +128,16 @@ class Buffer(Holdings):
         # What a refusal for room counts as (with a spill overflowing: ``dropped_spill_full``).
         self.full_reason = Reason.DROPPED_FULL
         self.policy = policy
+        self.full_fast = policy is not Policy.BLOCK
+        #: Full, an object makes room by evicting the oldest (drop_oldest), or is refused.
+        self.evicts = policy is Policy.DROP_OLDEST
         self.block_timeout = block_timeout
-        # Re-entrant only so that the outbox can *detect* re-entry (``lock._is_owned()``) by a
-        # signal handler or finalizer on a thread that holds it, and refuse instead of waiting
-        # on itself; no code path ever takes it twice.
+        # Re-entrant only so that re-entry by a signal handler or finalizer on a thread that
+        # holds it is *detected* (``lock._is_owned()``); no code path ever takes it twice.
         self.lock = threading.RLock()
-        #: True when the calling thread holds the lock: the caller is a signal handler or
-        #: finalizer that interrupted that thread inside the outbox.
+        #: True when the calling thread holds the lock (a signal handler or finalizer in it).
         self.owned: Callable[[], bool] = self.lock._is_owned  # type: ignore[attr-defined]
-        # Notified (under the lock) whenever events leave the buffer: room for blocked
-        # emitters, progress for flush waiters.
+        # Notified (under the lock) when events leave: room for blocked emitters, flushes.
         self.progress = threading.Condition(self.lock)
         # Async waiters (emit_async under block, aflush): callables run after progress.
         self.async_waiters: set[Callable[[], None]] = set()
@@ -152,20 +147,18 @@ class Buffer(Holdings):
         self.refusal = Reason.AFTER_CLOSE
         # Set when close() has settled the accounts: a late worker must not touch them.
         self.finalized = False
-        #: The thread on which ``put`` never waits under ``block`` (the sidecar's: waiting
-        #: there would wait for itself); the policy then refuses at once.
+        #: The thread on which ``put`` never waits under ``block`` (the sidecar's): it refuses.
         self.no_block_thread: int | None = None
         # Counters.  Offered events that were not accepted (``emitted`` less ``accepted``).
         self.refused = 0
         self.delivered = 0
         self.retried = 0
         self.dropped: dict[str, int] = {}
-        # The first object queued asked the sidecar to measure it (the estimate is a guess
-        # until then).
+        # The first object queued asked the sidecar to measure it (the estimate a guess till then).
         self.measure_asked = False
-        # Events emitted re-entrantly (from a signal handler or finalizer that interrupted a
-        # thread holding the lock): (event, size), or (None, reason) for a refusal.  A deque's
-        # append is atomic and needs no lock; the next holder of the lock folds them in.
+        # Events emitted re-entrantly (a signal handler or finalizer interrupted a thread that
+        # held the lock): (event, size), or (None, reason) for a refusal; an atomic append,
+        # folded in by the next holder of the lock.
         self.side: deque[tuple[Any, Any]] = deque()
 
     def set_sidecar_thread(self, ident: int | None) -> None:
@@ -182,9 +175,8 @@ class Buffer(Holdings):
         return self.next_seq + self.refused
 
     def learn_locked(self, observed: int) -> int:
-        """Take an observed mean size (of object events, serialized) into the estimate (see
-        :meth:`Holdings.reestimate_locked`), and enforce the byte bound by the policy if it grew.
-        Returns the estimate before."""
+        """Take an observed mean size of serialized objects into the estimate (``reestimate_locked``)
+        and, if it grew, enforce the byte bound by the policy.  Returns the estimate before."""
         before = self.reestimate_locked(observed)
         if self.estimate > before:
             self.enforce_bound_locked()
@@ -203,18 +195,12 @@ class Buffer(Holdings):
     # -- emitters' side ----------------------------------------------------------------
 
     def put(self, event: Any, nbytes: int) -> int:
-        """``emit``'s whole visit to the buffer: offer one event of ``nbytes`` bytes (0: an
-        object, counted at the estimate), under the policy.  Takes the lock itself.
-
-        Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if refused
-        (counted under its reason).  Never waits, except under ``block`` on a thread other
-        than ``no_block_thread`` (the sidecar's), for up to ``block_timeout``.
-
-        This is the hot path, paid by every handler call: an object with room to spare
-        costs one comparison and two appends (see the class docstring); the lock is taken
-        with ``acquire``/``release`` (a ``with`` costs twice as much); everything else is
-        :meth:`_put_slow_locked`'s.
-        """
+        """``emit``'s whole visit to the buffer (it takes the lock): offer one event of ``nbytes``
+        bytes (0: an object, at the estimate).  Returns 1 if accepted, 2 if accepted and the
+        worker must be woken, 0 if refused (counted).  Never waits, except under ``block`` off
+        ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object
+        with room costs a comparison and two appends, and one in a buffer full by count (a long
+        outage: ``full_at``) as much again: the policy's answer, whatever the backlog."""
         lock = self.lock
         if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
             # A signal handler or finalizer interrupted this very thread inside the outbox:
@@ -227,7 +213,36 @@ class Buffer(Holdings):
             if nbytes:
                 return self._put_text_locked(event, nbytes, n)
             if n >= self.object_room:
-                return self._put_slow_locked(event, nbytes)
+                if n != self.full_at:
+                    return self._put_slow_locked(event, nbytes)
+                reason, dropped = self.full_reason, self.dropped
+                dropped[reason] = dropped.get(reason, 0) + 1
+                if not self.evicts:  # drop_newest
+                    self.refused += 1
+                    return 0
+                # drop_oldest: the oldest goes, this one takes its place (the accounts as they
+                # were, unless the oldest had its exact size: then recomputed, full_at with them).
+                queue.popleft()
+                queue.append(event)
+                sizes = self.sizes
+                size = sizes.popleft()
+                sizes.append(0)
+                numbers = self.numbers
+                first = numbers.head
+                if numbers.jumps:
+                    numbers.advance(1)
+                else:
+                    numbers.head, numbers.pos0 = first + 1, numbers.pos0 + 1
+                if self.journal is not None:
+                    self.journal.note(first, numbers.head, reason)
+                if size:
+                    self.exact_bytes -= size
+                    self.exact_count -= 1
+                    self._recompute_locked()
+                if n < self.wake_at_objects:
+                    return 1
+                self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+                return 2
             queue.append(event)
             self.sizes.append(0)
             if n < self.wake_at_objects - 1:
@@ -252,8 +267,7 @@ class Buffer(Holdings):
         self.sizes.append(nbytes)
         self.exact_bytes += nbytes
         self.exact_count += 1
-        # What objects may still take shrinks by these bytes: lowered by nbytes // estimate,
-        # which never leaves it above the exact figure (the next recompute makes it exact).
+        # Lowered by nbytes // estimate: never above the exact figure (a recompute makes it so).
         drop = nbytes // estimate
         self.object_room -= drop
         self.wake_at_objects -= drop
@@ -279,9 +293,8 @@ class Buffer(Holdings):
         return result
 
     def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
-        """Wait (the lock released while waiting) up to ``block_timeout`` for room for an
-        event already offered; counts it ``dropped_full`` (or ``dropped_shutdown`` if the
-        outbox closes meanwhile) if none comes.  Returns what :meth:`put_locked` returns."""
+        """Wait (the lock released) up to ``block_timeout`` for room for an event offered; counts
+        it ``dropped_full`` (``dropped_shutdown`` if closed meanwhile) if none comes."""
         deadline = time.monotonic() + self.block_timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -295,14 +308,10 @@ class Buffer(Holdings):
                     return result
 
     def put_locked(self, event: Any, nbytes: int) -> int:
-        """Try to add one event of ``nbytes`` bytes (0: an object, counted at the estimate),
-        making room under drop_oldest (with a spill: to the queue's window, or to the
-        overflow, see ``_window``).
-
-        Returns 1 if accepted, 2 if accepted and the worker must be woken, 0 if there is
-        no room (nothing counted: the caller applies the policy, and counts the event with
-        :meth:`drop_offered_locked` if it gives up).
-        """
+        """Try to add one event of ``nbytes`` bytes (0: an object, at the estimate), making room
+        under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_window``).
+        Returns 1 if accepted, 2 if the worker must be woken too, 0 if there is no room (nothing
+        counted: the caller applies the policy, and counts with :meth:`drop_offered_locked`)."""
         window = self.window
         if window is None:
             return self.queue_locked(event, nbytes)
@@ -348,8 +357,7 @@ class Buffer(Holdings):
         return result
 
     def drop_offered_locked(self, reason: str, n: int = 1) -> None:
-        """``n`` events offered (to ``emit``, or handed to a composite's member) are not
-        accepted after all: count them under ``reason``."""
+        """``n`` events offered (to ``emit``, or to a composite's member) are refused: counted."""
         self.refused += n
         self.count_locked(reason, n)
 
@@ -364,8 +372,8 @@ class Buffer(Holdings):
         return self.has_room_locked(nbytes)
 
     def shed_locked(self, nbytes: int) -> int:
-        """Drop queued events until ``nbytes`` are freed (or the queue is empty), by the
-        policy: the oldest under ``drop_oldest``, else the newest.  Returns the bytes freed."""
+        """Drop queued events until ``nbytes`` are freed (or none is left), the oldest under
+        ``drop_oldest``, else the newest.  Returns the bytes freed."""
         freed = 0
         n = 0
         # (While the buffer overflows to the spill, the newest queued are not the newest.)
@@ -390,9 +398,8 @@ class Buffer(Holdings):
             waiter()
 
     def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
-        """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted);
-        ``lowest`` is the sequence number of the oldest event still in flight (inf: none).
-        Wakes whoever waits for room or for a flush."""
+        """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted); ``lowest``
+        is the oldest number still in flight (inf: none).  Wakes whoever waits for room or flush."""
         self.in_flight -= n_events
         self.in_flight_bytes -= n_bytes
         self.in_flight_low = lowest
@@ -405,8 +412,8 @@ class Buffer(Holdings):
         self.retried += retried
 
     def refuse_locked(self) -> None:
-        """An event offered while closed: counted under the reason the buffer refuses for
-        (and as emitted when it was offered to an outbox that was open: its worker is gone)."""
+        """An event offered while closed: counted under the buffer's refusal (and as emitted
+        when offered to an outbox that was open: its worker is gone)."""
         if self.refusal == Reason.WORKER_STOPPED:
             self.refused += 1
         self.count_locked(self.refusal)
@@ -414,29 +421,25 @@ class Buffer(Holdings):
     def close_locked(self, refusal: str | None = None, *, final: bool = False) -> None:
         """Accept nothing more (counted under ``refusal``, if given, from now on); ``final``:
         nothing held will be sent either.  Blocked emitters and flushes are woken."""
-        if refusal is not None:
-            self.refusal = refusal
-        self.closed = True
-        self.object_room = 0
+        self.close_unlocked(refusal)
         if final:
             self.finalized = True
         self.notify_locked()
 
     def close_unlocked(self, refusal: str | None = None) -> None:
-        """:meth:`close_locked` from a signal handler that interrupted the lock's holder:
-        plain stores (atomic); waiters notice at their timeout."""
+        """:meth:`close_locked` from a signal handler in the lock's holder: atomic stores."""
         if refusal is not None:
             self.refusal = refusal
         self.closed = True
-        self.object_room = 0
+        self.object_room, self.full_at = 0, -1
 
     def ask_flush_locked(self, target: int) -> None:
         """Send every event up to sequence number ``target`` without lingering."""
         self.flush_target = max(self.flush_target, target)
 
     def put_reentrant(self, event: Any, nbytes: int) -> bool:
-        """``emit`` re-entered on a thread that holds the lock: park the event in the side
-        queue (bounded by ``SIDE_MAX``) for the next holder of the lock to take in."""
+        """``emit`` re-entered on a thread that holds the lock: the event waits in the side queue
+        (at most ``SIDE_MAX``) for the next holder of the lock."""
         side = self.side
         if self.closed:
             side.append((None, self.refusal))

@@ -107,7 +107,10 @@ def tls_context(
     """A client TLS context (a CA bundle, a client certificate); ConfigError naming the
     settings (``described``) when a file cannot be loaded."""
     try:
-        context = ssl.create_default_context(cafile=cafile)
+        if cafile is not None and os.path.isdir(cafile):  # a folder of CA certificates, as requests takes
+            context = ssl.create_default_context(capath=cafile)
+        else:
+            context = ssl.create_default_context(cafile=cafile)
         if not verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

@@ -8,14 +8,17 @@ One line per event, a JSON object that ends with its frame, the CRC-32 of every 
     {"time":"2026-12-02T10:00:00.123456+00:00","reason":"poison",
      "answer":"POST http://marquez:5000/api/v1/lineage answered 500 ...","event":{...},"crc32":"1c291ca3"}
 
-``event`` is the event whole, as it was (or would have been) sent.  Pre-serialized text that is
-not a JSON object keeps its text whole in ``event_text``; an object that could not be serialized
-at all has its ``repr`` in ``event_repr`` (cut to 1 MiB).  Those two cannot be replayed.
+``event`` is the event whole, byte for byte as it was (or would have been) sent: a pre-serialized
+event's own text (its whitespace, its numbers as written), the outbox's JSON for an object.  A
+pre-serialized event whose text spans lines (a JSON lines file holds no raw newline), or is not a
+JSON object, keeps its text whole in ``event_text``, a JSON string: replay sends that text,
+unchanged, when it is a JSON object.  An object that could not be serialized at all has its
+``repr`` in ``event_repr`` (cut to 1 MiB).  Text that is not a JSON object, and a ``repr``,
+cannot be replayed.
 
-The frame: a newline ends each record (JSON never holds a raw newline: a pre-serialized event
-written over several lines is compacted), and the CRC-32 covers everything before
-``,"crc32"``, so a record cut short (a SIGKILL, a full disk) or altered fails its check.  A length
-would add nothing the newline does not give.  The file stays JSON lines for people and ``jq``.
+The frame: a newline ends each record, and the CRC-32 covers everything before ``,"crc32"``, so a
+record cut short (a SIGKILL, a full disk) or altered fails its check.  A length would add nothing
+the newline does not give.  The file stays JSON lines for people and ``jq``.
 
 What holds:
 
@@ -75,6 +78,7 @@ _TRAILER_LEN = len(_TRAILER_HEAD) + 8 + 2
 # Every record begins so (orjson keeps the keys in the order given).
 _START = b'{"time":"'
 _EVENT_KEY = b',"event":'
+_TEXT_KEY = b',"event_text":'
 # Not written, by why.
 FULL = "dead_letter_full"
 ERROR = "dead_letter_error"
@@ -110,25 +114,33 @@ def _unframed(line: bytes) -> bytes | None:
     return body if zlib.crc32(body) == crc else None
 
 
-def _one_line(body: bytes) -> bytes:
-    """A JSON body on one line (pre-serialized events keep their text, newlines included)."""
+def _sent(body: bytes) -> bytes:
+    """The event part of a record for ``body``, a JSON object as it was (or would have been)
+    sent, kept byte for byte: as it is, in ``event``, when it sits on one line; else (a
+    pre-serialized event over several lines) as a JSON string, in ``event_text``."""
     if b"\n" in body or b"\r" in body:
-        return orjson.dumps(orjson.loads(body))
-    return body
+        return _TEXT_KEY + orjson.dumps(body.decode())
+    return _EVENT_KEY + body
 
 
 def _unsent(event: Any) -> bytes:
     """The ``event`` part of a record for an event the outbox never serialized."""
     if isinstance(event, (str, bytes, bytearray, memoryview)):
-        raw = event.encode("utf-8", "surrogatepass") if isinstance(event, str) else bytes(event)
+        if not isinstance(event, str):
+            raw = bytes(event)
+        else:
+            try:  # the bytes the outbox would have sent
+                raw = event.encode()
+            except UnicodeEncodeError:  # a lone surrogate: no JSON, and never sent
+                raw = event.encode("utf-8", "surrogatepass")
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             value = None
         if isinstance(value, dict):
-            return _EVENT_KEY + orjson.dumps(value)
+            return _sent(raw)
         text = raw.decode("utf-8", "backslashreplace")
-        return b',"event_text":' + orjson.dumps(text)
+        return _TEXT_KEY + orjson.dumps(text)
     try:
         text = repr(event)[:_REPR_LIMIT]
     except Exception as exc:  # a repr that raises: say what it was
@@ -138,7 +150,7 @@ def _unsent(event: Any) -> bytes:
 
 def _record(now: str, reason: str, answer: str, body: bytes | None, event: Any) -> bytes:
     head = orjson.dumps({"time": now, "reason": str(reason), "answer": str(answer)})[:-1]
-    part = _EVENT_KEY + _one_line(body) if body is not None else _unsent(event)
+    part = _sent(body) if body is not None else _unsent(event)
     return frame(head + part)
 
 
@@ -429,7 +441,8 @@ class Entry:
     line: int
     #: What identifies it for replay's record of what was delivered (a digest of its bytes).
     key: str
-    #: The event's JSON; None when the record holds none (``event_text``, ``event_repr``).
+    #: The event's JSON, as it was sent (from ``event``, or an ``event_text`` that is a JSON
+    #: object); None when the record holds none (other text, ``event_repr``).
     event: bytes | None
     #: The dead-letter reason; None for a plain event line.
     reason: str | None
@@ -452,13 +465,38 @@ def _framed_entry(line: bytes, number: int, covered: bytes) -> Entry:
     head = orjson.loads(covered[: covered.find(b',"event')] + b"}") if b',"event' in covered else {}
     reason = head.get("reason") if isinstance(head, dict) else None
     at = covered.find(_EVENT_KEY)  # the first is the record's own: strings escape their quotes
-    event = covered[at + len(_EVENT_KEY) :] if at != -1 else None
+    event = covered[at + len(_EVENT_KEY) :] if at != -1 else _text_event(covered)
     return Entry(number, _key(line), event, str(reason) if reason is not None else "")
 
 
+def _text_event(covered: bytes) -> bytes | None:
+    """The bytes of a record's ``event_text`` when that text is a JSON object (a pre-serialized
+    event that spanned lines, kept as it was); None for any other text, or none."""
+    at = covered.find(_TEXT_KEY)
+    if at == -1:
+        return None
+    try:
+        text = orjson.loads(covered[at + len(_TEXT_KEY) :])
+    except orjson.JSONDecodeError:
+        return None
+    return _object_text(text)
+
+
+def _object_text(text: Any) -> bytes | None:
+    """``text``'s bytes if it is the text of a JSON object."""
+    try:
+        raw = text.encode() if isinstance(text, str) else None
+        value = orjson.loads(raw) if raw is not None else None
+    except (orjson.JSONDecodeError, UnicodeEncodeError):
+        return None
+    return raw if isinstance(value, dict) else None
+
+
 def _legacy_entry(line: bytes, number: int, value: dict[str, Any]) -> Entry:
-    event = value.get("event")
+    event, text = value.get("event"), value.get("event_text")
     body = orjson.dumps(event) if isinstance(event, dict) else None
+    if body is None:
+        body = _object_text(text)
     return Entry(number, _key(line), body, str(value["reason"]))
 
 

@@ -79,6 +79,8 @@ class Holdings:
         "estimate",
         "exact_bytes",
         "exact_count",
+        "full_at",
+        "full_fast",
         "in_flight",
         "in_flight_bytes",
         "in_flight_low",
@@ -144,6 +146,12 @@ class Holdings:
         # wake_at_objects.  0 (no fast path) until the first object is measured.
         self.object_room: float = 0
         self.wake_at_objects: float = 1
+        # When full by count (bytes to spare for one more object) and no overflow is attached,
+        # the queue length at which the policy answers an object in O(1) (``Buffer.put``: the
+        # oldest goes and the new one takes its place, or the new one is refused); -1 otherwise.
+        # Set only where ``full_fast`` (the policy has such an answer: not ``block``).
+        self.full_at: float = -1
+        self.full_fast = False
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
         # serializes every object it sends, and samples the newest queued ones while it is
         # behind); ``measured`` once it has measured one.  Until then the first object queued
@@ -240,9 +248,14 @@ class Holdings:
         queued = self.exact_bytes + (n - self.exact_count) * estimate
         if self.closed or not self.measured:
             self.object_room = 0
+            self.full_at = -1
         else:
             room = n + (self.room_bytes - queued - self.in_flight_bytes) // estimate
-            self.object_room = min(self.room_events - self.in_flight, room)
+            by_count = self.room_events - self.in_flight
+            self.object_room = min(by_count, room)
+            # Full by count alone, with a queued event to go: one out makes room for one in.
+            full = by_count == n > 0 and room > n and self.full_fast and self.window is None
+            self.full_at = n if full else -1
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
             # Objects until the *queued* bytes reach wake_at_bytes (what the worker takes a

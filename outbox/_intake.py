@@ -17,14 +17,13 @@ from ._deadletter import DeadLetter
 from ._held import Held
 from ._log import RateLimitedLog
 from ._run import RunRecord
-from ._serde import SerializedEvent, serialize, weight
+from ._serde import SerializedEvent, serialize
 from ._slices import SLICE, Slicer
 
 __all__ = ["Intake", "measure_here"]
 
 _INF = float("inf")
 _TEXT_TYPES = (str, bytes, bytearray)
-_TEXT_CLASSES = frozenset(_TEXT_TYPES)
 # Held(...) without its Python-level __new__ (once per event).
 _new_held = tuple.__new__
 # While objects wait in the queue, the newest (at most SAMPLE_MOST of the last SAMPLE_SPAN) are
@@ -258,9 +257,7 @@ class Intake:
             if cls is SerializedEvent:
                 ser, is_object = event, False
             else:
-                is_object = cls is RunRecord or (
-                    cls not in _TEXT_CLASSES and not isinstance(event, _TEXT_TYPES)
-                )
+                is_object = cls is tuple or cls is RunRecord or not isinstance(event, _TEXT_TYPES)
                 if estimate > limit and not is_object:
                     # Its exact size is known (at least its length in characters): too large
                     # for any batch, so never spend the time (and the GIL) parsing it.
@@ -273,7 +270,8 @@ class Intake:
                     self._invalid(seq, exc, event, lost, dead)
                     lost_bytes += estimate
                     continue
-            size = weight(ser)
+            key = ser[2]  # weight(ser), in line (once per event): the body and the key
+            size = len(ser[0]) + len(key) if key else len(ser[0])
             if is_object:
                 sizes += size
                 objects += 1

@@ -10,7 +10,7 @@ from typing import Any, Self
 
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._intake import measure_here
-from ._run import LineageJob, Run
+from ._run import LineageJob, Run, TimedRun
 from ._setup import Assembly
 from ._sidecar import State
 from ._stats import CloseReport, Stats
@@ -20,6 +20,39 @@ from .transports._base import Transport
 __all__ = ["Outbox"]
 
 _INF = float("inf")
+_now = time.time
+
+
+class _OutboxRun(Run):
+    """A run of an :class:`Outbox`: its events go straight to the buffer, each a plain tuple of
+    what changes (one allocation: the sidecar writes the rest), without ``emit``'s class check,
+    which is for what a caller hands it (a tuple is no event there)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Self:
+        outbox: Outbox = self._outbox  # type: ignore[assignment]
+        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == 2:
+            outbox._woken()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        outbox: Outbox = self._outbox  # type: ignore[assignment]
+        record: tuple[Any, ...]
+        if exc is None:
+            record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
+        else:
+            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
+        if outbox._buffer.put(record, 0) == 2:
+            outbox._woken()
+
+
+class _TimedOutboxRun(TimedRun, _OutboxRun):
+    """An :class:`_OutboxRun` of a ``timed`` job (its ``overhead`` measured)."""
+
+    __slots__ = ()
 
 
 class Outbox(Assembly):
@@ -128,10 +161,14 @@ class Outbox(Assembly):
             nbytes = (len(event) or 1) if cls in TEXT_CLASSES else 0  # type: ignore[arg-type]
         result = self._buffer.put(event, nbytes)
         if result == 2:
-            self._sidecar.wake()
-            if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
-                measure_here(self._buffer)
+            self._woken()
         return result > 0
+
+    def _woken(self) -> None:
+        """The buffer asked for the sidecar (``put`` returned 2): wake it."""
+        self._sidecar.wake()
+        if self._buffer.measure_here == 1:  # (once: a burst before the sidecar ran)
+            measure_here(self._buffer)
 
     async def emit_async(self, event: Event) -> bool:
         """Like :meth:`emit`, but under the ``block`` policy it waits for room without
@@ -176,7 +213,7 @@ class Outbox(Assembly):
                 openlineage-python dataset objects.
             run_id: default :func:`current_run_id` (the current trace id as a UUID).
         """
-        return Run(self, job, inputs=inputs, outputs=outputs, run_id=run_id)
+        return (_TimedOutboxRun if job.timed else _OutboxRun)(self, job, inputs, outputs, run_id)
 
     def close_on_signal(self, *signums: int) -> bool:
         """Close (within ``shutdown_timeout``) when the process gets one of ``signums``

@@ -40,6 +40,7 @@ __all__ = [
     "LineageJob",
     "Run",
     "RunRecord",
+    "TimedRun",
     "current_run_id",
     "s3_dataset",
     "trino_dataset",
@@ -138,7 +139,7 @@ def s3_dataset(bucket: str, key: str, *, table: DatasetRef | None = None) -> Dat
         ValueError: an empty bucket or key.
     """
     namespace = _S3_NAMESPACES.get(bucket) if bucket.__class__ is str else None
-    if namespace is not None and key.__class__ is str and key.strip():
+    if namespace is not None and key.__class__ is str and key and not key.isspace():
         if table is None:
             return _new_ref(DatasetRef, (namespace, key, None))
         return _new_ref(DatasetRef, (namespace, key, _table_symlink(table)))
@@ -190,6 +191,8 @@ class LineageJob:
         run_facets: run facets every event of every run carries, such as
             ``{"processing_engine": ProcessingEngineRunFacet(...)}`` (DataHub refuses events
             that name no processing engine unless their producer is OpenLineage's or Airflow's).
+        timed: measure what each run's lineage costs the caller (``Run.overhead``, and the job's
+            ``last_run``): diagnostics, for the local runner; it costs each run four clock reads.
 
     Example::
 
@@ -214,6 +217,7 @@ class LineageJob:
         facets: Mapping[str, Any] | None = None,
         producer: str | None = None,
         run_facets: Mapping[str, Any] | None = None,
+        timed: bool = False,
     ) -> None:
         from openlineage.client import event_v2
 
@@ -228,11 +232,12 @@ class LineageJob:
         # The run facets every event carries, converted once.
         run = event_v2.Run(runId=str(uuid.UUID(int=0)), facets=dict(run_facets or {}))
         self.plain_run_facets: dict[str, Any] = to_plain(run).get("facets") or {}
-        # What every event of every run repeats, as JSON, spliced in by RunRecord.to_json.
-        self._facets_json = orjson.dumps(self.plain_run_facets)
+        # What every event of every run repeats, as JSON, spliced in by RunRecord.to_json
+        # (written by dumps: a value JSON cannot hold, a NaN, is refused here, by name).
+        self._facets_json = dumps(self.plain_run_facets)
         self._tail_json = (
             b'"job":'
-            + orjson.dumps(self.plain_job)
+            + dumps(self.plain_job)
             + b',"producer":'
             + orjson.dumps(self.producer)
             + b',"schemaURL":'
@@ -244,7 +249,10 @@ class LineageJob:
         # The last input and output lists written, as (tuple, JSON): a run's START and
         # COMPLETE share them.  One tuple per slot, replaced at once: safe across threads.
         self._written: list[tuple[tuple[Any, ...], bytes]] = [((), b"[]"), ((), b"[]")]
-        #: The most recent :class:`Run` started for this job (diagnostics: its ``overhead``).
+        #: Measure what each run's lineage costs the caller (``Run.overhead``, four clock
+        #: reads a run) and keep the most recent run as ``last_run``: diagnostics, off by default.
+        self.timed = timed
+        #: The most recent :class:`Run` started for this job, when ``timed``.
         self.last_run: Run | None = None
 
     def __repr__(self) -> str:
@@ -275,24 +283,14 @@ class RunRecord(NamedTuple):
         event, after parsing.  The job's part is written once per :class:`LineageJob`;
         only the time, state, run id, datasets and an error are written per event.
         ``run_text``: :meth:`run_text`, if the caller has it already."""
-        job = self.job
-        state = self.state
-        head = _HEADS.get(state) if state.__class__ is str else None
-        if head is None:
-            head = b'{"eventType":' + orjson.dumps(state) + b',"eventTime":"'
-        if self.error is None:
-            facets = job._facets_json
-        else:
-            facets = orjson.dumps({**job.plain_run_facets, "errorMessage": _error_facet(self.error)})
-        inputs, outputs = self.inputs, self.outputs
-        return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
-            head,
-            _event_time(self.time),
-            orjson.dumps(run_text or self.run_text()),
-            facets,
-            _datasets_json(job, inputs, 0) if inputs else b"[]",
-            _datasets_json(job, outputs, 1) if outputs else b"[]",
-            job._tail_json,
+        return record_json(
+            self.job,
+            self.state,
+            self.time,
+            run_text or self.run_text(),
+            self.inputs,
+            self.outputs,
+            self.error,
         )
 
     def to_plain(self) -> dict[str, Any]:
@@ -311,6 +309,35 @@ class RunRecord(NamedTuple):
             "inputs": [_plain_dataset(d, "inputFacets") for d in self.inputs],
             "outputs": [_plain_dataset(d, "outputFacets") for d in self.outputs],
         }
+
+
+def record_json(
+    job: LineageJob,
+    state: str,
+    t: float,
+    run_text: str,
+    inputs: tuple[Any, ...],
+    outputs: tuple[Any, ...],
+    error: BaseException | None,
+) -> bytes:
+    """:meth:`RunRecord.to_json` of a record's fields (the sidecar's, once per run event: the
+    job's part written once per :class:`LineageJob`, the rest spliced in)."""
+    head = _HEADS.get(state) if state.__class__ is str else None
+    if head is None:
+        head = b'{"eventType":' + orjson.dumps(state) + b',"eventTime":"'
+    if error is None:
+        facets = job._facets_json
+    else:
+        facets = orjson.dumps({**job.plain_run_facets, "errorMessage": _error_facet(error)})
+    return b'%s%s","run":{"runId":%s,"facets":%s},"inputs":%s,"outputs":%s,%s' % (
+        head,
+        _event_time(t),
+        orjson.dumps(run_text),
+        facets,
+        _datasets_json(job, inputs, 0) if inputs else b"[]",
+        _datasets_json(job, outputs, 1) if outputs else b"[]",
+        job._tail_json,
+    )
 
 
 def _error_facet(error: BaseException) -> dict[str, Any]:
@@ -426,6 +453,9 @@ class Run:
     Outputs go on the COMPLETE event only: an output exists once the work is done, so a run
     that fails (or is still going) names none, and no backend draws an edge to an output
     from it (OpenMetadata's Kafka connector draws one from any START that has outputs).
+
+    ``overhead`` is what the run's lineage cost the calling thread, in seconds, measured when
+    its job is ``timed`` (four clock reads a run: off by default).
     """
 
     __slots__ = ("_inputs", "_outbox", "_outputs", "_rid", "job", "overhead")
@@ -434,21 +464,18 @@ class Run:
         self,
         outbox: Emitter,
         job: LineageJob,
-        *,
         inputs: Iterable[Any] = (),
         outputs: Iterable[Any] = (),
         run_id: str | None = None,
     ) -> None:
-        started = _perf()
         self._outbox = outbox
         self.job = job
         self._inputs = tuple(inputs)
-        self._outputs = tuple(outputs)
+        self._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
         # Text as given, or a UUID's value: written as text in the sidecar (or when read).
         self._rid: str | int = run_id or run_id_of_span()
-        #: Seconds this run's lineage has cost the caller so far (construction included).
-        self.overhead = _perf() - started
-        job.last_run = self
+        #: Seconds this run's lineage has cost the caller so far (when its job is ``timed``).
+        self.overhead = 0.0
 
     @property
     def run_id(self) -> str:
@@ -468,32 +495,27 @@ class Run:
         outputs = self._outputs if state == "COMPLETE" else ()
         return _new_record(RunRecord, (self.job, state, _now(), self._rid, self._inputs, outputs, error))
 
-    # The sync pair builds its records in line (what _record does): one Python call less
-    # per event, on the handler's path.
     def __enter__(self) -> Self:
-        started = _perf()
         self._outbox.emit(
             _new_record(RunRecord, (self.job, "START", _now(), self._rid, self._inputs, (), None))
         )
-        self.overhead += _perf() - started
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        started = _perf()
         record: tuple[Any, ...]
         if exc is None:
             record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
         else:
             record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
         self._outbox.emit(_new_record(RunRecord, record))
-        self.overhead += _perf() - started
 
     async def __aenter__(self) -> Self:
         started = time.perf_counter()
         await self._outbox.emit_async(self._record("START"))
-        self.overhead += time.perf_counter() - started
+        if self.job.timed:
+            self.overhead += time.perf_counter() - started
         return self
 
     async def __aexit__(
@@ -501,4 +523,38 @@ class Run:
     ) -> None:
         started = time.perf_counter()
         await self._outbox.emit_async(self._record("COMPLETE" if exc is None else "FAIL", exc))
-        self.overhead += time.perf_counter() - started
+        if self.job.timed:
+            self.overhead += time.perf_counter() - started
+
+
+class TimedRun(Run):
+    """A :class:`Run` of a ``timed`` job: what its lineage costs the caller is measured
+    (``overhead``), and it is its job's ``last_run``."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        outbox: Emitter,
+        job: LineageJob,
+        inputs: Iterable[Any] = (),
+        outputs: Iterable[Any] = (),
+        run_id: str | None = None,
+    ) -> None:
+        started = _perf()
+        super().__init__(outbox, job, inputs, outputs, run_id)
+        self.overhead = _perf() - started
+        job.last_run = self
+
+    def __enter__(self) -> Self:
+        started = _perf()
+        super().__enter__()
+        self.overhead += _perf() - started
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        started = _perf()
+        super().__exit__(exc_type, exc, tb)
+        self.overhead += _perf() - started

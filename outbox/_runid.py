@@ -74,6 +74,15 @@ def _span_lookup() -> Any:
 
 
 _current_span = _span_lookup()
+# The same lookup inlined where it is the default runtime context's (a Python call less):
+# the context variable, and the API's key in it.
+_span_variable: Any = None
+_span_key: Any = None
+if _current_span is not _current_span_api:
+    from opentelemetry.context import _RUNTIME_CONTEXT
+    from opentelemetry.trace.propagation import _SPAN_KEY
+
+    _span_variable, _span_key = _RUNTIME_CONTEXT._current_context, _SPAN_KEY  # type: ignore[attr-defined]
 _INVALID_SPAN = trace.INVALID_SPAN
 _SpanContext = trace.SpanContext
 
@@ -103,9 +112,14 @@ def run_id_of_span() -> int:
     the sidecar, or when ``Run.run_id`` is read: never on the handler's path): the trace id
     for the first run of a trace, a fresh UUIDv7 for any later one (said once per process)."""
     global _shared_trace_said
-    span = _current_span()
-    if span is _INVALID_SPAN:
-        return uuid7()
+    if _span_variable is not None:
+        span = _span_variable.get().get(_span_key)
+        if span is None:
+            return uuid7()
+    else:
+        span = _current_span()
+        if span is _INVALID_SPAN:
+            return uuid7()
     context = span.get_span_context()
     if context.__class__ is _SpanContext and _SPAN_CONTEXT_IS_TUPLE:
         if not context[5]:  # is_valid, read as its property reads it (a Python call less)

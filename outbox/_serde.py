@@ -1,19 +1,25 @@
 """Fast OpenLineage serialization, run in the sidecar (never in ``emit``).
 
 :func:`serialize` produces, for every openlineage-python event, the same JSON
-object (after parsing) as ``openlineage.client.serde.Serde.to_json``:
+object (after parsing) as ``openlineage.client.serde.Serde.to_json``, and accepts and
+refuses the same values:
 
 * attrs instances become objects with every field, then ``None`` values are
   removed from objects; ``None`` items and empty objects are removed from lists;
-* enums become their ``value``; ``date``/``datetime`` their ``isoformat()``;
-  ``UUID`` its string; tuples and sets become lists.
+* enums become their ``value``; ``date``/``datetime`` their ``isoformat()`` (a datetime
+  without a timezone too, with a warning: the spec's date-time needs an offset);
+  ``UUID`` its string; tuples become lists, and so do sets inside an attrs object
+  (``attr.asdict`` makes them lists).  In an event given as a dict, Serde has no place for a
+  set (it writes a placeholder): :class:`Unserializable` here.
 
-Two deliberate differences.  A value JSON cannot hold raises :class:`Unserializable`
-(the outbox drops the event as ``invalid_event``), where Serde writes the string
-``"<<non-serializable: Name>>"`` in its place: lineage that says something else than what
-was emitted.  And a non-finite float (NaN, ±Infinity) is written as ``null``:
-``json.dumps`` writes the bare tokens ``NaN``/``Infinity``, which are not JSON and which
-every backend we ship to rejects.
+Where Serde would send something other than the event, :class:`Unserializable` says what,
+where in the event, and the fix (the outbox drops the event as ``invalid_event``): a value
+JSON cannot hold, where Serde writes the string ``"<<non-serializable: Name>>"`` in its
+place; and a NaN or an infinity, where Serde writes the bare token ``NaN``/``Infinity``,
+which is not JSON.  Keys JSON cannot write or Serde cannot sort, and an event that holds
+itself, fail in Serde as here, with a plainer message here.  One leniency: an attrs object
+inside an event given as a dict is written as it would be in an openlineage-python event
+(Serde writes a placeholder for it).
 
 It is faster because it walks each attrs class's fields through a cached
 ``operator.attrgetter`` in one pass (Serde makes two: ``attr.asdict`` and then
@@ -26,8 +32,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ._plain import Unserializable, dumps, event_key, to_plain
-from ._run import RunRecord
+from ._plain import Unserializable, dumps, event_key, plain_dict, to_plain
+from ._refusals import too_deep
+from ._run import RunRecord, record_json
+from ._runid import uuid_text
 
 __all__ = ["SerializedEvent", "Unserializable", "dumps", "event_key", "serialize", "to_plain"]
 
@@ -66,9 +74,23 @@ def serialize(event: Any) -> SerializedEvent:
 
     Raises:
         ValueError: ``str``/``bytes`` input that is not a JSON object, or an
-            object that cannot be encoded at all.
+            object that cannot be encoded at all (:class:`Unserializable`, which says what
+            and where).
     """
-    if event.__class__ is RunRecord:  # the run helpers' events: the job's part is written once
+    cls = event.__class__
+    if cls is tuple:  # a run helpers' record as an outbox's run queues it: what changes, plainly
+        job, state, t, rid, inputs, outputs, error = event
+        if rid.__class__ is not str:
+            text = _RUN_TEXTS.get(rid)
+            if text is None:
+                text = uuid_text(rid)
+                if len(_RUN_TEXTS) >= _RUN_TEXTS_MAX:
+                    _RUN_TEXTS.clear()
+                _RUN_TEXTS[rid] = text
+            rid = text
+        body = record_json(job, state, t, rid, inputs, outputs, error)
+        return _new_serialized(SerializedEvent, (body, rid, job.key))
+    if cls is RunRecord:  # the run helpers' events: the job's part is written once
         rid = event.run_id
         if isinstance(rid, int):
             text = _RUN_TEXTS.get(rid)
@@ -88,10 +110,13 @@ def serialize(event: Any) -> SerializedEvent:
         if not isinstance(plain, dict):
             raise ValueError(f"pre-serialized event must be a JSON object, got {type(plain).__name__}")
     else:
-        plain = to_plain(event)
-        if not isinstance(plain, dict):
-            raise ValueError(f"event serialized to {type(plain).__name__}, not a JSON object")
-        body = dumps(plain)
+        try:
+            plain = plain_dict(event) if event.__class__ is dict else to_plain(event)
+            if not isinstance(plain, dict):
+                raise ValueError(f"event serialized to {type(plain).__name__}, not a JSON object")
+            body = dumps(plain)
+        except RecursionError:
+            raise too_deep(event) from None
     run = plain.get("run")
     run_id = run.get("runId") if isinstance(run, dict) else None
     return SerializedEvent(body, run_id if isinstance(run_id, str) else None, event_key(plain))

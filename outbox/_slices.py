@@ -66,6 +66,7 @@ class Slicer:
         "_active_until",
         "_budget",
         "_clock",
+        "_contended",
         "_emitted",
         "_sleep",
         "_started",
@@ -94,11 +95,18 @@ class Slicer:
         self._budget = SLICE
         self._emitted = -1
         self._active_until = 0.0
+        self._contended = False
 
     @property
     def budget(self) -> float:
         """Seconds of work the current slice may take before a hand-off."""
         return self._budget
+
+    @property
+    def contended(self) -> bool:
+        """Whether the last hand-off was slow to come back: a handler computes without pause,
+        and any wait of the sidecar's gives it the GIL for a switch interval."""
+        return self._contended
 
     def begin(self) -> None:
         """A stretch of work starts (the sidecar was waiting until now: its slice is fresh)."""
@@ -119,14 +127,16 @@ class Slicer:
             if now < self._active_until:
                 before = self._clock()
                 self._sleep(HANDOFF)
-                slow = self._clock() - before > SLOW_HANDOFF
-                behind = len(self.buffer.queue) > self.behind_above
+                slow = self._contended = self._clock() - before > SLOW_HANDOFF
+                buf = self.buffer  # (read without the lock: it only sizes the next slice)
+                behind = len(buf.queue) + buf.in_flight > self.behind_above
                 if slow and behind:
                     self._budget = min(LONGEST_SLICE, self._budget * 2)
                 elif not behind:
                     self._budget = max(SLICE, self._budget / 2)
             else:
                 self._budget = SLICE  # nobody emits: no hand-off, and a short slice when they do
+                self._contended = False
         self._started = self._clock()
 
 

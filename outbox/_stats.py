@@ -21,7 +21,8 @@ class Stats:
     that equation reads :attr:`offered` on its left side: ``emitted`` plus those two.)
     """
 
-    #: Events handed to ``emit``/``emit_async`` while the outbox was open.
+    #: Events handed to ``emit``/``emit_async`` while the outbox was open, and with a spill
+    #: the events it adopted from processes that are gone (``spill["recovered"]``).
     emitted: int
     #: Of those, how many ``emit`` accepted (returned True for).
     accepted: int
@@ -91,7 +92,8 @@ class Stats:
 class CloseReport:
     """What ``close()`` achieved: the outbox's whole life, settled."""
 
-    #: Events handed to ``emit`` while the outbox was open.
+    #: Events handed to ``emit`` while the outbox was open, and with a spill the events of
+    #: processes that are gone that it adopted (``Stats.spill["recovered"]``): all it answered for.
     emitted: int
     #: Events the backend acknowledged.
     delivered: int

@@ -240,11 +240,10 @@ class Worker:
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
                 continue
             if self._start_lanes(now):
-                # Their requests out first (_ON_THE_WIRE), then the next batches are taken
-                # (serialized) while these are on the wire.
-                await asyncio.wait(
-                    set(self._in_flight), timeout=_ON_THE_WIRE, return_when=asyncio.FIRST_COMPLETED
-                )
+                # Their requests out first (_ON_THE_WIRE: a loop's turn while a handler computes
+                # without pause, which any wait hands the GIL for 5 ms), then the next batches.
+                wait = 0.0 if self.slicer.contended else _ON_THE_WIRE
+                await asyncio.wait(set(self._in_flight), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 continue
             spill = self.spill  # (events on disk to read back, or dead owners' to take in)
             busy = self.buffer.beyond or (spill is not None and spill.has_pending())

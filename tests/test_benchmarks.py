@@ -133,20 +133,60 @@ def test_tail_sets_a_minimal_python_emit_beside_the_outbox_and_judges_only_the_o
 
     figures = tmp_path / "tail.json"
     command = [sys.executable, "-m", "outbox.tools.benchmarks", "tail", "--invocations", "60"]
-    command += ["--threads", "1", "--kinds", "objects", "--scenarios", "http-down", "--no-shipping"]
+    command += ["--threads", "1", "--kinds", "objects", "helpers", "--scenarios", "http-down"]
+    command += ["--rows", "lineage", "full"]
     out = subprocess.run([*command, "--json", str(figures)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "python floor" in out.stdout
-    assert "floor, objects: a minimal Python emit (class check, lock, append) p99 " in out.stdout
     rows = json.loads(figures.read_text())["rows"]
-    assert set(rows) == {"1/objects/off", "1/objects/floor", "1/objects/idle", "1/objects/http-down"}
+    assert set(rows) == {
+        "1/objects/off",
+        "1/objects/floor",
+        "1/objects/idle",
+        "1/objects/http-down",
+        "1/helpers/off",
+        "1/helpers/idle",
+        "1/helpers/http-down",
+        "1/objects/full-drop_oldest",
+        "1/objects/full-drop_newest",
+        "1/objects/full-block",
+    }
     assert rows["1/objects/floor"]["delivered"] is None  # no outbox in that row
     down = rows["1/objects/http-down"]  # 70 invocations (10 of warm-up), two events each: all counted
     assert down["delivered"] == 0
     assert sum(down["lost"].values()) == 140
-    # The worst row named by the p99 target is an outbox row, never the floor.
-    verdict = next(line for line in out.stdout.splitlines() if "target p99 <=" in line)
-    assert "/floor" not in verdict
+    # Every target is a ratio to a figure of the same run: the floor, two emits, an empty buffer.
+    lines = out.stdout.splitlines()
+    verdict = next(line for line in lines if "target every emit row p99 <= 2x the floor's" in line)
+    assert "/floor" not in verdict  # the worst row named is an outbox row, never the floor
+    assert any("target run helpers p50 <= 1.5x the two emits of objects'" in line for line in lines)
+    assert any("target run helpers p99.9 <= 4x the floor's" in line for line in lines)
+    full = rows["1/objects/full-drop_oldest"]
+    assert full["held"] >= 9_000  # the buffer was full (of 10,000) when the full phase began
+    assert any("target 1/objects/full-drop_newest p50 and p99 <= 1.5x" in line for line in lines)
+
+
+def test_tail_times_the_whole_invocation_and_counts_what_a_busy_handler_loses(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    figures = tmp_path / "tail.json"
+    command = [sys.executable, "-m", "outbox.tools.benchmarks", "tail", "--rows", "whole", "busy"]
+    command += ["--whole", "50:2000", "--whole-invocations", "200", "--busy", "50"]
+    command += ["--busy-invocations", "300", "--scenarios", "http-healthy"]
+    out = subprocess.run([*command, "--json", str(figures)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(figures.read_text())["rows"]
+    assert set(rows) == {"1/helpers/whole-off-50-2000", "1/helpers/whole-on-50-2000", "1/helpers/busy-50"}
+    # The whole invocation holds the handler's 50 µs of computing, lineage on or off.
+    assert rows["1/helpers/whole-off-50-2000"]["p50"] >= 50
+    assert rows["1/helpers/whole-on-50-2000"]["p50"] >= 50
+    assert rows["1/helpers/whole-off-50-2000"]["delivered"] is None
+    busy = rows["1/helpers/busy-50"]
+    assert busy["delivered"] + busy["dropped"][0] == 602  # every event counted (2 of warm-up)
+    assert "whole invocation at 4,000 events/s, p99.9 <= 1.5x lineage off + 20 µs" in out.stdout
+    assert "target 1/helpers/busy-50: a busy handler against a healthy sink loses nothing" in out.stdout
 
 
 def test_the_minimal_emitter_keeps_its_bound_and_refuses_what_is_no_event():

@@ -435,3 +435,26 @@ def test_a_batch_of_queued_bytes_wakes_the_worker_whatever_is_in_flight(kind):
         results = [buf.put(b"y" * 500, 500) for _ in range(60)]
     assert results.count(2) == 1  # once, when 40 of 500 bytes are queued
     assert results.index(2) == 39
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest"])
+def test_a_buffer_full_of_events_in_flight_refuses_an_object_without_raising(policy):
+    # Full by count with nothing queued (everything taken by the worker): nothing can be
+    # evicted, so even drop_oldest refuses the new object, counted (the O(1) answer of a full
+    # buffer needs a queued event to let go; it once popped an empty queue).
+    from outbox._buffer import Buffer
+    from outbox._buffer import Policy as BufferPolicy
+
+    buf = Buffer(max_events=4, max_bytes=1 << 20, policy=BufferPolicy(policy), block_timeout=0.1)
+    with buf.lock:
+        buf.reestimate_locked(100)
+    for n in range(4):
+        assert buf.put({"n": n}, 0)
+    with buf.lock:
+        assert len(buf.take_locked(4, 1 << 20)) == 4
+    for n in range(3):
+        assert buf.put({"n": 4 + n}, 0) == 0
+    assert buf.dropped == {"dropped_full": 3}
+    assert buf.refused == 3
+    assert len(buf.queue) == 0
+    assert buf.in_flight == 4

@@ -406,8 +406,11 @@ def _events_file(tmp_path: Path, case: str) -> str:
         (tmp_path / "bad.jsonl").write_text("{not json\n")
         return str(tmp_path / "bad.jsonl")
     if case == "dead letters":
-        # A dead-letter file is a sample too: its lines' events (one never serialized is skipped).
+        # A dead-letter file is a sample too: its lines' events, also a text event kept as its
+        # text (one never serialized, or text that is not an event, is skipped).
         dead = [{"time": "t", "reason": "poison", "answer": "500", "event": event()}]
+        dead.append({"time": "t", "reason": "too_large", "event_text": json.dumps(event(), indent=1)})
+        dead.append({"time": "t", "reason": "invalid_event", "event_text": "not json"})
         dead.append({"time": "t", "reason": "invalid_event", "event_repr": "<object>"})
         return write_events(tmp_path / "d", *dead)
     # Against a backend with no needs of its own, the spec's required fields are judged.
@@ -421,7 +424,7 @@ def _events_file(tmp_path: Path, case: str) -> str:
     [
         ("missing", 1, "missing.jsonl"),
         ("not json", 1, "line 1"),
-        ("dead letters", 0, "1 event, each with what the OpenLineage spec requires"),
+        ("dead letters", 0, "2 events, each with what the OpenLineage spec requires"),
         ("spec fields", 1, "event 2 of 2"),
     ],
 )

@@ -50,7 +50,7 @@ def run_ci(tmp_path: Path, **variables: str) -> tuple[subprocess.CompletedProces
     env |= {
         "PATH": f"{stand_ins}{os.pathsep}{env['PATH']}",
         "CI_LOG": str(log),
-        "OUTBOX_PEERS_CACHE": str(tmp_path / "cache"),
+        "LINEAGE_OUTBOX_PEERS_CACHE": str(tmp_path / "cache"),
         **variables,
     }
     checkout = clone(tmp_path)

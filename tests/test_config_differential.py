@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -19,6 +20,7 @@ from urllib.parse import urljoin
 import pytest
 
 from outbox import ConfigError, Outbox
+from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import (
     CompositeTransport,
     ConsoleTransport,
@@ -398,6 +400,107 @@ NEW_CASES: dict[str, tuple[dict[str, str], str | None, Any]] = {
         None,
         SAME,
     ),
+    # -- the five of issue 39 that were left, as each side resolves them (their delivery is
+    # -- compared against a real backend below) -------------------------------------------------
+    "yaml http verify 'false' (text) on an http URL (irrelevant)": (
+        {},
+        "transport:\n  type: http\n  url: http://m:5000\n  verify: 'false'\n",
+        SAME,
+    ),
+    "https verify 0 (JSON: read by its truth)": (
+        {**HTTPS, "OPENLINEAGE__TRANSPORT__VERIFY": "0"},
+        None,
+        SAME,
+    ),
+    "yaml http a CA path that does not exist, on an http URL": (
+        {},
+        "transport:\n  type: http\n  url: http://m:5000\n  verify: /nonexistent/ca.pem\n",
+        SAME,
+    ),
+    "async_http mTLS files that do not exist, on an http URL (never read)": (
+        {**ASYNC, "OPENLINEAGE__TRANSPORT__SSLCONTEXT": '{"clientCertPath": "/nonexistent/c.pem"}'},
+        None,
+        SAME,
+    ),
+    "async_http mTLS files that do not exist, on an https URL (never read)": (
+        {
+            **ASYNC,
+            "OPENLINEAGE__TRANSPORT__URL": "https://127.0.0.1:9",
+            "OPENLINEAGE__TRANSPORT__SSLCONTEXT": '{"clientCertPath": "/nonexistent/c.pem"}',
+        },
+        None,
+        SAME,
+    ),
+    "http retry status_forcelist null (no status)": (
+        {},
+        "transport:\n  type: http\n  url: http://m:5000\n  retry:\n    status_forcelist:\n",
+        SAME,
+    ),
+    "http retry status_forcelist empty": (
+        {**HTTP, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": []}'},
+        None,
+        SAME,
+    ),
+    "http retry status_forcelist with text items (they match no status)": (
+        {**HTTP, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": ["502", 503]}'},
+        None,
+        SAME,
+    ),
+    "http retry status_forcelist 502.0 (a float: matches 502)": (
+        {**HTTP, "OPENLINEAGE__TRANSPORT__RETRY__STATUS_FORCELIST": "[502.0, 504]"},
+        None,
+        SAME,
+    ),
+    "async_http retry status_forcelist null": (
+        {**ASYNC, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": null}'},
+        None,
+        SAME,
+    ),
+    "yaml composite continue_on_failure 'false' with continue_on_success false (a string: true)": (
+        {},
+        COMPOSITE.format(failure="'false'", success="false"),
+        SAME,
+    ),
+    "http mTLS files that do not exist, on an http URL": (
+        {
+            **HTTP,
+            "OPENLINEAGE__TRANSPORT__SSLCONTEXT": '{"clientCertPath": "/nonexistent/c.pem", '
+            '"clientKeyPath": "/nonexistent/k.pem"}',
+        },
+        None,
+        Different(
+            "requests checks a client certificate's files before every request, http:// included, "
+            "so every emit of openlineage-python fails; the outbox refuses it at construction",
+            theirs=("fails every emit", "Could not find the TLS certificate file"),
+            ours=Refused(
+                "OPENLINEAGE__TRANSPORT__SSLCONTEXT: clientCertPath='/nonexistent/c.pem' does not exist"
+            ),
+        ),
+    ),
+    "https mTLS key that does not exist": (
+        {
+            **HTTPS,
+            "OPENLINEAGE__TRANSPORT__SSLCONTEXT__CLIENTCERTPATH": "{this}",  # a file that exists
+            "OPENLINEAGE__TRANSPORT__SSLCONTEXT__CLIENTKEYPATH": "/nonexistent/k.pem",
+        },
+        None,
+        Different(
+            "requests checks the key's file before every request, so every emit of openlineage-python "
+            "fails; the outbox refuses it at construction",
+            theirs=("fails every emit", "Could not find the TLS key file"),
+            ours=Refused("clientKeyPath='/nonexistent/k.pem' does not exist"),
+        ),
+    ),
+    "yaml https verify 'false' (text: a CA bundle path)": (
+        {},
+        "transport:\n  type: http\n  url: https://127.0.0.1:9\n  verify: 'false'\n",
+        Different(
+            "requests reads the text as the path of a CA bundle, so every emit fails; the outbox "
+            "refuses it at construction, saying to write false without quotes",
+            theirs=("fails every emit", "Could not find a suitable TLS CA certificate bundle"),
+            ours=Refused("='false' is text, not the boolean false"),
+        ),
+    ),
     # -- deliberately different -----------------------------------------------------------------
     "a plain-string OPENLINEAGE__TRANSPORT beside OPENLINEAGE__TRANSPORT__URL": (
         {"OPENLINEAGE__TRANSPORT": "http", "OPENLINEAGE__TRANSPORT__URL": "http://m:5000"},
@@ -430,7 +533,10 @@ NEW_CASES: dict[str, tuple[dict[str, str], str | None, Any]] = {
             "requests reads the string as the path of a CA bundle, so every emit fails; the outbox "
             "refuses it at construction",
             theirs=("fails every emit", "Could not find a suitable TLS CA certificate bundle"),
-            ours=Refused("cannot load the TLS files (verify='False'"),
+            ours=Refused(
+                "OPENLINEAGE__TRANSPORT__VERIFY='False' is text, not the boolean false: "
+                "openlineage-python (requests) reads text as the path of a CA bundle"
+            ),
         ),
     ),
     "https a CA path that does not exist": (
@@ -440,7 +546,10 @@ NEW_CASES: dict[str, tuple[dict[str, str], str | None, Any]] = {
             "every emit of openlineage-python fails on the missing bundle; the outbox refuses it at "
             "construction",
             theirs=("fails every emit", "Could not find a suitable TLS CA certificate bundle"),
-            ours=Refused("cannot load the TLS files (verify='/nonexistent/ca.pem'"),
+            ours=Refused(
+                "OPENLINEAGE__TRANSPORT__SSLCONTEXT: caCertPath='/nonexistent/ca.pem': there is no "
+                "such CA bundle"
+            ),
         ),
     ),
     "yaml http timeout '3' (a string)": (
@@ -484,6 +593,12 @@ def _lower(headers: dict[str, str]) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
 
 
+def matched(forcelist: Any) -> list[int]:
+    """The statuses urllib3's Retry retries by ``status_forcelist`` (its own test: ``if
+    self.status_forcelist and status in self.status_forcelist``), not the list as written."""
+    return [status for status in range(100, 600) if forcelist and status in forcelist]
+
+
 def theirs(transport: Any) -> Any:
     """What openlineage-python resolved, as comparable data (what decides delivery)."""
     from openlineage.client.transport.http import HttpCompression
@@ -505,7 +620,7 @@ def theirs(transport: Any) -> Any:
             described["verify"] = "a CA bundle" if isinstance(transport.verify, str) else transport.verify
         forcelist = config.retry.get("status_forcelist")
         described["retry"] = (
-            "default" if forcelist == DEFAULT_RETRY_CONFIG["status_forcelist"] else sorted(forcelist)
+            "default" if forcelist == DEFAULT_RETRY_CONFIG["status_forcelist"] else matched(forcelist)
         )
         if kind == "async_http":
             described["concurrency"] = config.max_concurrent_requests
@@ -645,7 +760,9 @@ def test_openlineage_python_and_from_env_resolve_transports_that_deliver_alike(c
         (clean / yaml_text[1:]).write_text("transport:\n  type: http\n  url: http://custom:5000\n")
     elif yaml_text is not None:
         (clean / "openlineage.yml").write_text(yaml_text)
-    os.environ.update({name: value.replace("{tmp}", str(clean)) for name, value in env.items()})
+    os.environ.update(
+        {name: value.replace("{tmp}", str(clean)).replace("{this}", __file__) for name, value in env.items()}
+    )
     with caplog.at_level(logging.WARNING):
         expected, their_transport = resolve_theirs()
         mine, outbox = resolve_ours()  # after the client wrote into os.environ
@@ -696,6 +813,291 @@ def test_a_string_boolean_is_named_in_a_warning_with_what_it_means(clean, caplog
 
 
 def test_there_are_at_least_60_configurations():
-    assert len(ALL_CASES) >= 60
+    assert len(ALL_CASES) + len(DELIVERY) >= 60
     different = [name for name, (_, _, e) in ALL_CASES.items() if e != SAME]
     assert all(ALL_CASES[name][2].reason for name in different)
+
+
+# -- delivery, against a real backend -------------------------------------------------------
+#
+# The five configurations issue 39 found left (verify false given as text, a CA file that does
+# not exist with an http URL, mTLS files that are missing, retry.status_forcelist, a composite's
+# continue_on_failure 'false' as a YAML string), with their variants: each side is built from the
+# same environment and emits one event to a real backend on loopback (over TLS, with a CA of the
+# test's own, for https).  "Delivers": both deliver.  Refused(text): openlineage-python builds a
+# client whose every emit fails, and from_env refuses at construction, saying ``text``.
+
+DELIVERS = "delivers"
+URL_HTTP = {"OPENLINEAGE__TRANSPORT__TYPE": "http", "OPENLINEAGE__TRANSPORT__URL": "{url}"}
+URL_ASYNC = {**URL_HTTP, "OPENLINEAGE__TRANSPORT__TYPE": "async_http"}
+MTLS_MISSING = '{"clientCertPath": "/nonexistent/c.pem", "clientKeyPath": "/nonexistent/k.pem"}'
+FAILING_FIRST = (
+    "transport:\n  type: composite\n  continue_on_failure: {failure}\n  transports:\n"
+    "    - {{type: http, url: '{{bad}}', name: refusing}}\n"
+    "    - {{type: http, url: '{{url}}', name: taking}}\n"
+)
+
+DELIVERY: dict[str, tuple[dict[str, str], str | None, bool, Any]] = {
+    "verify 'False' (text) on an http URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "False"},
+        None,
+        False,
+        DELIVERS,
+    ),
+    "yaml verify 'false' (text) on an http URL": (
+        {},
+        "transport:\n  type: http\n  url: '{url}'\n  verify: 'false'\n",
+        False,
+        DELIVERS,
+    ),
+    "yaml verify 'false' (text) on an https URL": (
+        {},
+        "transport:\n  type: http\n  url: '{url}'\n  verify: 'false'\n",
+        True,
+        Refused("='false' is text, not the boolean false: openlineage-python (requests) reads text as"),
+    ),
+    "verify 'False' (text) on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "False"},
+        None,
+        True,
+        Refused("OPENLINEAGE__TRANSPORT__VERIFY='False' is text, not the boolean false"),
+    ),
+    "verify false (JSON) on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "false"},
+        None,
+        True,
+        DELIVERS,
+    ),
+    "verify 0 (JSON) on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "0"},
+        None,
+        True,
+        DELIVERS,
+    ),
+    "verify the CA's file on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "{ca}"},
+        None,
+        True,
+        DELIVERS,
+    ),
+    "verify the CA's folder on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "{cas}"},
+        None,
+        True,
+        DELIVERS,
+    ),
+    "verify a CA file that does not exist, on an http URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "/nonexistent/ca.pem"},
+        None,
+        False,
+        DELIVERS,
+    ),
+    "yaml sslContext caCertPath that does not exist, on an http URL": (
+        {},
+        "transport:\n  type: http\n  url: '{url}'\n  sslContext:\n    caCertPath: /nonexistent/ca.pem\n",
+        False,
+        DELIVERS,
+    ),
+    "verify a CA file that does not exist, on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__VERIFY": "/nonexistent/ca.pem"},
+        None,
+        True,
+        Refused("OPENLINEAGE__TRANSPORT__VERIFY='/nonexistent/ca.pem': there is no such CA bundle"),
+    ),
+    "mTLS files that do not exist, on an http URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__SSLCONTEXT": MTLS_MISSING},
+        None,
+        False,
+        Refused("OPENLINEAGE__TRANSPORT__SSLCONTEXT: clientCertPath='/nonexistent/c.pem' does not exist"),
+    ),
+    "mTLS files that do not exist, on an https URL": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__SSLCONTEXT": MTLS_MISSING},
+        None,
+        True,
+        Refused("clientCertPath='/nonexistent/c.pem' does not exist"),
+    ),
+    "async_http mTLS files that do not exist, on an http URL (it reads no sslContext)": (
+        {**URL_ASYNC, "OPENLINEAGE__TRANSPORT__SSLCONTEXT": MTLS_MISSING},
+        None,
+        False,
+        DELIVERS,
+    ),
+    "retry.status_forcelist [502, 503]": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": [502, 503]}'},
+        None,
+        False,
+        DELIVERS,
+    ),
+    "yaml retry.status_forcelist null": (
+        {},
+        "transport:\n  type: http\n  url: '{url}'\n  retry:\n    status_forcelist:\n",
+        False,
+        DELIVERS,
+    ),
+    "retry.status_forcelist ['502', 503] (text items)": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": ["502", 503]}'},
+        None,
+        False,
+        DELIVERS,
+    ),
+    "retry.status_forcelist '502,503' (text, not a list)": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__RETRY__STATUS_FORCELIST": "502,503"},
+        None,
+        False,
+        Refused("status_forcelist='502,503' is not a list: openlineage-python (urllib3) looks each"),
+    ),
+    "retry.status_forcelist 503 (a number, not a list)": (
+        {**URL_HTTP, "OPENLINEAGE__TRANSPORT__RETRY": '{"status_forcelist": 503}'},
+        None,
+        False,
+        Refused("status_forcelist=503 is not a list"),
+    ),
+    "yaml composite continue_on_failure 'false' (a string: true), its first member refusing": (
+        {},
+        FAILING_FIRST.format(failure="'false'"),
+        False,
+        DELIVERS,
+    ),
+    "yaml composite continue_on_failure false, its first member refusing": (
+        {},
+        FAILING_FIRST.format(failure="false"),
+        False,
+        Different(
+            "openlineage-python stops at the first member that fails, so the second gets nothing; "
+            "the outbox's members are independent, each with its own buffer and worker (backends.md)",
+            theirs="fails",
+            ours=DELIVERS,
+        ),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    """A certificate for 127.0.0.1, its own CA (openssl, as operators make one), and its key."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    # The CA as a folder too, named by its subject's hash, as OpenSSL (and requests) read one.
+    named = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", str(cert)], check=True, capture_output=True, text=True
+    )
+    (folder / "cas").mkdir()
+    (folder / "cas" / f"{named.stdout.strip()}.0").write_bytes(cert.read_bytes())
+    return cert, key
+
+
+def backend(tls: tuple[Any, Any] | None, **behaviour: Any) -> Sink:
+    sink = Sink(behaviour=SinkBehaviour(single_only=True, **behaviour))
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        sink._server.socket = context.wrap_socket(sink._server.socket, server_side=True)
+    return sink
+
+
+def emit_theirs(taking: Sink) -> str:
+    """openlineage-python's client, built from the environment, emits one event: "delivered",
+    or what failed."""
+    from openlineage.client import OpenLineageClient
+
+    client = OpenLineageClient()
+    try:
+        client.emit(ol_event())
+    except Exception as exc:  # what its emit raises
+        return f"fails: {type(exc).__name__}: {exc}"
+    finally:
+        client.close(5)  # async_http sends on its own thread: wait for it
+    return "delivered" if len(taking.events) == 1 else f"fails: the backend got {len(taking.events)}"
+
+
+def emit_ours(taking: Sink) -> str:
+    try:
+        outbox = Outbox.from_env(close_at_exit=False, linger=0)
+    except ConfigError as exc:
+        return f"refused: {exc}"
+    outbox.emit(ol_event())
+    report = outbox.close(10)
+    return "delivered" if len(taking.events) == 1 else f"not delivered: {report}"
+
+
+def ol_event() -> Any:
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+
+    return RunEvent(
+        eventType=RunState.START,
+        eventTime="2026-12-02T10:00:00+00:00",
+        run=Run(runId="00005015-0000-0016-2e04-8a6dbdde4eb9"),
+        job=Job(namespace="n", name="j"),
+    )
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # verify false
+@pytest.mark.parametrize("case", list(DELIVERY))
+def test_openlineage_python_and_from_env_deliver_alike_to_a_real_backend(clean, tls_files, case):
+    env, yaml_text, https, expectation = DELIVERY[case]
+    results = []
+    for emit in (emit_theirs, emit_ours):  # each side against a backend of its own
+        with backend(tls_files if https else None) as taking, backend(None, fail_status=400) as bad:
+            places = {"{url}": taking.url.replace("http://", "https://" if https else "http://")}
+            places.update({"{ca}": str(tls_files[0]), "{cas}": str(tls_files[0].parent / "cas")})
+            places["{bad}"] = bad.url
+
+            def fill(text: str, places: dict[str, str] = places) -> str:
+                for name, value in places.items():
+                    text = text.replace(name, value)
+                return text
+
+            saved = dict(os.environ)
+            os.environ.update({name: fill(value) for name, value in env.items()})
+            if yaml_text is not None:
+                (clean / "openlineage.yml").write_text(fill(yaml_text))
+            try:
+                results.append(emit(taking))
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+    theirs_did, ours_did = results
+    if expectation == DELIVERS:
+        assert (theirs_did, ours_did) == ("delivered", "delivered")
+    elif isinstance(expectation, Refused):
+        assert theirs_did.startswith("fails: "), theirs_did  # it builds a client that cannot emit
+        assert ours_did.startswith("refused: "), ours_did  # refused at construction, in words
+        assert expectation.text in ours_did, ours_did
+    else:
+        assert isinstance(expectation, Different)
+        assert expectation.reason
+        assert theirs_did.startswith(expectation.theirs), theirs_did
+        assert expectation.ours == DELIVERS
+        assert ours_did == "delivered", ours_did
+
+
+def test_the_http_transport_built_directly_reads_tls_files_as_openlineage_python_does(tls_files):
+    """HttpTransport(...) as openlineage-python's HttpTransport(HttpConfig(...)): a CA bundle that
+    does not exist is no matter on an http:// URL (both deliver); client certificate files that
+    do not exist are (every emit of theirs fails; ours is refused at construction)."""
+    from openlineage.client.transport.http import HttpConfig
+    from openlineage.client.transport.http import HttpTransport as TheirHttp
+
+    with backend(None) as sink:
+        TheirHttp(HttpConfig(url=sink.url, verify="/nonexistent/ca.pem")).emit(ol_event())
+        with Outbox(HttpTransport(sink.url, verify="/nonexistent/ca.pem"), close_at_exit=False) as outbox:
+            outbox.emit(ol_event())
+        assert len(sink.events) == 2
+        theirs_config = HttpConfig.from_dict(
+            {"url": sink.url, "sslContext": {"clientCertPath": "/nonexistent/c.pem"}}
+        )
+        with pytest.raises(OSError, match="Could not find the TLS certificate file"):
+            TheirHttp(theirs_config).emit(ol_event())
+        with pytest.raises(ConfigError, match=r"client_cert='/nonexistent/c.pem' does not exist"):
+            HttpTransport(sink.url, client_cert="/nonexistent/c.pem")
+        with pytest.raises(ConfigError, match=r"verify='False' is text, not the boolean false"):
+            HttpTransport(sink.url.replace("http:", "https:"), verify="False")

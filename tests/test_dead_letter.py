@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import orjson
@@ -19,6 +20,7 @@ from outbox._deadletter import DeadLetter, Entry, Torn, scan
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support.counting_server import CountingServer
 from support.helpers import refused_port, run_event, wait_until
 
 ROOT = Path(__file__).parent.parent
@@ -115,6 +117,7 @@ def test_every_event_settled_for_good_leaves_a_whole_trace_in_the_dead_letter_fi
         "invalid_event": 2,
     }
     by_n = {line["event"]["n"]: line for line in lines if "event" in line}
+    by_n[8] = next(line for line in lines if line.get("event_text", "").startswith("{"))
     assert sorted(by_n) == [1, 2, 4, 6, 8]
     assert by_n[1]["reason"] == "rejected_by_backend"
     assert "422" in by_n[1]["answer"]
@@ -123,12 +126,84 @@ def test_every_event_settled_for_good_leaves_a_whole_trace_in_the_dead_letter_fi
     assert by_n[4]["reason"] == by_n[6]["reason"] == "too_large"
     assert by_n[4]["event"] == json.loads(json.dumps(big))
     assert by_n[6]["event"] == big_text  # whole, as JSON
-    assert by_n[8]["event"] == pretty
-    unsent = [line for line in lines if "event" not in line]
+    assert by_n[8]["event_text"] == json.dumps(pretty, indent=2)  # its text, on one line
+    unsent = [line for line in lines if "event" not in line and line is not by_n[8]]
     assert {line["reason"] for line in unsent} == {"invalid_event"}
     assert "object" in next(line["event_repr"] for line in unsent if "event_repr" in line)
     assert next(line["event_text"] for line in unsent if "event_text" in line) == "not json at all"
     assert all(line["time"].startswith("20") and len(line["crc32"]) == 8 for line in lines)
+
+
+def text_events() -> list[str | bytes]:
+    """Pre-serialized events that a parse and re-encode would alter: spacing, ``1E2``, a
+    30-digit integer, escapes, key order, several lines, a trailing newline, UTF-8 bytes."""
+    head = '"eventType":"START","eventTime":"2026-12-02T10:00:00+00:00","producer":"p"'
+
+    def run(n: int) -> str:
+        return f'"run":{{"runId":"{uuid.UUID(int=n)}"}},"job":{{"namespace":"tests","name":"text"}}'
+
+    return [
+        f'{{ {head}, {run(0)},  "n" : 0, "ratio": 1E2, "big": 123456789012345678901234567890 }}',
+        f'{{"n":1,{head},{run(1)},"s":"caf\\u00e9 \\/ \\"q\\"","z":0.10}}',
+        f'{{\n  "n": 2,\n  {head},\n  {run(2)},\n  "pad": "{"x" * 3000}"\n}}',
+        f'{{"n":3,{head},{run(3)}}}\n',
+        f'{{"n":4,{head},{run(4)},"name":"café","pad":"{"y" * 3000}"}}\r\n'.encode(),
+    ]
+
+
+def test_a_text_event_is_kept_byte_for_byte_and_replayed_unchanged(tmp_path):
+    """Refused by the backend or too large, a pre-serialized event is in the file as it would
+    have been sent (not re-encoded: 1E2 stays 1E2, a 30-digit integer stays whole), and
+    replay sends those very bytes."""
+    path = tmp_path / "dead.jsonl"
+    texts = text_events()
+    with Sink(behaviour=SinkBehaviour(fail_status=400, single_only=True)) as sink:
+        outbox = Outbox(
+            HttpTransport(sink.url, mode="single"),
+            dead_letter=path,
+            max_batch_bytes=2000,  # the two with a pad are too large, the rest refused (400)
+            linger=0.01,
+            close_at_exit=False,
+        )
+        for text in texts:
+            assert outbox.emit(text)
+        report = outbox.close(10)
+    assert report.undelivered == {"rejected_by_backend": 3, "too_large": 2}, report
+    items = read(path)
+    assert not [item for item in items if isinstance(item, Torn)]
+    wanted = [text.encode() if isinstance(text, str) else text for text in texts]
+    assert sorted(item.event for item in items) == sorted(wanted)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 5  # one line each, newlines and all
+    # Still JSON lines: those on one line as ``event``, the others' text in ``event_text``.
+    records = [json.loads(line) for line in lines]
+    assert sorted(r["event"]["n"] for r in records if "event" in r) == [0, 1]
+    assert sorted(r["event_text"].encode() for r in records if "event_text" in r) == sorted(wanted[2:])
+    with CountingServer() as server:  # keeps every body it is sent, as received
+        result = replay(
+            path,
+            env={
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": server.url,
+                "OPENLINEAGE__TRANSPORT__MODE": "single",
+                "OUTBOX_MAX_BATCH_BYTES": "1MiB",
+            },
+        )
+        bodies = list(server.bodies)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(bodies) == sorted(wanted)
+
+
+def test_text_that_is_no_json_object_is_kept_as_text_and_never_replayed(tmp_path):
+    path = tmp_path / "dead.jsonl"
+    kept = ["[1, 2]", "not json", '{"a": "\ud800"}', b'{"a": "\xff"}']  # a lone surrogate, bad UTF-8
+    DeadLetter(path).write([("invalid_event", "why", None, text) for text in kept])
+    items = read(path)
+    assert [type(item) for item in items] == [Entry] * 4
+    assert [item.event for item in items] == [None] * 4
+    texts = [json.loads(line)["event_text"] for line in path.read_text().splitlines()]
+    assert texts[:2] == ["[1, 2]", "not json"]
+    assert texts[2:] == ['{"a": "\\xed\\xa0\\x80"}', '{"a": "\\xff"}']  # what the bytes were
 
 
 def test_a_record_whose_bytes_changed_is_detected(tmp_path):

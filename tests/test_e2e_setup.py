@@ -263,7 +263,7 @@ def run_like_a_stranger(tmp_path, **variables: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MARQUEZ_", "KAFKA_", "CI"))}
     env |= {
         "PATH": str(tmp_path / "bin"),
-        "OUTBOX_PEERS_CACHE": str(tmp_path / "cache"),
+        "LINEAGE_OUTBOX_PEERS_CACHE": str(tmp_path / "cache"),
         "MARQUEZ_PEER_DIR": str(tmp_path / "no-such-folder"),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         **variables,

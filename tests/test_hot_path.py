@@ -337,6 +337,7 @@ class _Buffer:
     def __init__(self) -> None:
         self.emitted = 0
         self.queue: list[Any] = []
+        self.in_flight = 0
 
 
 class _Clock:
@@ -441,6 +442,33 @@ def test_slices_grow_while_the_sidecar_is_behind_a_handler_that_computes():
     assert slicer.budget == SLICE
 
 
+def test_slices_grow_while_a_batch_in_hand_waits_behind_a_handler_that_computes():
+    """Behind is the work in hand too: a batch taken (in flight, being serialized or waiting
+    for a lane) with the queue short is no reason to hand the GIL over every slice to a handler
+    that computes (each hand-off costs the sidecar a switch interval: a busy handler starved
+    it, #37).  Caught up (nothing held beyond a batch), the slices halve back."""
+    buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    buffer.queue, buffer.in_flight = [None] * 3, 40
+    slicer.begin()
+    for _ in range(12):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget == LONGEST_SLICE
+    assert slicer.contended  # (the worker then gives a new request no wait on the wire)
+    buffer.in_flight = 0
+    for _ in range(12):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget == SLICE
+    clock.now += 1.0  # the handlers stopped
+    slicer.checkpoint()
+    assert not slicer.contended
+
+
 def test_no_growth_when_hand_offs_come_back_at_once():
     """A handler waiting on I/O takes the GIL only briefly: the slices stay short, however far
     behind the sidecar is (it gets the time it needs while the handler waits)."""
@@ -491,3 +519,166 @@ def test_the_sidecar_serializes_a_backlog_through_its_checkpoints():
     assert report.delivered == 3_000
     assert threading.get_ident() not in seen
     assert sum(seen.values()) >= 3_000
+
+
+class FunctionRecorder:
+    """The Python functions the calling thread calls (``sys.setprofile``, per thread), by
+    module and name, and how many profile events (calls of Python and C functions) in all."""
+
+    def __init__(self) -> None:
+        self.functions: Counter[str] = Counter()
+        self.events = 0
+
+    def __call__(self, frame: Any, what: str, arg: Any) -> None:
+        if what == "call":
+            self.functions[f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"] += 1
+            self.events += 1
+        elif what == "c_call":
+            self.events += 1
+
+    def __enter__(self) -> FunctionRecorder:
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+
+def _in_an_outage(policy: str, backlog: int) -> tuple[Outbox, Any]:
+    """An outbox whose backend refuses everything, its buffer full of ``backlog`` events (under
+    ``block``, full but for room for 1,000 more): what the handler's emits meet in a long outage."""
+    from support.helpers import FailingTransport
+
+    outbox = Outbox(
+        FailingTransport(), max_events=backlog, max_bytes=2**31, policy=policy, close_at_exit=False
+    )
+    event = run_event()
+    fill = backlog - 1_000 if policy == "block" else backlog + 10
+    for _ in range(fill):
+        outbox.emit(event)
+    assert wait_until(lambda: outbox._buffer.measured)
+    return outbox, event
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest", "block"])
+def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
+    # Two backlogs twenty times apart: the same calls per emit, none of them the slow path's
+    # (eviction by a loop, room recomputed, the sidecar woken).  Its latency against an empty
+    # buffer is the benchmark's: `tail --rows full`.
+    calls = {}
+    for backlog in (2_000, 40_000):
+        outbox, event = _in_an_outage(policy, backlog)
+        buf = outbox._buffer
+        with buf.lock:
+            held = len(buf.queue) + buf.in_flight
+        assert held >= backlog - 1_000
+        before = outbox.stats().dropped.get("dropped_full", 0)
+        with FunctionRecorder() as recorder:
+            for _ in range(500):
+                outbox.emit(event)
+        slow = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
+        slow.pop("outbox._outbox.emit")
+        slow.pop("outbox._buffer.put")
+        # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
+        assert slow.get("outbox._holdings._recompute_locked", 0) <= 8, slow
+        slow.pop("outbox._holdings._recompute_locked", None)
+        assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
+        calls[backlog] = recorder.events
+        dropped = outbox.stats().dropped.get("dropped_full", 0) - before
+        assert dropped == (0 if policy == "block" else 500)  # each emit evicted or was refused
+        outbox.close(0.1)
+    assert abs(calls[40_000] - calls[2_000]) <= 16, calls  # (the same, but for those samples)
+
+
+def test_the_run_helpers_record_what_changes_in_few_python_calls():
+    # A run in a span of its own trace, as a DataEngine handler's: the dataset, the run, its
+    # id, and two records handed straight to the buffer (no class check, no NamedTuple made).
+    from opentelemetry import context, trace
+
+    outbox, _ = _stuck()
+    job = LineageJob("tests", "job")
+    with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):  # (the first object: measured)
+        pass
+    assert wait_until(lambda: outbox._buffer.measured)
+    spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 64, 1, is_remote=False)) for i in range(200)]
+    contexts = [trace.set_span_in_context(span) for span in spans]
+    tokens = [None]
+    with FunctionRecorder() as recorder:
+        for ctx in contexts:
+            tokens[0] = context.attach(ctx)
+            with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
+                pass
+            context.detach(tokens[0])
+    ours = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
+    # s3_dataset, Outbox.run, Run.__init__, run_id_of_span, __enter__, put, __exit__, put (and
+    # now and then the sidecar's wake-up, when a batch's worth is queued)
+    calls = sum(n for name, n in ours.items() if not name.endswith(("_woken", ".wake")))
+    assert calls <= 8 * len(contexts), ours
+    assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
+    with outbox._buffer.lock:
+        queued = list(outbox._buffer.queue)[-2:]
+    assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
+    assert [record[1] for record in queued] == ["START", "COMPLETE"]
+    outbox.close(0.1)
+
+
+def test_a_runs_overhead_is_measured_only_for_a_timed_job():
+    outbox, _ = _stuck()
+    quiet, timed = LineageJob("tests", "quiet"), LineageJob("tests", "timed", timed=True)
+    with outbox.run(quiet) as run:
+        pass
+    assert run.overhead == 0.0  # no clock read on the handler's path
+    assert quiet.last_run is None
+    with outbox.run(timed, inputs=[s3_dataset("bucket", "key")]) as run:
+        pass
+    assert run.overhead > 0
+    assert timed.last_run is run
+    assert outbox.stats().accepted == 4
+    outbox.close(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("work_us", [50, 200])
+def test_a_handler_that_computes_without_pause_loses_nothing_to_a_healthy_sink(work_us):
+    # 10,000 invocations of the run helpers back to back, each after work_us of pure-Python
+    # work (about 30,000 and 9,000 events/s, below what the sidecar ships alone), the
+    # defaults, `outbox sink` in its own process: every event delivered, none dropped.  (The
+    # sidecar gets the GIL from such a handler only at a switch interval: it must not give
+    # its turns away, #37.)  `tail --rows busy` prints the same, three runs a row.
+    import os
+    import time
+
+    from opentelemetry import context, trace
+
+    from outbox.tools.benchmarks import throughput
+
+    with throughput.Server(*throughput.SINK) as url:
+        env = {"OPENLINEAGE_URL": url}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            outbox = Outbox.from_env()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        job = LineageJob("tests", "busy")
+        with outbox.run(job):
+            pass
+        assert outbox.flush(30)  # the sidecar started, its connection made
+        spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1, 1, is_remote=False)) for i in range(10_000)]
+        contexts = [trace.set_span_in_context(span) for span in spans]
+        clock, work = time.perf_counter_ns, work_us * 1000
+        for i, ctx in enumerate(contexts):
+            until = clock() + work
+            while clock() < until:
+                pass
+            token = context.attach(ctx)
+            with outbox.run(job, inputs=[s3_dataset("bucket", f"{i}.csv")]):
+                pass
+            context.detach(token)
+        report = outbox.close(60)
+    assert dict(report.undelivered) == {}
+    assert report.delivered == 20_002

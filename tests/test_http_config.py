@@ -171,7 +171,7 @@ def test_yaml_config(tmp_path):
                 "OPENLINEAGE__TRANSPORT__URL": "https://m",
                 "OPENLINEAGE__TRANSPORT__VERIFY": "/nonexistent/ca.pem",
             },
-            "cannot load the TLS files \\(verify='/nonexistent/ca.pem'",
+            "OPENLINEAGE__TRANSPORT__VERIFY='/nonexistent/ca.pem': there is no such CA bundle",
         ),
         (
             {"OPENLINEAGE__TRANSPORT__TYPE": "kafka"},

@@ -45,7 +45,7 @@ LOGGING = {
 
 def child(code: str, cwd, **variables: str) -> subprocess.CompletedProcess[str]:
     """``code`` after the prelude, in a fresh interpreter, with no OPENLINEAGE_* or OUTBOX_*
-    variable but ``variables`` (CI exports OUTBOX_TEST_MYPY_CACHE, itself a warning)."""
+    variable but ``variables`` (a developer's own would be warned about)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENLINEAGE", "OUTBOX_"))}
     result = subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],

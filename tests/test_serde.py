@@ -1,8 +1,10 @@
 """The fast serializer produces the same JSON object as openlineage-python's Serde.to_json."""
 
 import datetime
+import decimal
 import enum
 import json
+import logging
 import uuid
 import warnings
 
@@ -32,7 +34,7 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
-from outbox._serde import event_key, serialize
+from outbox._serde import Unserializable, event_key, serialize
 
 
 class Color(enum.Enum):
@@ -196,26 +198,6 @@ def test_additional_properties_and_legacy_classes_match_serde():
     same_as_serde(legacy_event)
 
 
-def test_a_value_json_cannot_hold_raises_where_serde_writes_a_placeholder():
-    from openlineage.client.serde import Serde
-
-    from outbox._serde import Unserializable
-
-    class Opaque:
-        pass
-
-    facet = CustomRunFacet(mapping={"x": Opaque()})  # type: ignore[dict-item]
-    event = RunEvent(
-        eventType=RunState.START,
-        eventTime="2026-12-02T10:00:00+00:00",
-        run=Run(runId=str(uuid.uuid4()), facets={"custom": facet}),
-        job=Job(namespace="n", name="j"),
-    )
-    assert "<<non-serializable: " in Serde.to_json(event)  # what we refuse to send
-    with pytest.raises(Unserializable, match=r"holds a .*Opaque, which JSON cannot hold"):
-        serialize(event)
-
-
 def test_big_integers_fall_back_to_the_stdlib_encoder():
     event = RunEvent(
         eventType=RunState.START,
@@ -226,17 +208,194 @@ def test_big_integers_fall_back_to_the_stdlib_encoder():
     same_as_serde(event)
 
 
-def test_non_finite_floats_are_written_as_null():
-    # Serde writes the bare token NaN, which is not JSON; we write null on purpose.
-    event = RunEvent(
+# -- the values Serde accepts and refuses -------------------------------------------------------
+
+
+class Opaque:
+    pass
+
+
+class Shade(enum.Enum):
+    DARK = "dark"
+
+
+class Ratio(float):
+    pass
+
+
+def _cycle() -> dict:
+    loop: dict = {"name": "loop"}
+    loop["self"] = loop
+    return loop
+
+
+REFUSED = "refused"
+# value -> what the refusal says (None: accepted).  Each goes in a facet field of an event given
+# as an openlineage-python RunEvent (Serde runs attr.asdict first) and as a dict (it does not).
+VALUES = {
+    "a set": ({"a"}, "a set at run.facets.custom.v"),
+    "a frozenset": (frozenset([1]), "a set at run.facets.custom.v"),
+    "a set in a list": ([1, {"a"}], "a set at run.facets.custom.v[1]"),
+    "NaN": (float("nan"), "a NaN at run.facets.custom.v: JSON has no NaN"),
+    "Infinity": (float("inf"), "an Infinity at run.facets.custom.v"),
+    "-Infinity in a list": ([1.5, float("-inf")], "a -Infinity at run.facets.custom.v[1]"),
+    "a float subclass NaN": (Ratio("nan"), "a NaN at run.facets.custom.v"),
+    "NaN beside a 30-digit integer": ({"n": 10**30, "r": float("nan")}, "a NaN at run.facets.custom.v.r"),
+    "a Decimal": (decimal.Decimal("1.10"), "a Decimal at run.facets.custom.v"),
+    "bytes": (b"x", "a bytes value at run.facets.custom.v, which JSON cannot hold"),
+    "an object()": (object(), "an object() at run.facets.custom.v"),
+    "an object of a class": (Opaque(), "an Opaque object at run.facets.custom.v"),
+    "a time": (datetime.time(10, 0), "a time object at run.facets.custom.v"),
+    "a complex": (1j, "a complex object at run.facets.custom.v"),
+    "keys of two types": ({1: "a", "b": 2}, "at run.facets.custom.v: keys of different types (int, str)"),
+    "a tuple key": ({(1, 2): "a"}, "at run.facets.custom.v: a key of type tuple"),
+    "a cycle": (_cycle(), "the event holds itself at run.facets.custom.v.self (a reference cycle)"),
+    "int keys": ({2: "a", 10: "b"}, None),
+    "a datetime without a timezone": (datetime.datetime(2026, 12, 2, 10, 0), None),
+    "a datetime with one": (datetime.datetime(2026, 12, 2, 10, 0, tzinfo=datetime.UTC), None),
+    "a date": (datetime.date(2026, 12, 2), None),
+    "a UUID": (uuid.UUID(int=7), None),
+    "an enum": (Shade.DARK, None),
+    "a 30-digit integer": (123456789012345678901234567890, None),
+    "nulls and empty objects in a list": ([None, {}, 1, {"a": None}], None),
+    "text holding null tokens": ('{"a":null,"b":[null]}', None),
+}
+
+
+def serde_verdict(event) -> object:
+    """What openlineage-python's Serde makes of ``event``: REFUSED when it raises, sends a
+    placeholder in a value's place, or writes what is not JSON (NaN, Infinity); else the JSON
+    object it writes."""
+
+    def not_json(token: str) -> None:
+        raise ValueError(token)
+
+    try:
+        text = Serde.to_json(event)
+    except Exception:  # TypeError for keys, RecursionError for a cycle
+        return REFUSED
+    if "<<non-serializable: " in text:
+        return REFUSED
+    try:
+        return json.loads(text, parse_constant=not_json)
+    except ValueError:
+        return REFUSED
+
+
+def ours(event) -> object:
+    try:
+        return json.loads(serialize(event).body)  # (orjson reads a 30-digit integer as a float)
+    except Unserializable:
+        return REFUSED
+
+
+def as_attrs(value) -> RunEvent:
+    return RunEvent(
         eventType=RunState.START,
         eventTime="2026-12-02T10:00:00+00:00",
-        run=Run(runId=str(uuid.uuid4()), facets={"custom": CustomRunFacet(ratio=float("nan"))}),
+        run=Run(runId=str(uuid.UUID(int=1)), facets={"custom": {"v": value}}),
         job=Job(namespace="n", name="j"),
     )
-    body = serialize(event).body
-    assert orjson.loads(body)["run"]["facets"]["custom"]["ratio"] is None
-    assert b"NaN" in Serde.to_json(event).encode()
+
+
+def as_dict(value) -> dict:
+    return {
+        "eventType": "START",
+        "eventTime": "2026-12-02T10:00:00+00:00",
+        "run": {"runId": str(uuid.UUID(int=1)), "facets": {"custom": {"v": value}}},
+        "job": {"namespace": "n", "name": "j"},
+    }
+
+
+@pytest.mark.parametrize("shape", [as_attrs, as_dict], ids=["RunEvent", "dict"])
+@pytest.mark.parametrize("case", list(VALUES))
+def test_the_same_values_are_accepted_and_refused_as_by_serde(case, shape):
+    """Accepted: the same JSON object.  Refused: an ``Unserializable`` that says what, and
+    where in the event.  A set is refused only in an event given as a dict: in an
+    openlineage-python event ``attr.asdict`` makes it a list, as here."""
+    value, said = VALUES[case]
+    event = shape(value)
+    theirs = serde_verdict(event)
+    assert ours(event) == theirs
+    if theirs != REFUSED:
+        assert said is None or (shape is as_attrs and "a set" in said), case
+        return
+    assert said is not None, case
+    with pytest.raises(Unserializable) as refused:
+        serialize(event)
+    assert said in str(refused.value)
+    assert "openlineage-python" in str(refused.value)  # and what it would have done
+
+
+def test_a_nan_in_a_facet_class_field_is_refused_by_name():
+    """A float field of an attrs facet (checked apart from a dict's values): where Serde writes
+    the bare token NaN, the outbox refuses the event and names the field."""
+    event = as_attrs(None)
+    event.run.facets = {"custom": CustomRunFacet(ratio=float("nan"), count=3)}
+    assert "NaN" in Serde.to_json(event)
+    with pytest.raises(Unserializable, match=r"^a NaN at run\.facets\.custom\.ratio: JSON has no NaN"):
+        serialize(event)
+    event.run.facets = {"custom": CustomRunFacet(ratio=0.25)}
+    assert ours(event) == serde_verdict(event)
+
+
+def test_an_attrs_object_in_a_dict_event_is_written_as_in_an_openlineage_python_event():
+    """The one leniency: Serde sends "<<non-serializable: CustomRunFacet>>" for a facet object
+    inside an event given as a dict; the outbox writes the facet as Serde writes it inside a
+    RunEvent."""
+    facet = CustomRunFacet(mapping={"k": "v"}, pairs=("a", "b"), color=Color.RED)
+    event = as_dict(None)
+    event["run"]["facets"] = {"custom": facet}
+    reference = as_attrs(None)
+    reference.run.facets = {"custom": facet}
+    assert serde_verdict(event) == REFUSED
+    written = ours(event)["run"]["facets"]["custom"]
+    assert written == serde_verdict(reference)["run"]["facets"]["custom"]
+    assert written["color"] == "red"
+
+
+def test_a_datetime_without_a_timezone_is_written_as_serde_writes_it_with_a_warning(monkeypatch, caplog):
+    from outbox import _refusals
+    from outbox._log import RateLimitedLog
+
+    monkeypatch.setattr(_refusals, "_log", RateLimitedLog(30.0))  # a fresh rate limit
+    event = as_dict(datetime.datetime(2026, 12, 2, 10, 0))
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        assert ours(event)["run"]["facets"]["custom"]["v"] == "2026-12-02T10:00:00"
+        ours(as_dict(datetime.datetime(2026, 12, 2, 10, 0, tzinfo=datetime.UTC)))
+    assert serde_verdict(event)["run"]["facets"]["custom"]["v"] == "2026-12-02T10:00:00"
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said  # the aware one says nothing
+    assert "a datetime without a timezone (2026-12-02T10:00:00)" in said[0]
+    assert "datetime.now(timezone.utc)" in said[0]
+
+
+def test_an_event_that_cannot_be_serialized_is_counted_and_its_refusal_said(caplog, tmp_path):
+    """What the refusal says reaches the log and the dead-letter file, and the event is
+    counted invalid_event while the outbox delivers the rest."""
+    from outbox import Outbox
+    from outbox.transports import MemoryTransport
+
+    dead = tmp_path / "dead.jsonl"
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        outbox = Outbox(MemoryTransport(), linger=0, dead_letter=dead, close_at_exit=False)
+        assert outbox.emit(as_dict(float("nan")))
+        assert outbox.emit(as_dict({"a"}))
+        assert outbox.emit(as_dict(1.5))
+        report = outbox.close(5)
+    assert report.undelivered == {"invalid_event": 2}, report
+    assert report.delivered == 1
+    assert "cannot be serialized: a NaN at run.facets.custom.v: JSON has no NaN" in caplog.text
+    answers = sorted(json.loads(line)["answer"] for line in dead.read_text().splitlines())
+    assert answers[0].startswith("a NaN at run.facets.custom.v")
+    assert answers[1].startswith("a set at run.facets.custom.v, which JSON cannot hold")
+
+
+def test_a_run_helper_job_with_a_nan_is_refused_when_it_is_made():
+    from outbox import LineageJob
+
+    with pytest.raises(ValueError, match=r"a NaN at x\.ratio: JSON has no NaN"):
+        LineageJob("n", "j", run_facets={"x": {"_producer": "p", "_schemaURL": "s", "ratio": float("nan")}})
 
 
 @pytest.mark.parametrize(

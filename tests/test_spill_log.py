@@ -273,6 +273,25 @@ def test_a_directory_removed_and_made_again_is_noticed_too(tmp_path, caplog):
     _removed_under(tmp_path, again=True, caplog=caplog)
 
 
+def test_a_directory_removed_while_nothing_more_is_written_is_noticed_at_the_close(tmp_path):
+    """No write after the removal to notice it: the close does, and hands on exactly what is on
+    disk (the events in flight at the removal, retried, are not written again: counted lost)."""
+    spill = tmp_path / "spill"
+    box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=1)
+    for n in range(50):
+        assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == 50)
+    shutil.rmtree(spill)
+    report = box.close()
+    handed = report.undelivered.get("spilled_at_close", 0)
+    assert (
+        handed + report.undelivered.get("spill_lost", 0) + report.undelivered.get("dropped_shutdown", 0) == 50
+    )
+    with Sink() as sink:
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
+        assert len(ns(sink)) == handed, report
+
+
 # -- order across adoption ---------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ def test_mypy_accepts_every_kind_of_event_and_refuses_what_is_not_one(tmp_path):
     )
     # A cache kept between runs if CI names one (.ci/run does): cold, mypy spends 20-40 s of
     # CPU on outbox and openlineage's modules; its cache is checked against each module's hash.
-    cache = os.environ.get("OUTBOX_TEST_MYPY_CACHE") or str(tmp_path / "cache")
+    cache = os.environ.get("LINEAGE_OUTBOX_TEST_MYPY_CACHE") or str(tmp_path / "cache")
     out, err, status = api.run(["--strict", "--no-error-summary", "--cache-dir", cache, str(program)])
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert status == 1, out + err

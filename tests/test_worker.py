@@ -443,3 +443,47 @@ def test_a_request_goes_out_before_the_worker_serializes_the_next_batch(monkeypa
     # When each request was out, the events taken were its own: the next batch was still in
     # the buffer (the first request excepted: it waited while the test was still emitting).
     assert all(taken == n for n, taken in transport.out[1:]), transport.out
+
+
+class TakesAheadWhileOnTheWire:
+    """Holds its first request on the wire (up to 5 s) until the worker has taken the next
+    batch from the buffer meanwhile."""
+
+    def __init__(self) -> None:
+        self.outbox: Outbox | None = None
+        self.took_ahead: bool | None = None
+
+    async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> list[Outcome]:
+        if self.took_ahead is None:
+            assert self.outbox is not None
+            buf = self.outbox._buffer
+            for _ in range(500):
+                if buf.in_flight > len(batch):
+                    break
+                await asyncio.sleep(0.01)
+            self.took_ahead = buf.in_flight > len(batch)
+        return [DELIVERED] * len(batch)
+
+    async def aclose(self):
+        pass
+
+
+def test_behind_a_handler_that_computes_the_worker_takes_the_next_batch_without_waiting(monkeypatch):
+    """When hand-offs are slow (a handler computes without pause: each wait hands it the GIL
+    for a switch interval), the worker gives a new request one turn of the loop, not
+    ``_ON_THE_WIRE``, before it takes (serializes) the next batch (#37: such a handler
+    starved the sidecar).  The bound made long here: waiting for it would hold the request."""
+    from outbox import _slices, _worker
+
+    monkeypatch.setattr(_worker, "_ON_THE_WIRE", 30.0)
+    monkeypatch.setattr(_slices.Slicer, "contended", property(lambda self: True))
+    transport = TakesAheadWhileOnTheWire()
+    outbox = make(transport, linger=5.0, max_batch_events=100, max_concurrency=1)
+    transport.outbox = outbox
+    for i in range(300):
+        assert outbox.emit(run_event(n=i))
+    outbox.flush(0)  # (asks the worker not to linger)
+    assert wait_until(lambda: transport.took_ahead is not None)
+    assert transport.took_ahead
+    report = outbox.close(30)
+    assert report.delivered == 300

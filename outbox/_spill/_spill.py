@@ -213,9 +213,10 @@ class Spill:
 
     def _append(self, buf: Buffer, events: list[tuple[int, SerializedEvent]]) -> int:
         """This owner's events to disk (its directory made again first, if it vanished)."""
+        if not events:
+            return 0
         if self.home.vanished() and not self._start_over(buf):
-            if events:
-                self.disk.refused(events[0][0], events[-1][0] + 1, len(events))
+            self.disk.refused(events[0][0], events[-1][0] + 1, len(events))
             return 0
         return self.disk.append(events, buf.lock, lambda: self._settle(buf))
 
@@ -254,6 +255,8 @@ class Spill:
     def _release(self, buf: Buffer, slicer: Slicer | None) -> None:
         """The overflow to disk, not before the queued events below it are written: the records
         of a stream are in the order of their numbers, which a successor reads them in."""
+        if not self.window.events:
+            return
         if self._unwritten(buf):
             self._write_queued(buf, slicer)
             if self._unwritten(buf):
@@ -325,6 +328,8 @@ class Spill:
         (the outbox counts them ``spilled_at_close``, the rest lost)."""
         if self._closed:
             return 0
+        if self.home.vanished():  # (its files gone: what is held is written again, if it can be)
+            self._start_over(buf)
         self.tick(buf, None, time.monotonic(), force=True)
         self._settle(buf)
         disk = self.disk
@@ -346,16 +351,7 @@ class Spill:
             disk.drop_all(spare={path for run in self._pending for path in run.paths})
         else:
             disk.tell_unsettled_deliveries()
-        left = self.left()
-        if any(left.values()):
-            never_silent(
-                logging.WARNING,
-                "spill: %d event(s) of processes that are gone were not taken in by the close's "
-                "deadline, and %d such process(es)' files could not be taken over: left in %s",
-                left["events"],
-                left["owners"],
-                self.directory,
-            )
+        _tell_left(self.left(), self.directory)
         if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
             disk.drop_all(keep=[self.directory])  # (this owner's directory too)
         self.home.release()
@@ -416,6 +412,18 @@ class Spill:
             "invalid_bodies": window.invalid,
             "oldest_age": disk.oldest_age(),
         }
+
+
+def _tell_left(left: dict[str, int], directory: str) -> None:
+    if any(left.values()):
+        never_silent(
+            logging.WARNING,
+            "spill: %d event(s) of processes that are gone were not taken in by the close's "
+            "deadline, and %d such process(es)' files could not be taken over: left in %s",
+            left["events"],
+            left["owners"],
+            directory,
+        )
 
 
 def _in_place_locked(buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:

@@ -2,7 +2,7 @@
 reference broker (``python -m outbox.tools.benchmarks forward``).
 
 The broker's jars are resolved from Maven Central with Maven (cached in the local Maven
-repository and in ``$OUTBOX_PEERS_CACHE``, default ``~/.cache/lineage-outbox``). One process
+repository and in ``$LINEAGE_OUTBOX_PEERS_CACHE``, default ``~/.cache/lineage-outbox``). One process
 is broker and controller (KRaft), its storage formatted first, its log in a temporary folder
 that survives a restart (``stop``/``kill``, then ``start`` on the same log).
 
@@ -31,7 +31,7 @@ from .broker import start_server, stop_process
 __all__ = ["CACHE", "KAFKA_VERSION", "ApacheKafka", "maven_classpath", "metadata_answer", "wait_for_metadata"]
 
 KAFKA_VERSION = "4.4.0"
-CACHE = Path(os.environ.get("OUTBOX_PEERS_CACHE", Path.home() / ".cache" / "lineage-outbox"))
+CACHE = Path(os.environ.get("LINEAGE_OUTBOX_PEERS_CACHE", Path.home() / ".cache" / "lineage-outbox"))
 
 Say = Callable[[str], None]
 

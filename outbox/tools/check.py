@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import json
 import logging
 import ssl
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .. import ConfigError, Outbox
+from .. import _deadletter as deadletter
 from .._config import ResolvedTransport, resolve_transport_config
 from ..transports import (
     CompositeTransport,
@@ -361,39 +363,28 @@ def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] |
 
 def read_sample(path: str) -> list[Any] | str:
     """The events of ``path``: one JSON event, a JSON array of them, or JSON lines (a dead-letter
-    file's lines give their ``event``); or why they cannot be read."""
+    file's records give the event each holds, read as ``outbox replay`` reads them); or why they
+    cannot be read."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
         return f"cannot read the events in {path}: {exc}"
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
+        whole = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
         whole = None
-    if isinstance(whole, list):
-        events = whole
-    elif isinstance(whole, dict):
-        events = [whole]
+    if isinstance(whole, (list, dict)):
+        events = whole if isinstance(whole, list) else [whole]
     else:
         events = []
-        for number, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                continue
-            try:
-                events.append(json.loads(raw))
-            except json.JSONDecodeError as exc:
-                return f"{path} line {number} is not JSON ({exc.msg}); give JSON lines of events"
-    # A dead-letter line: its event; one that holds only event_repr (never serialized) is no sample.
-    dead = [isinstance(e, dict) and {"time", "reason"} <= e.keys() for e in events]
-    events = [
-        e["event"] if is_dead else e
-        for e, is_dead in zip(events, dead, strict=True)
-        if not is_dead or isinstance(e.get("event"), dict)
-    ]
-    if not events:
-        return f"{path} holds no event"
-    return events
+        for item in deadletter.scan(io.BytesIO(data)):
+            if isinstance(item, deadletter.Torn):
+                return f"{path} line {item.line} is not JSON (nor a sound record); give JSON lines of events"
+            # (A record that holds only event_repr, or text that is not a JSON object: no sample.)
+            if item.event is not None:
+                events.append(json.loads(item.event))
+    return events or f"{path} holds no event"
 
 
 def _check_file(transport: FileTransport, prefix: str) -> Check:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +15,10 @@ from .._config import ResolvedTransport, warn_once
 from .._errors import ConfigError
 from .._log import limit_library_logs
 from ._http_settings import (
+    BOOLEAN_WORDS,
     OPENLINEAGE_FILTER,
     RedactingFilter,
+    check_ca,
     check_headers,
     provider_secrets,
     redact_url,
@@ -97,44 +100,92 @@ def _drop_unknown(config: dict[str, Any], origin: Callable[[str], str]) -> None:
         config.pop(key)
 
 
+#: The keys of openlineage-python's TLS settings.
+TLS_KEYS = ("verify", "sslContext", "ssl_context", "sslcontext")
+
+
 def _tls_kwargs(config: dict[str, Any], origin: Callable[[str], str], url: str) -> dict[str, Any]:
-    """``verify``, ``client_cert`` and ``client_key`` from ``verify`` and ``sslContext``."""
+    """``verify``, ``client_cert`` and ``client_key`` from ``verify`` and ``sslContext``, read as
+    openlineage-python's ``http`` transport (requests) reads them; what would fail its every
+    event is a ConfigError naming the setting."""
     kwargs: dict[str, Any] = {}
     plain_http = url.strip().lower().startswith("http://")
     if "verify" in config:
         verify = config["verify"]
+        if isinstance(verify, int) and not isinstance(verify, bool):
+            verify = bool(verify)  # JSON 0 and 1: requests reads them by their truth
         if not isinstance(verify, (bool, str)):
             raise ConfigError(f"{origin('verify')}={verify!r} must be true, false or the path of a CA bundle")
         if plain_http and isinstance(verify, str):
             # requests never reads verify for an http:// URL, so openlineage-python delivers.
             warn_once(
                 f"{origin('verify')}={verify!r} has no effect on the http:// URL {redact_url(url.strip())} "
-                "(ignored); it matters for https:// only"
+                f"(ignored); it matters for https:// only{_text_hint(verify)}"
             )
         else:
+            if isinstance(verify, str):
+                check_ca(origin("verify"), verify, _UNQUOTED)
             kwargs["verify"] = verify
-    ssl_config = config.get("sslContext", config.get("ssl_context", config.get("sslcontext")))
-    if ssl_config is not None:
-        if not isinstance(ssl_config, dict):
-            raise ConfigError(f'{origin("sslContext")} must be a mapping such as {{"caCertPath": ...}}')
-        ca = ssl_config.get("caCertPath", ssl_config.get("ca_cert_path", ssl_config.get("cacertpath")))
-        cert = ssl_config.get(
-            "clientCertPath", ssl_config.get("client_cert_path", ssl_config.get("clientcertpath"))
-        )
-        client_key = ssl_config.get(
-            "clientKeyPath", ssl_config.get("client_key_path", ssl_config.get("clientkeypath"))
-        )
-        if client_key and not cert:
-            raise ConfigError(f"{origin('sslContext')}: clientKeyPath needs clientCertPath")
-        if plain_http and (ca or cert):
-            warn_once(
-                f"{origin('sslContext')} has no effect on the http:// URL {redact_url(url.strip())} "
-                "(ignored): TLS files matter for https:// only"
+    key = next((k for k in TLS_KEYS[1:] if k in config), None)
+    if key is not None and config[key] is not None:
+        kwargs.update(_ssl_context_kwargs(config[key], origin(key), plain_http, config.get("type")))
+    return kwargs
+
+
+# How to write the boolean, for check_ca's message.
+_UNQUOTED = (
+    "{b} without quotes (OPENLINEAGE__TRANSPORT__VERIFY={b} in lower case, which reads as JSON; "
+    "verify: {b} in YAML)"
+)
+
+
+def _text_hint(verify: str) -> str:
+    """For verify given as text that reads as a boolean: what requests makes of it."""
+    meant = BOOLEAN_WORDS.get(verify.strip().lower())
+    if meant is None:
+        return ""
+    return (
+        f"; on https:// it would be read as the path of a CA bundle, not as {meant}: write {meant} "
+        "without quotes"
+    )
+
+
+def _ssl_context_kwargs(ssl_config: Any, name: str, plain_http: bool, kind: Any) -> dict[str, Any]:
+    """openlineage-python's ``sslContext``: ``caCertPath`` (the CA bundle), ``clientCertPath``
+    and ``clientKeyPath`` (mutual TLS)."""
+    if not isinstance(ssl_config, dict):
+        raise ConfigError(f'{name} must be a mapping such as {{"caCertPath": ...}}')
+    ca = ssl_config.get("caCertPath", ssl_config.get("ca_cert_path", ssl_config.get("cacertpath")))
+    cert = ssl_config.get(
+        "clientCertPath", ssl_config.get("client_cert_path", ssl_config.get("clientcertpath"))
+    )
+    client_key = ssl_config.get(
+        "clientKeyPath", ssl_config.get("client_key_path", ssl_config.get("clientkeypath"))
+    )
+    if client_key and not cert:
+        raise ConfigError(f"{name}: clientKeyPath needs clientCertPath")
+    # requests checks a client certificate's files before every request, http:// too.
+    for field, path in (("clientCertPath", cert), ("clientKeyPath", client_key)):
+        if path and not os.path.exists(path):
+            if kind == "async_http":  # whose config has no sslContext: it delivers without
+                warn_once(
+                    f"{name}: {field}={path!r} does not exist: sslContext ignored, as "
+                    "openlineage-python's async_http transport ignores it"
+                )
+                return {}
+            raise ConfigError(
+                f"{name}: {field}={path!r} does not exist; openlineage-python (requests) checks "
+                "a client certificate's files before every request, to an http:// URL too, and "
+                f"would fail every event; give the path of the file (PEM), or leave {field} out"
             )
-        else:
-            if ca:
-                kwargs["verify"] = ca
-            kwargs["client_cert"], kwargs["client_key"] = cert, client_key
+    if plain_http:
+        if ca or cert:
+            warn_once(f"{name} has no effect on an http:// URL (ignored): TLS files matter for https:// only")
+        return {}
+    kwargs = {"client_cert": cert, "client_key": client_key}
+    if ca:  # it takes precedence over verify, as in openlineage-python
+        check_ca(f"{name}: caCertPath", ca, _UNQUOTED)
+        kwargs["verify"] = ca
     return kwargs
 
 
@@ -158,7 +209,8 @@ def _header_and_auth_kwargs(config: dict[str, Any], origin: Callable[[str], str]
 
 
 def _retry_kwargs(config: dict[str, Any], origin: Callable[[str], str]) -> dict[str, Any]:
-    """``status_forcelist`` from ``retry``."""
+    """``status_forcelist`` from ``retry``, read as urllib3's ``Retry`` reads it for
+    openlineage-python: looked up with ``in``, by number."""
     if "retry" not in config:
         return {}
     retry = config["retry"]
@@ -169,11 +221,35 @@ def _retry_kwargs(config: dict[str, Any], origin: Callable[[str], str]) -> dict[
     if "status_forcelist" not in retry:
         return {}
     statuses = retry["status_forcelist"]
-    if not isinstance(statuses, list) or not all(
-        isinstance(s, int) and not isinstance(s, bool) for s in statuses
-    ):
-        raise ConfigError(f"{origin('retry')}: status_forcelist must be a list of status codes")
-    return {"status_forcelist": statuses}
+    name = f"{origin('retry')}: status_forcelist"
+    if not statuses:  # None, [], 0, "": urllib3 makes them an empty list
+        warn_once(
+            f"{name}={statuses!r} retries no status, as in openlineage-python (urllib3 reads it as "
+            "an empty list): an event answered 5xx is rejected, unless the answer is a 413, 429 or "
+            "503 with a Retry-After; leave status_forcelist out to retry every 5xx, 408 and 429"
+        )
+        return {"status_forcelist": []}
+    if not isinstance(statuses, (list, tuple, dict)):
+        numbers = [int(n) for n in re.findall(r"\d{3}", str(statuses))] or [503]
+        raise ConfigError(
+            f"{name}={statuses!r} is not a list: openlineage-python (urllib3) looks each answer's "
+            f"status up in it, and fails every event with a TypeError; write a list, such as {numbers}"
+        )
+    codes: list[int] = []
+    ignored: list[Any] = []
+    for item in statuses:
+        number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if number and float(item).is_integer():
+            codes.append(int(item))  # 502.0 matches 502, as in urllib3
+        else:
+            ignored.append(item)
+    if ignored:
+        warn_once(
+            f"{name} holds {', '.join(map(repr, ignored))}, which no status matches (urllib3 "
+            "compares each answer's status, a number, with each item, so openlineage-python "
+            "never retries on them either): ignored; write the status codes as numbers, without quotes"
+        )
+    return {"status_forcelist": codes}
 
 
 def _number(name: str, value: Any) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import re
 import socket
 import ssl
@@ -21,7 +22,7 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from .._config import tls_context
+from .._config import tls_context, warn_once
 from .._errors import ConfigError
 
 MODES = ("single", "batch", "auto")
@@ -404,9 +405,61 @@ class Places:
         self._gate.release()
 
 
-def ssl_context(verify: bool | str, cert: str | None, key: str | None) -> ssl.SSLContext | bool:
+#: Text that reads as a boolean, and the boolean it reads as.
+BOOLEAN_WORDS = {"false": "false", "0": "false", "no": "false", "off": "false"} | dict.fromkeys(
+    ("true", "1", "yes", "on"), "true"
+)
+
+
+def check_ca(name: str, path: str, unquoted: str = "verify={B} (a bool, not text)") -> None:
+    """A ConfigError when the CA bundle ``path`` (``name``'s value) does not exist: requests
+    fails every request to an https:// URL on it (``Could not find a suitable TLS CA
+    certificate bundle``).  ``unquoted`` says how to write the boolean (``{b}``: false,
+    ``{B}``: False), for text that reads as one."""
+    if os.path.exists(path):
+        return
+    meant = BOOLEAN_WORDS.get(path.strip().lower())
+    if meant is not None:
+        raise ConfigError(
+            f"{name}={path!r} is text, not the boolean {meant}: openlineage-python (requests) reads "
+            f"text as the path of a CA bundle, and there is no file {path!r}, so every event would "
+            f"fail; write {unquoted.format(b=meant, B=meant.capitalize())}"
+            + (" to turn certificate checks off" if meant == "false" else "")
+            + ", or give the path of a CA bundle that exists"
+        )
+    raise ConfigError(
+        f"{name}={path!r}: there is no such CA bundle (file or folder), on which openlineage-python "
+        "(requests) would fail every event; give the path of a CA bundle (PEM) that exists, or true "
+        "for the system's CAs"
+    )
+
+
+def ssl_context(
+    verify: bool | str, cert: str | None, key: str | None, *, plain_http: bool = False
+) -> ssl.SSLContext | bool:
+    """What the client verifies with: httpx's default (True), no verification (False), or a
+    context with the CA bundle and client certificate given.  For an ``http://`` URL nothing
+    is loaded, as requests loads nothing there (openlineage-python delivers); but requests
+    checks that a client certificate's files exist before every request, http:// included,
+    and fails every event without them: a ConfigError here."""
+    if plain_http:
+        for keyword, path in (("client_cert", cert), ("client_key", key)):
+            if path and not os.path.exists(path):
+                raise ConfigError(
+                    f"{keyword}={path!r} does not exist; openlineage-python (requests) checks a "
+                    "client certificate's files before every request, to an http:// URL too, and "
+                    f"would fail every event; give the path of the file (PEM), or leave {keyword} out"
+                )
+        if isinstance(verify, str) or cert:
+            warn_once(
+                f"verify={verify!r}, client_cert={cert!r} have no effect on an http:// URL "
+                "(not loaded); they matter for https:// only"
+            )
+        return verify if isinstance(verify, bool) else True
     if not cert and isinstance(verify, bool):
         return verify  # httpx's own default context, or no verification
+    if isinstance(verify, str):
+        check_ca("verify", verify)
     return tls_context(
         verify if isinstance(verify, str) else None,
         cert,

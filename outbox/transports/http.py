@@ -71,7 +71,7 @@ from ._http_answers import (
     snippet,
     status_outcome,
 )
-from ._http_config import http_kwargs
+from ._http_config import TLS_KEYS, http_kwargs
 from ._http_settings import (
     NoBearer,
     Places,
@@ -132,8 +132,10 @@ class HttpTransport:
         timeout: seconds one request may take in all.
         connect_timeout: seconds to establish a connection (default: ``timeout``).
         read_timeout: seconds to wait for the answer (default: ``timeout``).
-        verify: check TLS certificates (default True), or the path of a CA bundle.
-        client_cert: path of a client certificate (PEM) for mutual TLS.
+        verify: check TLS certificates (default True), or the path of a CA bundle (a file or
+            a folder).  Not read for an ``http://`` URL (a warning says so), as requests.
+        client_cert: path of a client certificate (PEM) for mutual TLS.  Its files must exist,
+            for an ``http://`` URL too, as requests checks them before every request.
         client_key: path of its key, if not in ``client_cert``.
         max_concurrent_requests: requests in flight at once, and connections open, across
             every lane of the worker.
@@ -194,7 +196,7 @@ class HttpTransport:
         self._tokens: list[str] = []
         connect, read = float(connect_timeout or timeout), float(read_timeout or timeout)
         self._timeouts = httpx.Timeout(self.timeout, connect=connect, read=read)
-        self._verify = ssl_context(verify, client_cert, client_key)
+        self._verify = ssl_context(verify, client_cert, client_key, plain_http=parts.scheme == "http")
         self._client: httpx.AsyncClient | None = None
         self._places = Places(max_concurrent_requests)  # every lane's requests share them
         self._single_for_good = mode == "single"
@@ -224,6 +226,9 @@ class HttpTransport:
             key = str(exc).split("=", 1)[0]
             if key in kwargs and key != "api_key":
                 raise ConfigError(f"{resolved.origin(key)}: {exc}") from None
+            if str(exc).startswith("cannot load the TLS files"):  # a file there, but not TLS
+                named = [resolved.origin(k) for k in TLS_KEYS if k in (resolved.config or {})]
+                raise ConfigError(f"{' and '.join(named)}: {exc}") from None
             raise
 
     # -- the Transport protocol -------------------------------------------------------------

@@ -2,7 +2,7 @@
 end-to-end suite: installed in a virtual environment of its own, fed from a real Kafka topic,
 with its server faked as a catalogue of tables.
 
-``connector_python()`` builds (once, cached under ``$OUTBOX_PEERS_CACHE``) a virtual
+``connector_python()`` builds (once, cached under ``$LINEAGE_OUTBOX_PEERS_CACHE``) a virtual
 environment from ``requirements-openmetadata.txt``: the package and the modules its connector
 and workflow import, each installed without dependencies (the package's full dependency set
 builds one from sources, which downloads from the internet).  ``FakeOpenMetadata`` serves the
@@ -89,7 +89,7 @@ def run_connector(server_url: str, bootstrap_servers: str, topic: str, services:
         },
         "sink": {"type": "metadata-rest", "config": {}},
         "workflowConfig": {
-            "loggerLevel": os.environ.get("OUTBOX_OPENMETADATA_LOG", "INFO"),
+            "loggerLevel": os.environ.get("LINEAGE_OUTBOX_OPENMETADATA_LOG", "INFO"),
             "openMetadataServerConfig": {
                 "hostPort": f"{server_url}/api",
                 "authProvider": "openmetadata",

@@ -2,7 +2,7 @@
 once it answers its own protocol (not once its port is open).
 
 Apache Kafka 4.x (``outbox.tools.apache_kafka``): the broker's jars resolved from Maven Central
-with Maven (cached in the local Maven repository and in ``$OUTBOX_PEERS_CACHE``, default
+with Maven (cached in the local Maven repository and in ``$LINEAGE_OUTBOX_PEERS_CACHE``, default
 ``~/.cache/lineage-outbox``), KRaft mode, one process as broker and controller, storage
 formatted first, logs kept in a temporary folder that survives a restart; ready once a Metadata
 request names a broker and a controller; or any running Kafka named by ``KAFKA_BOOTSTRAP_SERVERS``

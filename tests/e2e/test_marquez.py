@@ -267,10 +267,10 @@ def test_apache_kafka_to_outbox_forward_to_marquez(apache_kafka, marquez):
 
 
 def test_invocations_of_the_run_helpers_reach_marquez(marquez):
-    """``OUTBOX_E2E_RUNS=2000 pytest -m e2e tests/e2e -k invocations -s`` prints the figure
+    """``LINEAGE_OUTBOX_E2E_RUNS=2000 pytest -m e2e tests/e2e -k invocations -s`` prints the figure
     docs/benchmarks.md quotes.  CI runs 500 (its Marquez runs beside the other suites: at about
     40 events/s, 2,000 runs are 100 s of its CPU)."""
-    count = int(os.environ.get("OUTBOX_E2E_RUNS", "500"))
+    count = int(os.environ.get("LINEAGE_OUTBOX_E2E_RUNS", "500"))
     namespace = f"e2e-volume-{uuid.uuid4().hex[:8]}"
     job = LineageJob(namespace, "volume", producer="https://example.com/tests")
     outbox = Outbox(HttpTransport(marquez.url, mode="auto"), max_events=100_000, close_at_exit=False)

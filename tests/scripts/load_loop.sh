@@ -11,7 +11,7 @@ log=${1:-/tmp/outbox-load-loop.log}
 rounds=${2:-5}
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 clone=/tmp/outbox-load-loop
-cache=${OUTBOX_PEERS_CACHE:-$HOME/.cache/lineage-outbox}
+cache=${LINEAGE_OUTBOX_PEERS_CACHE:-$HOME/.cache/lineage-outbox}
 rm -rf "$clone" && git clone -q "$repo" "$clone" && cd "$clone" || exit 1
 python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' || exit 1
 uv="$cache/uv/bin/uv"
@@ -23,7 +23,7 @@ done
 python3 -c 'while True: pass' & b1=$!
 python3 -c 'while True: pass' & b2=$!
 trap 'kill $b1 $b2' EXIT
-export OUTBOX_TEST_MYPY_CACHE="$cache/mypy-tests"
+export LINEAGE_OUTBOX_TEST_MYPY_CACHE="$cache/mypy-tests"
 echo "$(git rev-parse --short HEAD): $rounds rounds beside two busy processes" >>"$log"
 passed=0
 failed=0

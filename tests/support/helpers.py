@@ -110,7 +110,7 @@ class FailingTransport:
 # How much longer than its stated bound a wait may go on before a test gives up: the bounds
 # only stop a test that would hang, and beside busy processes (or other suites) a child
 # process's start-up alone can take 10-20 s here.  A wait that is met returns at once.
-PATIENCE = float(os.environ.get("OUTBOX_TEST_PATIENCE", "3"))
+PATIENCE = float(os.environ.get("LINEAGE_OUTBOX_TEST_PATIENCE", "3"))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

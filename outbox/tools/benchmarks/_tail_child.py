@@ -16,7 +16,12 @@ A handler thread runs ``invocations`` invocations; each one's lineage is timed:
   instead of an outbox: the least a pure-Python ``emit`` with a bound can do.
 
 Between invocations the handler does its own work: ``io`` sleeps ``work_us`` (a handler
-waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).
+waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).  The
+``mode`` changes what is timed: ``whole``, the handler's computing and its lineage together,
+invocations starting at ``rate`` a second; ``busy``, computing and lineage back to back, never a
+pause (what is dropped is the figure); ``full``, two emits with the buffer empty, then full of
+an outage's backlog (:func:`full_buffer`).  A helpers invocation's object key is made before
+the clock runs: the trigger gives it to a handler.
 Prints one JSON object: the sorted per-invocation samples' percentiles and the outbox's counts.
 """
 
@@ -125,62 +130,159 @@ def build_dicts(count: int, tag: str) -> list[tuple[Any, Any]]:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     os.environ.update(spec.get("env", {}))
-    kind, threads, invocations = spec["kind"], spec["threads"], spec["invocations"]
-    work_s = spec["work_us"] / 1e6
-    cpu_work = spec["work"] == "cpu"
-    warmup = spec.get("warmup", 10)
-    per_thread = invocations + warmup
-    lineage = [_pairs(kind, per_thread, f"t{t}") for t in range(threads)]
-    outbox, target = _target(spec, kind, lineage, per_thread)
-    if kind == "helpers":
-        job, attach, detach, s3_dataset = _helpers_kit(outbox)
+    if spec.get("mode") == "full":
+        print(json.dumps(full_buffer(spec)))
+        return
+    kit = Kit(spec)
     gc.collect()
-    barrier = threading.Barrier(threads)
-    results: list[list[int]] = [[] for _ in range(threads)]
-    firsts: list[int] = [0] * threads
-    clock = time.perf_counter_ns
-
-    def handler(t: int) -> None:
-        pairs = lineage[t]
-        samples = results[t]
-        emit = target  # (a local: the call costs what a handler's would)
-        barrier.wait()
-        for i in range(per_thread):
-            if kind == "objects" or kind == "dicts":
-                start, complete = pairs[i]
-                t0 = clock()
-                emit(start)
-                emit(complete)
-                t1 = clock()
-            elif kind == "helpers":
-                token = attach(pairs[i])  # the runtime's span for this invocation
-                t0 = clock()
-                with outbox.run(job, inputs=[s3_dataset("bench-src", f"t{t}/{i}.csv")]):  # type: ignore[union-attr]
-                    pass
-                t1 = clock()
-                detach(token)
-            else:
-                t0 = clock()
-                t1 = clock()
-            if i == 0:
-                firsts[t] = t1 - t0
-            if i >= warmup:
-                samples.append(t1 - t0)
-            if cpu_work:
-                until = t1 + spec["work_us"] * 1000
-                while clock() < until:
-                    pass
-            else:
-                time.sleep(work_s)
-
-    workers = [threading.Thread(target=handler, args=(t,)) for t in range(threads)]
+    workers = [threading.Thread(target=handler, args=(kit, t)) for t in range(kit.threads)]
     started = time.monotonic()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     elapsed = time.monotonic() - started
-    print(json.dumps(_figures(results, firsts, elapsed, outbox, spec.get("close_timeout", 2.0))))
+    print(json.dumps(_figures(kit.results, kit.firsts, elapsed, kit.outbox, spec.get("close_timeout", 2.0))))
+
+
+class Kit:
+    """What a row's handler threads share: the events (or spans), the outbox or the minimal
+    emitter, the mode, and where the samples go."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.kind, self.threads = spec["kind"], spec["threads"]
+        self.warmup = spec.get("warmup", 10)
+        self.per_thread = spec["invocations"] + self.warmup
+        self.lineage = [_pairs(self.kind, self.per_thread, f"t{t}") for t in range(self.threads)]
+        self.outbox, self.target = _target(spec, self.kind, self.lineage, self.per_thread)
+        mode = spec.get("mode", "lineage")
+        # ``whole``: the handler's own work (computing) is inside the timed part, and invocations
+        # start at ``rate`` a second (sleeping between them); ``busy``: back to back, never a pause.
+        self.whole, self.busy = mode == "whole", mode == "busy"
+        self.period_ns = int(1e9 / spec["rate"]) if self.whole else 0
+        self.work_ns, self.work_s = int(spec["work_us"] * 1000), spec["work_us"] / 1e6
+        self.cpu_work = spec["work"] == "cpu"
+        self.keys: list[list[str]] = []
+        if self.kind == "helpers":
+            self.job, self.attach, self.detach, self.s3_dataset = _helpers_kit(self.outbox)
+            # The objects' keys, as a handler gets them from its trigger (not lineage's work).
+            self.keys = [[f"t{t}/{i}.csv" for i in range(self.per_thread)] for t in range(self.threads)]
+            if (self.whole or self.busy) and self.outbox is not None:
+                # The sidecar started and its connection made before the clock runs (its imports
+                # and first request are a process's start, not the invocations').
+                with self.outbox.run(self.job, inputs=[self.s3_dataset("bench-src", "warm-up.csv")]):
+                    pass
+                self.outbox.flush(30)
+        self.barrier = threading.Barrier(self.threads)
+        self.results: list[list[int]] = [[] for _ in range(self.threads)]
+        self.firsts: list[int] = [0] * self.threads
+
+
+def handler(kit: Kit, t: int) -> None:
+    """One handler thread's invocations, each timed (see the module's docstring)."""
+    kind, whole, busy, cpu_work, warmup = kit.kind, kit.whole, kit.busy, kit.cpu_work, kit.warmup
+    pairs, samples, outbox = kit.lineage[t], kit.results[t], kit.outbox
+    emit = kit.target  # (a local: the call costs what a handler's would)
+    if kind == "helpers":
+        job, attach, detach, s3_dataset, mine = kit.job, kit.attach, kit.detach, kit.s3_dataset, kit.keys[t]
+    clock, work_ns, period_ns = time.perf_counter_ns, kit.work_ns, kit.period_ns
+    kit.barrier.wait()
+    slot = clock()
+    for i in range(kit.per_thread):
+        t0 = clock()
+        if whole or busy:
+            until = t0 + work_ns
+            while clock() < until:
+                pass
+        if kind == "objects" or kind == "dicts":
+            start, complete = pairs[i]
+            if not whole:
+                t0 = clock()
+            emit(start)
+            emit(complete)
+            t1 = clock()
+        elif kind == "helpers":
+            token = attach(pairs[i])  # the runtime's span for this invocation
+            if not whole:
+                t0 = clock()
+            with outbox.run(job, inputs=[s3_dataset("bench-src", mine[i])]):  # type: ignore[union-attr]
+                pass
+            t1 = clock()
+            detach(token)
+        else:
+            if not whole:
+                t0 = clock()
+            t1 = clock()
+        if i == 0:
+            kit.firsts[t] = t1 - t0
+        if i >= warmup:
+            samples.append(t1 - t0)
+        if busy:
+            continue
+        if whole:
+            slot += period_ns
+            pause = slot - clock()
+            if pause > 0:
+                time.sleep(pause / 1e9)
+        elif cpu_work:
+            until = t1 + work_ns
+            while clock() < until:
+                pass
+        else:
+            time.sleep(kit.work_s)
+
+
+def full_buffer(spec: dict[str, Any]) -> dict[str, Any]:
+    """Two emits per invocation against a refused backend, first with the buffer empty, then
+    with it full of an outage's backlog (``fill``: ``full``, the policy evicting or refusing
+    at every emit; ``nearly``: filled to what the timed invocations will still fit); the same
+    process, the same events."""
+    kind, invocations = spec["kind"], spec["invocations"]
+    warmup = spec.get("warmup", 10)
+    per_phase = invocations + warmup
+    pairs = _pairs(kind, 2 * per_phase, "t0")
+    outbox = _outbox(kind)
+    assert outbox is not None
+    clock = time.perf_counter_ns
+    work_s = spec["work_us"] / 1e6
+
+    def phase(first: int) -> list[int]:
+        emit = outbox.emit
+        samples = []
+        for i in range(first, first + per_phase):
+            start, complete = pairs[i]
+            t0 = clock()
+            emit(start)
+            emit(complete)
+            t1 = clock()
+            if i - first >= warmup:
+                samples.append(t1 - t0)
+            time.sleep(work_s)
+        return samples
+
+    gc.collect()
+    empty = phase(0)
+    max_events = int(os.environ.get("OUTBOX_MAX_EVENTS", "10000"))
+    stats = outbox.stats()
+    held = stats.queued_events + stats.in_flight
+    room = max_events + 1 - held if spec["fill"] == "full" else max_events - held - 2 * per_phase - 64
+    for i in range(max(0, room)):
+        outbox.emit(pairs[i % per_phase][i & 1])
+    time.sleep(0.3)  # the sidecar takes what it takes (a window), retries, and waits
+    stats = outbox.stats()
+    held_before = stats.queued_events + stats.in_flight
+    gc.collect()
+    full = phase(per_phase)
+    stats = outbox.stats()
+    out: dict[str, Any] = {
+        "empty": percentiles(empty),
+        "full": percentiles(full),
+        "held_before": held_before,
+        "held_after": stats.queued_events + stats.in_flight,
+        "dropped_while_full": dict(stats.dropped),
+    }
+    outbox.close(0.1)
+    return out
 
 
 def _target(
