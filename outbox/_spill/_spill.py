@@ -27,7 +27,7 @@ from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
 from ._owners import Home, dead_owners, segment_paths
 from ._ranges import Ranges
-from ._streams import Run
+from ._streams import Kept, Run
 from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "SCAN_INTERVAL", "Spill"]
@@ -67,8 +67,7 @@ class Spill:
         self._retry_home_at = 0.0  # (a vanished directory that could not be made again)
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
-        if adopt:
-            self._adopt()
+        self._adopt_at_attach = adopt
 
     def _begin(self, home: Home) -> None:
         """This owner's files start (at construction, or over after its directory vanished)."""
@@ -79,9 +78,11 @@ class Spill:
 
     # -- adoption ---------------------------------------------------------------------------
 
-    def _adopt(self) -> None:
+    def _adopt(self, room: int = 0) -> None:
         """Take over every dead owner's directory and replay its files: what is live joins the
-        stretch (``Window.place_locked``), ahead of anything accepted after."""
+        stretch (``Window.place_locked``), ahead of anything accepted after.  An owner's events
+        that weigh ``room`` at most are kept as the replay reads them (one owner's): its run
+        hands them out without reading its files again."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
@@ -98,8 +99,10 @@ class Spill:
             finally:
                 os.close(fd)
             self.owners_adopted += 1
-            paths = segment_paths(target)
-            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning))
+            paths, kept = segment_paths(target), Kept()
+            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room), kept=kept)
+            if kept:
+                run.index, room = len(paths), 0
             if run.remaining:
                 logger.warning(
                     "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
@@ -118,11 +121,14 @@ class Spill:
             self._pending = []
 
     def attach(self, buf: Buffer) -> None:
-        """Give the buffer its memory window and its journal, and put what was adopted at
-        construction first."""
+        """Give the buffer its memory window and its journal, adopt the dead owners (what the
+        window has room for read once), and put their events first."""
         with buf.lock:
             self.window.attach(buf)
             buf.keep_journal_locked()
+        if self._adopt_at_attach:
+            self._adopt(self.window.share_bytes)
+        with buf.lock:
             self._place_locked(buf)
 
     def has_pending(self) -> bool:

@@ -9,13 +9,14 @@ restated) is written to a segment that stays.
 What lives is read back by *runs* (the stretch, ``_window``): some files and the numbers to hand
 out of them, by stream.  A run hands out, in file order, each record whose number it still holds,
 once; whatever it holds when its last file is read to its end was damaged (a *gap*, which the
-spill counts lost).  Memory: one record, or a 256 KiB chunk.
+spill counts lost).  Memory: one record, or a 256 KiB chunk; and at start, what the memory
+window has room for, kept as the replay reads it (the run does not read its files again).
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,11 +28,13 @@ from ._format import TOMBSTONES, Event, NotOurs, SegmentReader, Settle, encode_s
 from ._owners import prune
 from ._ranges import Ranges
 
-__all__ = ["Read", "Run", "SegFile", "Stream", "Streams"]
+__all__ = ["Kept", "Read", "Run", "SegFile", "Stream", "Streams"]
 
 #: What a run hands out: the events (None: a gap), and where they came from, in order, as
 #: ``[stream, the first's number there, how many]``.
 Read = tuple[list[SerializedEvent | None], list[list[Any]]]
+#: Events a replay kept, read once: (their stream, whether its file is vouched for, the record).
+Kept = deque[tuple[str, bool, Event]]
 
 
 @dataclass(slots=True, eq=False)
@@ -84,18 +87,23 @@ class Streams:
         """Events on disk not settled, of every stream."""
         return sum(len(stream.live) for stream in list(self.streams.values()))
 
-    def replay(self, paths: list[str], warn: Callable[..., None]) -> dict[str, Ranges]:
+    def replay(
+        self, paths: list[str], warn: Callable[..., None], kept: Kept | None = None, room: int = 0
+    ) -> dict[str, Ranges]:
         """Read ``paths`` (an adopted owner's): their files join this owner's; returns the live
-        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed."""
+        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed.
+        With ``kept``, every event is kept there if all of them weigh ``room`` at most (a run
+        then hands them out without reading them again); else ``kept`` is left empty."""
         present: dict[str, Ranges] = {}
         settled: dict[str, Ranges] = {}
+        kept = kept if room > 0 else None
 
         def damaged(kind: str, what: str, *args: object) -> None:
             self.damage[kind] += 1
             warn("spill: " + what + "; skipped", *args)
 
         for path in paths:
-            reader, seg = SegmentReader(path, bodies=False), None
+            reader, seg = SegmentReader(path, bodies=kept is not None), None
             try:
                 named = reader.open()
                 if named != os.path.basename(os.path.dirname(path)):
@@ -105,6 +113,11 @@ class Streams:
                 for record in reader.records():
                     if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
+                        if kept is not None and (room := room - weight(record.event)) >= 0:
+                            kept.append((named, reader.vouched, record))
+                        elif kept is not None:
+                            kept.clear()
+                            kept = None  # (too many: read back from the files)
                     elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
@@ -200,9 +213,11 @@ class Run:
     own: bool = False
     index: int = 0
     reader: SegmentReader | None = None
-    records: Iterator[Event | Settle | int] | None = None
+    records: Iterator[tuple[str, bool, Event | Settle | int]] | None = None
     #: Stretches of bytes that were not a sound record.
     damaged: int = 0
+    #: What the replay kept of its files (all of their events: they are not read again).
+    kept: Kept = field(default_factory=deque)
 
     @property
     def remaining(self) -> int:
@@ -228,40 +243,26 @@ class Run:
         origins: list[list[Any]] = []
         last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
         nbytes = 0
-        while len(events) < want and self.index < len(self.paths):
-            if self.reader is None:
-                reader = SegmentReader(self.paths[self.index])
-                try:
-                    reader.open()
-                except (OSError, NotOurs):
-                    self.index += 1
-                    continue
-                self.reader = reader
-            if self.records is None:
-                self.records = self.reader.records()
-            stream, vouched = self.reader.stream, self.reader.vouched
-            numbers = self.todo.get(stream)
-            for record in self.records:
-                if record.__class__ is Event:
-                    seq, _, event = record
-                    if numbers is not None and numbers.remove(seq, seq + 1):
-                        if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
-                            event = TOMBSTONES["invalid_event"]
-                        events.append(event)
-                        if last[1] + last[2] == seq and last[0] == stream:
-                            last[2] += 1
-                        else:
-                            origins.append(last := [stream, seq, 1])
-                        nbytes += weight(event)
-                        if len(events) >= want or nbytes >= max_bytes:
-                            return events, origins
-                elif record.__class__ is int:
-                    self.damaged += 1
-            self.records = None
-            if self.index >= len(self.paths) - 1:
-                break  # the end of what is written: more may be appended
-            self.close()
-            self.index += 1
+        if self.records is None:
+            self.records = self._records()
+        for stream, vouched, record in self.records:
+            if record.__class__ is Event:
+                seq, _, event = record
+                numbers = self.todo.get(stream)
+                if numbers is not None and numbers.remove(seq, seq + 1):
+                    if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
+                        event = TOMBSTONES["invalid_event"]
+                    events.append(event)
+                    if last[1] + last[2] == seq and last[0] == stream:
+                        last[2] += 1
+                    else:
+                        origins.append(last := [stream, seq, 1])
+                    nbytes += weight(event)
+                    if len(events) >= want or nbytes >= max_bytes:
+                        return events, origins
+            elif record.__class__ is int:
+                self.damaged += 1
+        self.records = None
         # Its last file read to its end: what it still holds is not there (each was written
         # whole before it was handed to this run).
         for stream, numbers in self.todo.items():
@@ -270,6 +271,30 @@ class Run:
                 events.append(None)
                 origins.append([stream, gap, 1])
         return events, origins
+
+    def _records(self) -> Iterator[tuple[str, bool, Event | Settle | int]]:
+        """The records left to read, with their stream and whether their file is vouched for:
+        those the replay kept, then the files' from where the last read stopped, to the end of
+        what is written of the last one (more may be appended: a next one goes on from there)."""
+        while self.kept:
+            yield self.kept.popleft()
+        while self.index < len(self.paths):
+            if self.reader is None:
+                reader = SegmentReader(self.paths[self.index])
+                try:
+                    reader.open()
+                except (OSError, NotOurs):
+                    self.index += 1
+                    continue
+                self.reader = reader
+            stream, vouched = self.reader.stream, self.reader.vouched
+            for record in self.reader.records():
+                yield stream, vouched, record
+            if self.index >= len(self.paths) - 1:
+                return
+            self.reader.close()
+            self.reader = None
+            self.index += 1
 
 
 def _is_json_object(body: bytes) -> bool:
