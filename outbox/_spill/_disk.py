@@ -79,6 +79,8 @@ class Disk:
         # Small enough that settled segments free room well within the bound.
         self.segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
         self.settle_room = min(SETTLE_ROOM, max_bytes // 8)
+        #: The largest record the spill could ever hold (in an empty segment of its own).
+        self.most = max_bytes - self.settle_room - len(file_header(home.owner))
         #: The segment appended to (``fd``), and the one the last write wrote to.
         self.current: SegFile | None = None
         self.last: SegFile | None = None
@@ -103,7 +105,7 @@ class Disk:
 
     def holds(self, event: SerializedEvent) -> bool:
         """Whether the spill could ever hold ``event``'s record (an empty one of the stream)."""
-        return record_size(event) <= self.max_bytes - self.settle_room - len(file_header(self.home.owner))
+        return record_size(event) <= self.most
 
     def room(self) -> int:
         """Bytes the next append may write of events: none while the disk is failing."""

@@ -112,15 +112,28 @@ def _frame(payload: bytes) -> bytes:
 
 
 def encode_event(seq: int, at: float, event: SerializedEvent) -> bytes:
-    run_id, key = [b"" if v is None else v.encode()[: _NONE - 1] for v in (event.run_id, event.key)]
-    sizes = [_NONE if v is None else len(b) for v, b in ((event.run_id, run_id), (event.key, key))]
-    return _frame(b"".join((_EVENT.pack(1, seq, at, *sizes), run_id, key, event.body)))
+    """An event's record (its body copied once: the checksum runs over the parts)."""
+    run_id, key, body = event.run_id, event.key, event.body
+    run = b"" if run_id is None else run_id.encode()[: _NONE - 1]
+    keyed = b"" if key is None else key.encode()[: _NONE - 1]
+    head = _EVENT.pack(
+        1, seq, at, _NONE if run_id is None else len(run), _NONE if key is None else len(keyed)
+    )
+    head += run + keyed
+    return b"".join(
+        (FRAME.pack(MAGIC, len(head) + len(body), zlib.crc32(body, zlib.crc32(head))), head, body)
+    )
 
 
 def record_size(event: SerializedEvent) -> int:
     """The bytes of ``event``'s record (at most: run id and key as UTF-8, not cut)."""
-    extra = sum(len(v.encode()) for v in (event.run_id, event.key) if v is not None)
-    return HEADER + extra + len(event.body)
+    run_id, key = event.run_id, event.key
+    return (
+        HEADER
+        + len(event.body)
+        + (0 if run_id is None else len(run_id.encode()))
+        + (0 if key is None else len(key.encode()))
+    )
 
 
 def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> bytes:
