@@ -139,6 +139,10 @@ class Streams:
                     found = present.setdefault(seg.stream, Ranges())
                     for a, b in seg.numbers:
                         found.add(a, b)
+        return self._live(present, settled)
+
+    def _live(self, present: dict[str, Ranges], settled: dict[str, Ranges]) -> dict[str, Ranges]:
+        """What a replay found, by stream: events (``present``) less settlements is live."""
         handed: dict[str, Ranges] = {}
         for name, numbers in present.items():
             stream, done, top = self.stream(name), settled.get(name, Ranges()), numbers.last()
