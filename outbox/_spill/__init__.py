@@ -11,9 +11,9 @@ its files in place and hands their live events on, in order, before its own newe
 
 One door: :class:`Spill` (for the outbox's parts), :func:`inspect_dir` (for ``outbox check``)
 and the defaults.  Inside: ``_format`` (records, bytes, reading a file back), ``_ranges`` (sets
-of numbers), ``_streams`` (what is live, replay, checkpoints), ``_owners`` (directories, locks,
-adoption, inspection), ``_disk`` (this owner's writes and settlements), ``_window`` (the buffer's
-overflow), ``_stretch`` (reading the stretch back), ``_spill`` (the whole, driven by the
+of numbers), ``_streams`` (what is live, replay, checkpoints, reading runs back), ``_owners``
+(directories, locks, adoption, inspection), ``_disk`` (this owner's writes and settlements),
+``_window`` (the buffer's overflow, in memory and on disk), ``_spill`` (the whole, driven by the
 sidecar).  It imports the buffer (whose ``Overflow`` protocol the window is), the serializer, the
 slicer and the log, nothing else of the outbox.
 """

@@ -12,7 +12,7 @@ import errno
 import logging
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection
 from contextlib import AbstractContextManager
 from itertools import accumulate
@@ -21,12 +21,12 @@ from typing import Any
 from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent, serialize
 from .._runtime._slices import Slicer
-from ._format import encode_event, encode_settle, file_header, record_size
-from ._owners import Home
+from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
+from ._owners import RESERVE, Home, prune
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
 
-__all__ = ["RESERVE", "RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "Writer", "serialized"]
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "serialized"]
 
 #: A segment is closed (and a new one begun) past this size (or an eighth of max_spill_bytes).
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -37,7 +37,6 @@ RETRY_AFTER = 5.0
 #: owner keeps that many bytes allocated in a file of its own (``RESERVE``), deleted the moment a
 #: settlement finds the disk full, and allocated again once it has room.
 SETTLE_ROOM = 64 * 1024
-RESERVE = "reserve"
 _FIXES = {
     errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
     errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
@@ -67,28 +66,36 @@ def serialized(
     return out
 
 
-class Writer:
-    """The segments (``NNNNNNNN.seg``) of stream ``stream`` in ``directory``, within
-    ``max_bytes``.  Failed writes are counted by errno in ``failures`` and warned about."""
+class Disk:
+    """The log of the owner ``home`` (see the module's docstring): its segments
+    (``NNNNNNNN.seg`` in its directory) within ``max_bytes``, what it holds (``streams``),
+    the settlements not yet written, what the disk refused, and its failed writes (counted by
+    errno in ``failures``, warned about)."""
 
-    def __init__(self, directory: str, stream: str, max_bytes: int, log: RateLimitedLog, streams: Streams):
-        self.directory, self.stream, self.max_bytes, self.log, self.streams = (
-            directory,
-            stream,
-            max_bytes,
-            log,
-            streams,
-        )
+    def __init__(self, home: Home, max_bytes: int, log: RateLimitedLog) -> None:
+        self.home, self.max_bytes, self.log = home, max_bytes, log
+        self.streams = Streams(home.owner)
+        self.own = self.streams.stream(home.owner)
         # Small enough that settled segments free room well within the bound.
         self.segment_bytes = min(SEGMENT_BYTES, max(4096, max_bytes // 8))
         self.settle_room = min(SETTLE_ROOM, max_bytes // 8)
+        #: The largest record the spill could ever hold (in an empty segment of its own).
+        self.most = max_bytes - self.settle_room - len(file_header(home.owner))
+        #: The segment appended to (``fd``), and the one the last write wrote to.
         self.current: SegFile | None = None
-        self.last: SegFile | None = None  # the segment the last append wrote to
-        self.fd, self.number, self.retry_at, self.disk_bytes = -1, 0, -float("inf"), 0
-        self.failures: dict[str, int] = {}
-        self.full = False  # the last append found max_bytes reached
-        self.reserved = False  # RESERVE is allocated
-        self.full_disk = False  # the last failed write failed for want of disk space
+        self.last: SegFile | None = None
+        self.fd, self.number, self.retry_at = -1, 0, -float("inf")
+        self.failures: Counter[str] = Counter()
+        #: The last write found max_bytes reached; RESERVE is allocated; the last failed write
+        #: failed for want of disk space.
+        self.full = self.reserved = self.full_disk = False
+        #: Settlement records not yet on disk: (record, its events, whether it says "lost").
+        self.unsettled: list[tuple[bytes, int, bool]] = []
+        #: Events written in all; accepted events the disk refused, by why (each counted once).
+        self.written = self.counted_upto = 0
+        self.not_spilled: Counter[str] = Counter()
+        #: (the last number of a write, its wall time): the age of the oldest live event.
+        self.marks: deque[tuple[int, float]] = deque()
         self.keep_reserve()
 
     @property
@@ -98,140 +105,18 @@ class Writer:
 
     def holds(self, event: SerializedEvent) -> bool:
         """Whether the spill could ever hold ``event``'s record (an empty one of the stream)."""
-        return record_size(event) <= self.max_bytes - self.settle_room - len(file_header(self.stream))
+        return record_size(event) <= self.most
 
     def room(self) -> int:
         """Bytes the next append may write of events: none while the disk is failing."""
-        return 0 if self.failing else max(0, self.max_bytes - self.disk_bytes - self.settle_room)
+        return 0 if self.failing else max(0, self.max_bytes - self.size - self.settle_room)
 
-    def keep_reserve(self) -> None:
-        """Allocate ``RESERVE`` if it is not (the disk has room for it again)."""
-        if self.reserved or self.failing:
-            return
-        path = os.path.join(self.directory, RESERVE)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.posix_fallocate(fd, 0, self.settle_room)
-            finally:
-                os.close(fd)
-            self.reserved = True
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    @property
+    def size(self) -> int:
+        """Bytes of this owner's segments (what ``max_bytes`` bounds)."""
+        return sum(seg.size for seg in self.streams.files if seg.stream == self.home.owner)
 
-    def append(self, records: list[bytes], *, settles: bool = False) -> int:
-        """Append ``records`` in order (``settles``: settlements, which may use the room kept for
-        them, and the reserve's bytes once the disk is full).  Returns how many of the first
-        are on disk, whole."""
-        fit = self._append(records, settles)
-        if settles and fit < len(records) and self.reserved and self.full_disk:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.directory, RESERVE))
-            self.reserved, self.retry_at = False, -float("inf")
-            fit += self._append(records[fit:], settles)
-        return fit
-
-    def _append(self, records: list[bytes], settles: bool) -> int:
-        if not records or self.failing:
-            return 0
-        room = self.max_bytes - self.disk_bytes - (0 if settles else self.settle_room)
-        ends = list(accumulate(map(len, records)))
-        fit = next((i for i, end in enumerate(ends) if end > room), len(records))
-        self.full = fit < len(records)
-        if self.full:
-            self.log.warning(
-                "spill-full",
-                "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk until delivered "
-                "ones free room (raise max_spill_bytes for longer outages)",
-                self.directory,
-                self.max_bytes,
-            )
-        if not fit:
-            return 0
-        data, wrote = memoryview(b"".join(records[:fit])), 0
-        try:
-            segment = self.last = self._segment()
-            while wrote < len(data):
-                wrote += os.write(self.fd, data[wrote:])
-        except OSError as exc:
-            # Cut short: the whole records are on disk, and nothing is appended after a torn one.
-            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)
-            if self.current is not None:
-                self._grow(self.current, wrote)
-                self.rotate()
-            self.failed(exc)
-            if not fit:
-                return 0
-        else:
-            self._grow(segment, wrote)
-        segment.settles = segment.settles or settles
-        if segment.size >= self.segment_bytes:
-            self.rotate()
-        return fit
-
-    def _grow(self, segment: SegFile, nbytes: int) -> None:
-        segment.size += nbytes
-        self.disk_bytes += nbytes
-
-    def _segment(self) -> SegFile:
-        if self.current is None:
-            self.number += 1
-            path = os.path.join(self.directory, f"{self.number:08d}.seg")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            header = file_header(self.stream)
-            try:
-                if os.write(fd, header) != len(header):
-                    raise OSError(errno.ENOSPC, "the header was cut short")
-            except OSError:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                raise
-            self.fd, self.current = fd, SegFile(path, self.stream)
-            self._grow(self.current, len(header))
-            self.streams.files.append(self.current)
-        return self.current
-
-    def rotate(self) -> None:
-        """Close the current segment: the next append begins a new one."""
-        if self.current is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd, self.current = -1, None
-
-    def failed(self, exc: OSError) -> None:
-        """A write failed: counted by errno, warned about with the fix, tried again later."""
-        self.retry_at = time.monotonic() + RETRY_AFTER
-        self.full_disk = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        name = errno.errorcode.get(exc.errno or 0, "EOTHER")
-        self.failures[name] = self.failures.get(name, 0) + 1
-        self.log.warning(
-            "spill-failed",
-            "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "
-            "again in %g s",
-            self.directory,
-            exc.strerror or exc,
-            _FIXES.get(exc.errno or 0, "check the directory"),
-            RETRY_AFTER,
-        )
-
-
-class Disk:
-    """The log of the owner ``home`` (see the module's docstring), within ``max_bytes``."""
-
-    def __init__(self, home: Home, max_bytes: int, log: RateLimitedLog) -> None:
-        self.home = home
-        self.streams = Streams(home.owner)
-        self.own = self.streams.stream(home.owner)
-        self.writer = Writer(home.path, home.owner, max_bytes, log, self.streams)
-        #: Settlement records not yet on disk: (record, its events, whether it says "lost").
-        self.unsettled: list[tuple[bytes, int, bool]] = []
-        #: Events written in all; accepted events the disk refused, by why (each counted once).
-        self.written, self.counted_upto = 0, 0
-        self.not_spilled: dict[str, int] = {}
-        #: (the last number of a write, its wall time): the age of the oldest live event.
-        self.marks: deque[tuple[int, float]] = deque()
+    # -- events -------------------------------------------------------------------------------
 
     def append(
         self, events: list[tuple[int, SerializedEvent]], lock: AbstractContextManager[Any], drain: Any
@@ -241,10 +126,10 @@ class Disk:
         in) and the files they free go first when the disk has no room for them."""
         at = time.time()
         records = [encode_event(seq, at, ser) for seq, ser in events]
-        if self.writer.room() < sum(map(len, records)):
+        if self.room() < sum(map(len, records)):
             drain()
             self.make_room()
-        wrote, segment = self.writer.append(records), self.writer.last
+        wrote, segment = self.write(records), self.last
         if wrote and segment is not None:
             runs: list[list[int]] = []
             for seq, _ in events[:wrote]:  # (ranges of consecutive numbers)
@@ -267,9 +152,10 @@ class Disk:
         counted once each, however often they are tried again."""
         if end > self.counted_upto:
             count = n if n is not None and first >= self.counted_upto else end - max(first, self.counted_upto)
-            reason = "spill_failed" if self.writer.failing else "spill_full"
-            self.not_spilled[reason] = self.not_spilled.get(reason, 0) + count
+            self.not_spilled["spill_failed" if self.failing else "spill_full"] += count
             self.counted_upto = end
+
+    # -- settlements --------------------------------------------------------------------------
 
     def settled(self, by: dict[tuple[str, str], Ranges]) -> None:
         """Numbers settled, by (stream, outcome): out of the live sets (the caller holds the
@@ -296,14 +182,122 @@ class Disk:
                 "the next outbox started with it delivers them again",
                 again,
                 self.home.root,
-                ", ".join(sorted(self.writer.failures)) or "the disk fails",
+                ", ".join(sorted(self.failures)) or "the disk fails",
             )
 
     def write_settlements(self) -> None:
         if self.unsettled:
-            del self.unsettled[
-                : self.writer.append([record for record, _, _ in self.unsettled], settles=True)
-            ]
+            del self.unsettled[: self.write([record for record, _, _ in self.unsettled], settles=True)]
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, records: list[bytes], settles: bool = False) -> int:
+        """Append ``records`` in order (``settles``: settlements, which may use the room kept for
+        them, and the reserve's bytes once the disk is full).  Returns how many of the first
+        are on disk, whole."""
+        fit = self._write(records, settles)
+        if settles and fit < len(records) and self.reserved and self.full_disk:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.home.path, RESERVE))
+            self.reserved, self.retry_at = False, -float("inf")
+            fit += self._write(records[fit:], settles)
+        return fit
+
+    def _write(self, records: list[bytes], settles: bool) -> int:
+        if not records or self.failing:
+            return 0
+        room = self.max_bytes - self.size - (0 if settles else self.settle_room)
+        ends = list(accumulate(map(len, records)))
+        fit = next((i for i, end in enumerate(ends) if end > room), len(records))
+        self.full = fit < len(records)
+        if self.full:
+            self.log.warning(
+                "spill-full",
+                "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk until delivered "
+                "ones free room (raise max_spill_bytes for longer outages)",
+                self.home.root,
+                self.max_bytes,
+            )
+        if not fit:
+            return 0
+        data, wrote = memoryview(b"".join(records[:fit])), 0
+        try:
+            segment = self.last = self._segment()
+            while wrote < len(data):
+                wrote += os.write(self.fd, data[wrote:])
+        except OSError as exc:
+            # Cut short: the whole records are on disk, and nothing is appended after a torn one.
+            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)
+            if self.current is not None:
+                self.current.size += wrote
+                self.rotate()
+            self.failed(exc)
+            if not fit:
+                return 0
+        else:
+            segment.size += wrote
+        segment.settles = segment.settles or settles
+        if segment.size >= self.segment_bytes:
+            self.rotate()
+        return fit
+
+    def _segment(self) -> SegFile:
+        if self.current is None:
+            self.number += 1
+            path = os.path.join(self.home.path, f"{self.number:08d}.seg")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            header = file_header(self.home.owner, VOUCHED)  # (events come from ``serialized``)
+            try:
+                if os.write(fd, header) != len(header):
+                    raise OSError(errno.ENOSPC, "the header was cut short")
+            except OSError:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
+            self.fd, self.current = fd, SegFile(path, self.home.owner, len(header))
+            self.streams.files.append(self.current)
+        return self.current
+
+    def rotate(self) -> None:
+        """Close the current segment: the next write begins a new one."""
+        if self.current is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd, self.current = -1, None
+
+    def failed(self, exc: OSError) -> None:
+        """A write failed: counted by errno, warned about with the fix, tried again later."""
+        self.retry_at = time.monotonic() + RETRY_AFTER
+        self.full_disk = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        self.failures[errno.errorcode.get(exc.errno or 0, "EOTHER")] += 1
+        self.log.warning(
+            "spill-failed",
+            "spill: writing to %s failed (%s): %s; the outbox goes on in memory and tries the disk "
+            "again in %g s",
+            self.home.root,
+            exc.strerror or exc,
+            _FIXES.get(exc.errno or 0, "check the directory"),
+            RETRY_AFTER,
+        )
+
+    def keep_reserve(self) -> None:
+        """Allocate ``RESERVE`` if it is not (the disk has room for it again)."""
+        if self.reserved or self.failing:
+            return
+        path = os.path.join(self.home.path, RESERVE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, self.settle_room)
+            finally:
+                os.close(fd)
+            self.reserved = True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    # -- the files that go --------------------------------------------------------------------
 
     def make_room(self) -> None:
         """Write the settlements down, delete the files that frees, and allocate the reserve
@@ -311,35 +305,38 @@ class Disk:
         self.write_settlements()
         self.forget()
         if not self.unsettled:
-            self.writer.keep_reserve()
+            self.keep_reserve()
 
     def forget(self) -> None:
         """Delete the files none of whose events is live; when their settlements may still be
         needed, a checkpoint first, in a segment that stays."""
-        streams, writer = self.streams, self.writer
+        streams = self.streams
         dead = streams.deletable()
         if not dead:
             return
         if streams.needs_checkpoint(dead):
-            if writer.current in dead:
-                writer.rotate()
+            if self.current in dead:
+                self.rotate()
             records = streams.checkpoint()
-            if writer.append(records, settles=True) < len(records):
+            if self.write(records, settles=True) < len(records):
                 return  # the settlements stay until a checkpoint can be written
-            streams.checkpoint_file = writer.last
-            dead = [seg for seg in dead if seg is not writer.last]
-        if writer.current in dead:
-            writer.rotate()
-        writer.disk_bytes -= streams.forget(dead, self.home.path)
+            streams.checkpoint_file = self.last
+            dead = [seg for seg in dead if seg is not self.last]
+        if self.current in dead:
+            self.rotate()
+        streams.forget(dead, [self.home.path])
         lowest = self.own.live.first()
         while self.marks and (lowest is None or self.marks[0][0] < lowest):
             self.marks.popleft()
 
-    def drop_all(self, spare: Collection[str] = ()) -> None:
-        """Delete every file but the paths ``spare`` (nothing else is handed on)."""
-        self.writer.rotate()
+    def drop_all(self, spare: Collection[str] = (), keep: Collection[str] = ()) -> None:
+        """Delete every file but the paths ``spare`` (nothing else is handed on), and the
+        directories left empty but ``keep`` (this owner's own, unless it goes too)."""
+        self.rotate()
         kept = {seg.stream for seg in self.streams.files if seg.path in spare}
-        self.streams.forget([seg for seg in self.streams.files if seg.path not in spare], self.home.path)
+        keep = keep or [self.home.path]
+        self.streams.forget([seg for seg in self.streams.files if seg.path not in spare], keep)
+        prune({self.home.path}, keep)  # (files or not)
         for name, stream in self.streams.streams.items():
             if name not in kept:
                 stream.live = Ranges()

@@ -2,9 +2,11 @@
 
 A segment file begins with a header naming the *stream* it belongs to (the owner that wrote it)::
 
-    b"OBXL" | u8 version (1) | u8 0 | u16 len(stream) | stream
+    b"OBXL" | u8 version (1) | u8 flags | u16 len(stream) | stream
 
-then holds framed, checksummed records, appended::
+(flags bit 0, ``VOUCHED``: every event body in the file is this library's serializer's output, a
+JSON object, which the writer vouches for; a reader parses only the bodies of other files, and
+never sends one that is not a JSON object), then holds framed, checksummed records, appended::
 
     b"OBXs" | u32 len(payload) | u32 crc32(payload) | payload
 
@@ -17,7 +19,9 @@ An event record holds one accepted event of the file's stream under its sequence
 id or message key 0xFFFF long: none).  A settlement says that the numbers ``[first, end)`` of a
 stream (any stream: an adopter settles the events it adopted) are settled, delivered or lost
 (the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating what is
-settled of a stream.  Numbers are never reused, so a settlement is a fact for ever, and replay is
+settled of a stream.  An event whose body is ``!`` and a reason is a *tombstone*: an event that
+could not be written (``TOMBSTONES``), counted lost under that reason when read back, in its
+order.  Numbers are never reused, so a settlement is a fact for ever, and replay is
 a union.  A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader
 looks for the next magic and goes on from there, never gluing a torn record to the next one (a
 frame whose length runs past the end of the file is a torn tail only if no magic follows it).
@@ -29,12 +33,15 @@ import contextlib
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from .._run._serde import SerializedEvent
 
 __all__ = [
     "HEADER",
+    "TOMBSTONES",
+    "VOUCHED",
     "Event",
     "NotOurs",
     "SegmentReader",
@@ -52,9 +59,8 @@ _EVENT, _SETTLE, _RANGE = struct.Struct(">BQdHH"), struct.Struct(">BBHI"), struc
 HEADER = FRAME.size + _EVENT.size
 _NONE = 0xFFFF
 _CHUNK = 256 * 1024
-# (Bound once: the reader runs for every record read back.  NamedTuples built without their
-# Python-level __new__.)
-_FRAME_SIZE, _unpack_frame, _crc32, _view = FRAME.size, FRAME.unpack_from, zlib.crc32, memoryview
+# (Bound once: _decode runs for every record read.  NamedTuples built without their Python-level
+# __new__.)
 _EVENT_SIZE, _unpack_event, _new = _EVENT.size, _EVENT.unpack_from, tuple.__new__
 #: A record's payload never exceeds this (an event larger than any batch is never spilled).
 MAX_PAYLOAD = 1 << 30
@@ -62,6 +68,12 @@ MAX_PAYLOAD = 1 << 30
 OUTCOMES: tuple[str, ...] = ("settled", "delivered", "dropped_full", "dropped_spill_full", "dropped_shutdown")
 OUTCOMES += ("rejected_by_backend", "poison", "too_large", "invalid_event", "worker_stopped", "spill_lost")
 _CODES = {name: code for code, name in enumerate(OUTCOMES)}
+#: The header's flag: every event body in the file is the serializer's (see the docstring).
+VOUCHED = 1
+#: What is written in place of an event that cannot be (see the docstring), by why.
+TOMBSTONES = {
+    why: SerializedEvent(b"!" + why.encode(), None, None) for why in ("invalid_event", "dropped_spill_full")
+}
 
 
 class Event(NamedTuple):
@@ -76,9 +88,9 @@ class Settle(NamedTuple):
     ranges: list[tuple[int, int]]
 
 
-def file_header(stream: str) -> bytes:
+def file_header(stream: str, flags: int = 0) -> bytes:
     data = stream.encode()
-    return _FILE.pack(_FILE_MAGIC, 1, 0, len(data)) + data
+    return _FILE.pack(_FILE_MAGIC, 1, flags, len(data)) + data
 
 
 def read_header(data: bytes) -> tuple[str, int] | None:
@@ -100,15 +112,28 @@ def _frame(payload: bytes) -> bytes:
 
 
 def encode_event(seq: int, at: float, event: SerializedEvent) -> bytes:
-    run_id, key = [b"" if v is None else v.encode()[: _NONE - 1] for v in (event.run_id, event.key)]
-    sizes = [_NONE if v is None else len(b) for v, b in ((event.run_id, run_id), (event.key, key))]
-    return _frame(b"".join((_EVENT.pack(1, seq, at, *sizes), run_id, key, event.body)))
+    """An event's record (its body copied once: the checksum runs over the parts)."""
+    run_id, key, body = event.run_id, event.key, event.body
+    run = b"" if run_id is None else run_id.encode()[: _NONE - 1]
+    keyed = b"" if key is None else key.encode()[: _NONE - 1]
+    head = _EVENT.pack(
+        1, seq, at, _NONE if run_id is None else len(run), _NONE if key is None else len(keyed)
+    )
+    head += run + keyed
+    return b"".join(
+        (FRAME.pack(MAGIC, len(head) + len(body), zlib.crc32(body, zlib.crc32(head))), head, body)
+    )
 
 
 def record_size(event: SerializedEvent) -> int:
     """The bytes of ``event``'s record (at most: run id and key as UTF-8, not cut)."""
-    extra = sum(len(v.encode()) for v in (event.run_id, event.key) if v is not None)
-    return HEADER + extra + len(event.body)
+    run_id, key = event.run_id, event.key
+    return (
+        HEADER
+        + len(event.body)
+        + (0 if run_id is None else len(run_id.encode()))
+        + (0 if key is None else len(key.encode()))
+    )
 
 
 def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> bytes:
@@ -165,20 +190,14 @@ class SegmentReader:
     chunk, or one record if it is larger, in memory at most.  Without ``bodies``, events come
     without their JSON (a replay needs only their numbers).
 
-    :meth:`next` returns a record, an ``int`` (the offset of a stretch of bytes that is not a
-    sound record: torn or corrupt; reading goes on after it), or None at the end of what is
-    written (:meth:`tail_left` then tells a torn tail from a clean end)."""
+    :meth:`records` yields each record from ``offset`` on, and an ``int`` (the offset of a
+    stretch of bytes that is not a sound record: torn or corrupt; reading goes on after it),
+    up to the end of what is written (:meth:`tail_left` then tells a torn tail from a clean
+    end); called again, it goes on from there (a segment still being appended to)."""
 
     def __init__(self, path: str, bodies: bool = True) -> None:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
-        self._chunk, self._at = b"", 0  # the bytes read ahead, from file offset _at
-
-    def _have(self, n: int) -> int:
-        """Where ``n`` bytes from ``offset`` are in the chunk (read anew if need be)."""
-        start = self.offset - self._at
-        if start < 0 or start + n > len(self._chunk):
-            self._chunk, self._at, start = os.pread(self.fd, max(n, _CHUNK), self.offset), self.offset, 0
-        return start
+        self.vouched = False
 
     def open(self) -> str:
         """Open the file and read its header; returns its stream.
@@ -188,11 +207,13 @@ class SegmentReader:
             NotOurs: it is not a segment of ours.
         """
         self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        header = read_header(os.pread(self.fd, _FILE.size + _NONE, 0))
+        data = os.pread(self.fd, _FILE.size + _NONE, 0)
+        header = read_header(data)
         if header is None:
             self.close()
             raise NotOurs(self.path)
         self.stream, self.offset = header
+        self.vouched = bool(_FILE.unpack_from(data)[2] & VOUCHED)
         return self.stream
 
     def close(self) -> None:
@@ -201,47 +222,54 @@ class SegmentReader:
                 os.close(self.fd)
             self.fd = -1
 
-    def next(self) -> Event | Settle | int | None:
-        """The next record (see the class docstring).  Raises OSError if the disk fails."""
-        chunk, pos = self._chunk, self.offset - self._at
-        if pos < 0 or pos + _FRAME_SIZE > len(chunk):
-            pos = self._have(_FRAME_SIZE)
-            chunk = self._chunk
-            if pos + _FRAME_SIZE > len(chunk):
-                return None
-        magic, length, crc = _unpack_frame(chunk, pos)
-        # A frame that runs past the end of the file: cut short (the end of what is written),
-        # unless a record follows it (then its length field was damaged).
-        cut = False
-        if magic == MAGIC and length <= MAX_PAYLOAD:
-            start = pos + _FRAME_SIZE
-            end = start + length
-            if end > len(chunk):
-                cut = self.offset + _FRAME_SIZE + length > os.fstat(self.fd).st_size
-                if not cut:  # (never read more than the file holds)
-                    pos = self._have(_FRAME_SIZE + length)
-                    chunk, start, end = self._chunk, pos + _FRAME_SIZE, pos + _FRAME_SIZE + length
-                    cut = end > len(chunk)
-            if not cut:
-                good = _crc32(_view(chunk)[start:end]) == crc
-                record = _decode(chunk, start, end, self.bodies) if good else None
-                if record is not None:
-                    self.offset += _FRAME_SIZE + length
-                    return record
-        bad, pos = self.offset, self.offset + 1
-        while True:  # on to the next magic (or the end)
-            chunk = os.pread(self.fd, _CHUNK, pos)
-            found = chunk.find(MAGIC)
-            if found >= 0:
-                self.offset = pos + found
-                return bad
-            if len(chunk) < _CHUNK:
-                if cut:
-                    return None  # nothing follows: a torn tail (``tail_left``)
-                # (The last bytes may begin a magic whose rest is still being written.)
-                self.offset = max(pos, pos + len(chunk) - len(MAGIC) + 1)
-                return bad
-            pos += len(chunk) - len(MAGIC) + 1
+    def records(self) -> Iterator[Event | Settle | int]:
+        """The records (see the class docstring).  Raises OSError if the disk fails."""
+        fd, bodies, size, magic_, most = self.fd, self.bodies, FRAME.size, MAGIC, MAX_PAYLOAD
+        unpack, crc32, view, pread, decode = FRAME.unpack_from, zlib.crc32, memoryview, os.pread, _decode
+        chunk, at, mv = b"", 0, view(b"")  # the bytes read ahead, from file offset ``at``
+        offset = self.offset
+        while True:
+            pos = offset - at
+            if pos < 0 or pos + size > len(chunk):
+                chunk, at, pos = pread(fd, _CHUNK, offset), offset, 0
+                mv = view(chunk)
+                if len(chunk) < size:
+                    return
+            magic, length, crc = unpack(chunk, pos)
+            # A frame that runs past the end of the file: cut short (the end of what is written),
+            # unless a record follows it (then its length field was damaged).
+            cut = False
+            if magic == magic_ and length <= most:
+                start = pos + size
+                end = start + length
+                if end > len(chunk):
+                    cut = offset + size + length > os.fstat(fd).st_size
+                    if not cut:  # (never read more than the file holds)
+                        chunk, at = pread(fd, max(size + length, _CHUNK), offset), offset
+                        mv, start, end = view(chunk), size, size + length
+                        cut = end > len(chunk)
+                if not cut and crc32(mv[start:end]) == crc:
+                    record = decode(chunk, start, end, bodies)
+                    if record is not None:
+                        offset = self.offset = offset + size + length
+                        yield record
+                        continue
+            pos = offset + 1
+            while True:  # on to the next magic (or the end)
+                ahead = pread(fd, _CHUNK, pos)
+                found = ahead.find(MAGIC)
+                if found >= 0:
+                    self.offset = pos + found
+                    break
+                if len(ahead) < _CHUNK:
+                    if cut:
+                        return  # nothing follows: a torn tail (``tail_left``)
+                    # (The last bytes may begin a magic whose rest is still being written.)
+                    self.offset = max(pos, pos + len(ahead) - len(MAGIC) + 1)
+                    break
+                pos += len(ahead) - len(MAGIC) + 1
+            yield offset
+            offset = self.offset
 
     def tail_left(self) -> bool:
         """Whether bytes are left beyond what was read (a torn tail, once nothing more comes)."""

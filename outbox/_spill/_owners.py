@@ -27,15 +27,17 @@ import secrets
 import shutil
 import time
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from .._errors import ConfigError
 from ._format import Event, NotOurs, SegmentReader
-from ._streams import segment_paths
 
-__all__ = ["LOCK", "LOCK_TEXT", "Home", "dead_owners", "inspect_dir", "is_owner"]
+__all__ = ["RESERVE", "Home", "dead_owners", "inspect_dir", "is_owner", "prune", "segment_paths"]
 
 LOCK = "lock"
+#: A file of the owner's allocated for its settlements on a full disk (``_disk``).
+RESERVE = "reserve"
 LOCK_TEXT = b"lineage-outbox spill owner 1\n"
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
@@ -115,14 +117,36 @@ class Home:
             os.close(self.lock_fd)
         self.lock_fd = -1
 
-    def remove(self) -> None:
-        """Nothing is left: the directory goes (only if it holds nothing but the lock and the
-        settlements' reserve)."""
-        for name in (LOCK, "reserve"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.path, name))
+
+def segment_paths(directory: str) -> list[str]:
+    """The segments of an owner's directory, after those of the owners it adopted (its
+    subdirectories, oldest first, each the same way): the order their events were handed on."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    paths: list[str] = []
+    for entry in entries:
         with contextlib.suppress(OSError):
-            os.rmdir(self.path)
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                paths.extend(segment_paths(entry.path))
+    return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
+
+
+def prune(dirs: set[str], keep: Collection[str]) -> None:
+    """Remove the owner directories ``dirs`` that hold nothing but their lock and reserve, then
+    their parents the same way, deepest first; never one of ``keep`` nor one above it."""
+    while dirs:
+        path = max(dirs, key=len)
+        dirs.discard(path)
+        if any(kept == path or kept.startswith(path + os.sep) for kept in keep):
+            continue
+        for name in (LOCK, RESERVE):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(path, name))
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+            dirs.add(os.path.dirname(path))
 
 
 def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
@@ -167,9 +191,8 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
             with contextlib.suppress(OSError, NotOurs):
                 reader.open()
                 counts["bytes"] += os.fstat(reader.fd).st_size
-                while (record := reader.next()) is not None and not isinstance(record, Event):
-                    pass
-                oldest += [record.at] if record is not None else []
+                first = next((record for record in reader.records() if isinstance(record, Event)), None)
+                oldest += [first.at] if first is not None else []
             reader.close()
     state.update(counts, oldest_event_age=max(0.0, time.time() - min(oldest)) if oldest else None)
     return state

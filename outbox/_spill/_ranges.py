@@ -25,9 +25,6 @@ class Ranges:
     def __len__(self) -> int:
         return self.size
 
-    def __bool__(self) -> bool:
-        return self.size > 0
-
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return zip(self._starts, self._ends, strict=True)
 
@@ -52,23 +49,17 @@ class Ranges:
         if not starts or first > ends[-1]:
             starts.append(first)
             ends.append(end)
-            self.size += end - first
-            return
-        if first == ends[-1]:  # (the common case: the next numbers)
+        elif first == ends[-1]:  # (the common case: the next numbers)
             ends[-1] = end
-            self.size += end - first
-            return
-        i = bisect_left(ends, first)  # the first range that ends at or after ``first``
-        j = bisect_right(starts, end)  # ranges from i to j touch or overlap [first, end)
-        if i == j:
-            starts.insert(i, first)
-            ends.insert(i, end)
-            self.size += end - first
-            return
-        new_first, new_end = min(first, starts[i]), max(end, ends[j - 1])
-        self.size += (new_end - new_first) - sum(ends[k] - starts[k] for k in range(i, j))
-        starts[i:j] = [new_first]
-        ends[i:j] = [new_end]
+        else:
+            i = bisect_left(ends, first)  # the first range that ends at or after ``first``
+            j = bisect_right(starts, end)  # ranges from i to j touch or overlap [first, end)
+            if i < j:
+                self.size -= sum(ends[k] - starts[k] for k in range(i, j))
+                first, end = min(first, starts[i]), max(end, ends[j - 1])
+            starts[i:j] = [first]
+            ends[i:j] = [end]
+        self.size += end - first
 
     def remove(self, first: int, end: int) -> int:
         """Take ``[first, end)`` out; returns how many integers were in the set."""
@@ -83,43 +74,17 @@ class Ranges:
         j = bisect_left(starts, end)  # ranges from i to j overlap [first, end)
         if i >= j:
             return 0
-        removed = sum(min(ends[k], end) - max(starts[k], first) for k in range(i, j))
-        pieces_s, pieces_e = [], []
-        if starts[i] < first:
-            pieces_s.append(starts[i])
-            pieces_e.append(first)
-        if ends[j - 1] > end:
-            pieces_s.append(end)
-            pieces_e.append(ends[j - 1])
-        starts[i:j] = pieces_s
-        ends[i:j] = pieces_e
+        removed = self.count(first, end)
+        pieces = [(starts[i], first)] if starts[i] < first else []
+        pieces += [(end, ends[j - 1])] if ends[j - 1] > end else []
+        starts[i:j] = [a for a, _ in pieces]
+        ends[i:j] = [b for _, b in pieces]
         self.size -= removed
         return removed
 
-    def take(self, x: int) -> bool:
-        """Take ``x`` out if it is in the set; returns whether it was (O(1) for the first)."""
-        starts = self._starts
-        if starts and starts[0] == x:
-            if x + 1 < self._ends[0]:
-                starts[0] = x + 1
-            else:
-                del starts[0], self._ends[0]
-            self.size -= 1
-            return True
-        return bool(self.remove(x, x + 1))
-
-    def overlaps(self, first: int, end: int) -> bool:
-        """Whether any integer of ``[first, end)`` is in the set."""
-        if first >= end:
-            return False
-        i = bisect_right(self._ends, first)
-        return i < len(self._starts) and self._starts[i] < end
-
     def count(self, first: int, end: int) -> int:
         """How many integers of ``[first, end)`` are in the set."""
-        starts, ends = self._starts, self._ends
-        i, j = bisect_right(ends, first), bisect_left(starts, end)
-        return sum(min(ends[k], end) - max(starts[k], first) for k in range(i, j))
+        return sum(b - a for a, b in self.clip(first, end))
 
     def outside(self, first: int, end: int) -> list[tuple[int, int]]:
         """The ranges of ``[first, end)`` not in the set."""

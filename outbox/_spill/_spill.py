@@ -5,7 +5,7 @@ of being queued, and before any transport sees it; whatever becomes of it (deliv
 with a reason) is written too (a *settlement*), from the buffer's journal (``_disk``).  Recovery
 is a replay: a successor adopts a dead owner's directory (one rename, ``_owners``), reads its
 files (``_streams``) and hands on every event no settlement covers, in order, before its own
-newer events (``_stretch``).  Nothing here runs on ``emit``'s path.
+newer events (``_window``).  Nothing here runs on ``emit``'s path.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from .._buffer._buffer import Buffer, Reason
+from .._buffer._buffer import Buffer
 from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger, never_silent
@@ -25,10 +25,9 @@ from .._run._serde import SerializedEvent, weight
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
-from ._owners import Home, dead_owners
+from ._owners import Home, dead_owners, segment_paths
 from ._ranges import Ranges
-from ._streams import segment_paths
-from ._stretch import Run, Stretch
+from ._streams import Kept, Run
 from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "SCAN_INTERVAL", "Spill"]
@@ -59,31 +58,31 @@ class Spill:
         self.directory = os.path.abspath(os.fspath(directory))
         self.max_bytes, self.interval = max_bytes, interval
         self.log = RateLimitedLog(log_interval)
+        self.window = Window()
         self._begin(Home(self.directory))
         self.recovered = self.owners_adopted = 0
         self._pending: list[Run] = []  # adopted, not yet in the stretch
         self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
-        self._closed = self._gone = self._scan_now = False
+        self._closed = self._scan_now = False
         self._retry_home_at = 0.0  # (a vanished directory that could not be made again)
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
-        if adopt:
-            self._adopt()
+        self._adopt_at_attach = adopt
 
-    def _begin(self, home: Home, window: Window | None = None) -> None:
+    def _begin(self, home: Home) -> None:
         """This owner's files start (at construction, or over after its directory vanished)."""
         self.home = home
         self.disk = Disk(home, self.max_bytes, self.log)
-        self.stretch = Stretch(home.owner)
-        self.stretch.window = window
         #: Own queued events below this number are written (or were refused, and counted).
         self.written_upto = 0
 
     # -- adoption ---------------------------------------------------------------------------
 
-    def _adopt(self) -> None:
+    def _adopt(self, room: int = 0) -> None:
         """Take over every dead owner's directory and replay its files: what is live joins the
-        stretch (``Stretch.place_locked``), ahead of anything accepted after."""
+        stretch (``Window.place_locked``), ahead of anything accepted after.  An owner's events
+        that weigh ``room`` at most are kept as the replay reads them (one owner's): its run
+        hands them out without reading its files again."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
@@ -100,8 +99,10 @@ class Spill:
             finally:
                 os.close(fd)
             self.owners_adopted += 1
-            paths = segment_paths(target)
-            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning))
+            paths, kept = segment_paths(target), Kept()
+            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room), kept=kept)
+            if kept:
+                run.index, room = len(paths), 0
             if run.remaining:
                 logger.warning(
                     "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
@@ -114,18 +115,20 @@ class Spill:
     def _place_locked(self, buf: Buffer) -> None:
         """Adopted events join the stretch (not while the overflow holds events in memory:
         they would come between)."""
-        window = self.stretch.window
-        if self._pending and window is not None and not window.events and not buf.finalized:
+        if self._pending and not self.window.events and not buf.finalized:
             self.recovered += sum(run.remaining for run in self._pending)
-            self.stretch.place_locked(buf, self._pending)
+            self.window.place_locked(buf, self._pending)
             self._pending = []
 
     def attach(self, buf: Buffer) -> None:
-        """Give the buffer its memory window and its journal, and put what was adopted at
-        construction first."""
-        self.stretch.window = Window(buf)
+        """Give the buffer its memory window and its journal, adopt the dead owners (what the
+        window has room for read once), and put their events first."""
         with buf.lock:
+            self.window.attach(buf)
             buf.keep_journal_locked()
+        if self._adopt_at_attach:
+            self._adopt(self.window.share_bytes)
+        with buf.lock:
             self._place_locked(buf)
 
     def has_pending(self) -> bool:
@@ -141,13 +144,12 @@ class Spill:
 
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
-        stretch = self.stretch
-        window = stretch.window
-        if self._closed or window is None:
+        window = self.window
+        if self._closed or buf.window is not window:
             return _INF
         if window.active and (
-            (len(window.events) >= window.wake_at and not stretch.stuck)
-            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= stretch.read_again_at)
+            (len(window.events) >= window.wake_at and not window.stuck)
+            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= window.read_again_at)
         ):
             return 0.0
         journal = buf.journal
@@ -165,18 +167,17 @@ class Spill:
         """Once an interval: write what was queued since the last write and the settlements,
         delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
-        stretch = self.stretch
-        window = stretch.window
-        if self._closed or window is None:
+        window = self.window
+        if self._closed or buf.window is not window:
             return
         try:
             if window.active:
-                stretch.refill(buf, self.log)
-                if len(window.events) >= window.wake_at and not stretch.stuck:
+                window.refill(buf, self.log)
+                if len(window.events) >= window.wake_at and not window.stuck:
                     self._release(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return
-            self._last_tick, stretch.stuck = now, False
+            self._last_tick, window.stuck = now, False
             # Settled files go first: their room is this write's (after an outage that filled
             # the disk, the backend's catching up frees it).
             self._settle(buf)
@@ -185,15 +186,15 @@ class Spill:
             self._release(buf, slicer)
             self._settle(buf)
             self.disk.write_settlements()
-            stretch.refill(buf, self.log)
+            window.refill(buf, self.log)
             if now >= self._next_scan or self._scan_now:
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
                 self._adopt()
-            writer = self.disk.writer
+            disk = self.disk
             with buf.lock:
                 if not window.active:  # overflow to disk again once it works and has room
-                    full = writer.room() <= 0 and not writer.failing
-                    window.usable = not writer.failing and not full
+                    full = disk.room() <= 0 and not disk.failing
+                    window.usable = not disk.failing and not full
                     buf.spill_full_locked(full)
                 self._place_locked(buf)
         except Exception as exc:  # a bug of ours must not stop the worker
@@ -210,7 +211,7 @@ class Spill:
             # its run's later events (first arrivals out of order, and counted lost and delivered).
             self._settle(buf)
             self.disk.write_settlements()
-        foreign, upto = self.stretch.foreign, self.written_upto
+        foreign, upto = self.window.foreign, self.written_upto
         fresh = [(item.seq, item.event) for item in items if item.seq >= upto and item.seq not in foreign]
         self.written_upto = max(upto, items[-1].seq + 1)
         if fresh:
@@ -230,9 +231,9 @@ class Spill:
     def _write_queued(self, buf: Buffer, slicer: Slicer | None) -> None:
         """Write the queued events not written yet (serialized in place in the buffer: the
         intake does not do it again), as many as the disk has room for."""
-        room = self.disk.writer.room()
+        room = self.disk.room()
         with buf.lock:
-            numbers, queue, foreign = buf.numbers, buf.queue, self.stretch.foreign
+            numbers, queue, foreign = buf.numbers, buf.queue, self.window.foreign
             n = len(queue)
             end = numbers.end(n)
             start = max(self.written_upto, numbers.head)
@@ -245,7 +246,7 @@ class Spill:
         # (One that cannot be serialized is never on disk: the intake counts it invalid_event.
         # One larger than the whole spill stays in memory only, counted not spilled.)
         done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
-        batch = [item for item in done if self.disk.writer.holds(item[2])]
+        batch = [item for item in done if self.disk.holds(item[2])]
         if len(batch) < len(done):
             count = self.disk.not_spilled
             count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
@@ -260,20 +261,19 @@ class Spill:
     def _release(self, buf: Buffer, slicer: Slicer | None) -> None:
         """The overflow to disk, not before the queued events below it are written: the records
         of a stream are in the order of their numbers, which a successor reads them in."""
-        window = self.stretch.window
-        if window is None or not window.events:
+        if not self.window.events:
             return
         if self._unwritten(buf):
             self._write_queued(buf, slicer)
             if self._unwritten(buf):
                 return
         if not self.home.vanished() or self._start_over(buf):
-            self.stretch.release(buf, slicer, self.disk, lambda: self._settle(buf))
+            self.window.release(buf, slicer, self.disk, lambda: self._settle(buf))
 
     def _unwritten(self, buf: Buffer) -> bool:
         """Whether queued events of this owner are not written yet (read without the lock)."""
         end = buf.numbers.end(len(buf.queue))
-        return bool(self.stretch.foreign.outside(max(self.written_upto, buf.head_seq), end))
+        return bool(self.window.foreign.outside(max(self.written_upto, buf.head_seq), end))
 
     def _settle(self, buf: Buffer) -> None:
         """What the buffer settled since the last look: out of the live sets (this owner's
@@ -282,41 +282,30 @@ class Spill:
             entries = buf.journal.take() if buf.journal is not None else []
             if not entries:
                 return
-            foreign, owner = self.stretch.foreign, self.home.owner
+            foreign, owner = self.window.foreign, self.home.owner
             by: dict[tuple[str, str], Ranges] = {}
             for first, end, outcome in entries:
                 for a, b in foreign.outside(first, end):
                     by.setdefault((owner, outcome), Ranges()).add(a, b)
                 for a, b in foreign.clip(first, end):
-                    for stream, seq in self.stretch.origins(a, b):
-                        by.setdefault((stream, outcome), Ranges()).add(seq, seq + 1)
+                    for stream, x, y in self.window.origins(a, b):
+                        by.setdefault((stream, outcome), Ranges()).add(x, y)
             self.disk.settled(by)
 
     def _start_over(self, buf: Buffer) -> bool:
         """This owner's directory was removed (or replaced) under it: its files are gone.  What
-        was only on disk (the stretch) is counted lost, the rest stays in memory; a new directory
-        is made (tried again ``RETRY_AFTER`` later, the outbox in memory meanwhile).  Returns
-        whether there is one to write to."""
+        was only on disk (the stretch) is counted lost, once, the rest stays in memory; a new
+        directory is made (tried again ``RETRY_AFTER`` later, the outbox in memory meanwhile).
+        Returns whether there is one to write to."""
         if time.monotonic() < self._retry_home_at:
             return False
-        window = self.stretch.window
-        lost = 0
-        if not self._gone:  # (once per directory lost)
-            self._gone = True
+        if self.home.lock_fd >= 0:  # (once per directory lost: its lock is let go of here)
             self.home.release()
             self.disk.drop_all()
-            self.stretch.close()
             with buf.lock:
-                lost = window.disk if window is not None else 0
-                if lost and window is not None:
-                    buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
-                    buf.count_locked(Reason.SPILL_LOST, lost)
-                    window.disk = 0
-                    window.settle(buf)
+                lost = self.window.lose_disk_locked(buf)
                 if buf.journal is not None:
                     buf.journal.take()  # (about files that are gone)
-                self.stretch = Stretch(self.home.owner)
-                self.stretch.window = window
             never_silent(
                 logging.WARNING,
                 "spill: this outbox's files in %s were removed under it: %d event(s) only on disk are "
@@ -327,18 +316,14 @@ class Spill:
         try:
             home = Home(self.directory)
         except ConfigError as exc:  # (counted by errno, as a failed write: failed_eexist, ...)
-            code = getattr(exc.__cause__, "errno", None) or 0
-            name = errno.errorcode.get(code, "EOTHER")
-            self.disk.writer.failures[name] = self.disk.writer.failures.get(name, 0) + 1
+            self.disk.failures[errno.errorcode.get(getattr(exc.__cause__, "errno", None) or 0, "EOTHER")] += 1
             self._retry_home_at = time.monotonic() + RETRY_AFTER
             with buf.lock:
-                if window is not None:
-                    window.usable = False
+                self.window.usable = False
             return False
         with buf.lock:
-            self._begin(home, window)
+            self._begin(home)
             self.written_upto = buf.head_seq
-        self._gone = False
         return True
 
     # -- the end ------------------------------------------------------------------------------
@@ -356,8 +341,8 @@ class Spill:
         disk = self.disk
         disk.write_settlements()
         self._closed = True
-        self.stretch.close()
-        disk.writer.rotate()
+        self.window.close()
+        disk.rotate()
         on_disk = self.on_disk()
         if disk.unsettled_events(losses=True):
             # A settlement of events counted lost could not be written: handing the files on
@@ -374,8 +359,7 @@ class Spill:
             disk.tell_unsettled_deliveries()
         _tell_left(self.left(), self.directory)
         if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
-            disk.drop_all()
-            self.home.remove()
+            disk.drop_all(keep=[self.directory])  # (this owner's directory too)
         self.home.release()
         return on_disk
 
@@ -388,7 +372,7 @@ class Spill:
         """Of the events held, how many are on disk, live (less those settled in ``journal``,
         not taken yet: for a close whose report is made without the worker, under the lock)."""
         live = self.disk.streams.live() - sum(run.remaining for run in self._pending)
-        own, foreign = self.disk.own.live, self.stretch.foreign
+        own, foreign = self.disk.own.live, self.window.foreign
         for first, end, _ in journal or []:
             live -= sum(own.count(a, b) for a, b in foreign.outside(first, end))
             live -= foreign.count(first, end)
@@ -397,8 +381,8 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files (the parent still owns them) and
         start a spill of the child's own, adopting nothing."""
-        self.stretch.close()
-        for fd in (self.home.lock_fd, self.disk.writer.fd):
+        self.window.close()
+        for fd in (self.home.lock_fd, self.disk.fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -412,27 +396,26 @@ class Spill:
 
     def stats(self) -> dict[str, float]:
         """What ``Stats.spill`` shows (read without the lock: a snapshot, maybe a tick old)."""
-        disk, stretch = self.disk, self.stretch
-        window, streams = stretch.window, disk.streams
+        disk, window, streams = self.disk, self.window, self.disk.streams
         return {
             "spilled_events": streams.live(),
             "spilled_bytes": sum(seg.size for seg in list(streams.files)),
             "segments": len(streams.files),
             "written": disk.written,
             "recovered": self.recovered,
-            "recovering": stretch.adopted() + sum(run.remaining for run in self._pending),
+            "recovering": window.adopted() + sum(run.remaining for run in self._pending),
             "owners_adopted": self.owners_adopted,
             "owners_left": len(self._not_taken),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
-            **{f"failed_{name.lower()}": n for name, n in dict(disk.writer.failures).items()},
-            "overflow_events": len(window.events) if window is not None else 0,
-            "stretch_events": window.disk if window is not None else 0,
+            **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},
+            "overflow_events": len(window.events),
+            "stretch_events": window.disk,
             **streams.damage,
             "corrupt_records": streams.damage["corrupt_records"]
-            + sum(run.damaged for run in list(stretch.runs)),
-            "lost_records": stretch.lost,
-            "invalid_bodies": stretch.invalid,
+            + sum(run.damaged for run in list(window.runs)),
+            "lost_records": window.lost,
+            "invalid_bodies": window.invalid,
             "oldest_age": disk.oldest_age(),
         }
 

@@ -5,20 +5,36 @@ which are settled.  Recovery is a replay: every file read, events less settlemen
 A file goes once none of its events is live; but its settlements may still be the only word on
 events of other files, so before such a file goes a *checkpoint* (every stream's settled numbers,
 restated) is written to a segment that stays.
+
+What lives is read back by *runs* (the stretch, ``_window``): some files and the numbers to hand
+out of them, by stream.  A run hands out, in file order, each record whose number it still holds,
+once; whatever it holds when its last file is read to its end was damaged (a *gap*, which the
+spill counts lost).  Memory: one record, or a 256 KiB chunk; and at start, what the memory
+window has room for, kept as the replay reads it (the run does not read its files again).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from ._format import Event, NotOurs, SegmentReader, Settle, encode_settle
+import orjson
+
+from .._run._serde import SerializedEvent, weight
+from ._format import TOMBSTONES, Event, NotOurs, SegmentReader, Settle, encode_settle
+from ._owners import prune
 from ._ranges import Ranges
 
-__all__ = ["SegFile", "Stream", "Streams", "segment_paths"]
+__all__ = ["Kept", "Read", "Run", "SegFile", "Stream", "Streams"]
+
+#: What a run hands out: the events (None: a gap), and where they came from, in order, as
+#: ``[stream, the first's number there, how many]``.
+Read = tuple[list[SerializedEvent | None], list[list[Any]]]
+#: Events a replay kept, read once: (their stream, whether its file is vouched for, the record).
+Kept = deque[tuple[str, bool, Event]]
 
 
 @dataclass(slots=True, eq=False)
@@ -49,21 +65,6 @@ class Stream:
             self.live.add(a, b)
 
 
-def segment_paths(directory: str) -> list[str]:
-    """The segments of an owner's directory, after those of the owners it adopted (its
-    subdirectories, oldest first, each the same way): the order their events were handed on."""
-    try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError:
-        return []
-    paths: list[str] = []
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                paths.extend(segment_paths(entry.path))
-    return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
-
-
 class Streams:
     """Every stream and file this owner holds; ``home`` is its own stream (never forgotten).
     ``damage`` counts what replays could not use: ``corrupt_records``, ``torn_records``,
@@ -86,34 +87,43 @@ class Streams:
         """Events on disk not settled, of every stream."""
         return sum(len(stream.live) for stream in list(self.streams.values()))
 
-    def replay(self, paths: list[str], warn: Callable[..., None]) -> dict[str, Ranges]:
+    def replay(
+        self, paths: list[str], warn: Callable[..., None], kept: Kept | None = None, room: int = 0
+    ) -> dict[str, Ranges]:
         """Read ``paths`` (an adopted owner's): their files join this owner's; returns the live
-        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed."""
+        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed.
+        With ``kept``, every event is kept there if all of them weigh ``room`` at most (a run
+        then hands them out without reading them again); else ``kept`` is left empty."""
         present: dict[str, Ranges] = {}
         settled: dict[str, Ranges] = {}
+        kept = kept if room > 0 else None
 
         def damaged(kind: str, what: str, *args: object) -> None:
             self.damage[kind] += 1
             warn("spill: " + what + "; skipped", *args)
 
         for path in paths:
-            reader = SegmentReader(path, bodies=False)
+            reader, seg = SegmentReader(path, bodies=kept is not None), None
             try:
                 named = reader.open()
                 if named != os.path.basename(os.path.dirname(path)):
                     raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
-                numbers = present.setdefault(seg.stream, Ranges())
-                while (record := reader.next()) is not None:
-                    if isinstance(record, int):
-                        damaged("corrupt_records", "a damaged record at byte %d of %s", record, path)
-                    elif isinstance(record, Event):
+                numbers = seg.numbers
+                for record in reader.records():
+                    if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
-                        seg.numbers.add(record.seq, record.seq + 1)
-                    elif isinstance(record, Settle):
+                        if kept is not None and (room := room - weight(record.event)) >= 0:
+                            kept.append((named, reader.vouched, record))
+                        elif kept is not None:
+                            kept.clear()
+                            kept = None  # (too many: read back from the files)
+                    elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
                             settled.setdefault(record.stream, Ranges()).add(a, b)
+                    else:
+                        damaged("corrupt_records", "a damaged record at byte %d of %s", record, path)
                 if reader.tail_left():
                     damaged("torn_records", "a record cut short at the end of %s", path)
                 self.files.append(seg)
@@ -125,6 +135,14 @@ class Streams:
                 )
             finally:
                 reader.close()
+                if seg is not None:  # (what was read before a failure counts too)
+                    found = present.setdefault(seg.stream, Ranges())
+                    for a, b in seg.numbers:
+                        found.add(a, b)
+        return self._live(present, settled)
+
+    def _live(self, present: dict[str, Ranges], settled: dict[str, Ranges]) -> dict[str, Ranges]:
+        """What a replay found, by stream: events (``present``) less settlements is live."""
         handed: dict[str, Ranges] = {}
         for name, numbers in present.items():
             stream, done, top = self.stream(name), settled.get(name, Ranges()), numbers.last()
@@ -144,7 +162,7 @@ class Streams:
         return [
             seg
             for seg in self.files
-            if not any(self.stream(seg.stream).live.overlaps(a, b) for a, b in seg.numbers)
+            if not any(self.stream(seg.stream).live.clip(a, b) for a, b in seg.numbers)
             and not (seg is self.checkpoint_file and anything)
         ]
 
@@ -166,10 +184,10 @@ class Streams:
                 ]
         return records
 
-    def forget(self, dead: list[SegFile], home: str) -> int:
-        """Delete ``dead`` files, and the adopted owners' directories left empty (never
-        ``home``, this owner's own).  Returns the bytes of this owner's own segments freed."""
-        freed, gone, dirs = 0, set(), set()
+    def forget(self, dead: list[SegFile], keep: Collection[str]) -> None:
+        """Delete ``dead`` files, and the adopted owners' directories they leave empty (never
+        one of ``keep``: this owner's own, while it lives)."""
+        gone, dirs = set(), set()
         for seg in dead:
             try:
                 os.unlink(seg.path)
@@ -178,7 +196,6 @@ class Streams:
             except OSError:
                 continue  # (kept: tried again later)
             gone.add(id(seg))
-            freed += seg.size if seg.stream == self.home else 0
             dirs.add(os.path.dirname(seg.path))
         self.files = [seg for seg in self.files if id(seg) not in gone]
         if id(self.checkpoint_file) in gone:
@@ -186,16 +203,106 @@ class Streams:
         kept = {seg.stream for seg in self.files} | {self.home}
         for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
             del self.streams[name]
-        held = {os.path.dirname(seg.path) for seg in self.files} | {home}
-        while dirs:  # deepest first, then their parents; never one that holds files, nor above
-            path = max(dirs, key=len)
-            dirs.discard(path)
-            if path in held or any(h.startswith(path + os.sep) for h in held):
-                continue
-            for name in ("lock", "reserve"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(path, name))
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-                dirs.add(os.path.dirname(path))
-        return freed
+        prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """One run: events numbered here from ``first``, to be read from ``paths`` (``todo``: the
+    numbers, by stream, not handed out yet)."""
+
+    first: int
+    paths: list[str]
+    todo: dict[str, Ranges]
+    own: bool = False
+    index: int = 0
+    reader: SegmentReader | None = None
+    records: Iterator[tuple[str, bool, Event | Settle | int]] | None = None
+    #: Stretches of bytes that were not a sound record.
+    damaged: int = 0
+    #: What the replay kept of its files (all of their events: they are not read again).
+    kept: Kept = field(default_factory=deque)
+
+    @property
+    def remaining(self) -> int:
+        return sum(len(numbers) for numbers in self.todo.values())
+
+    def extend(self, stream: str, first: int, end: int, path: str) -> None:
+        """More of this owner's events, written to ``path`` (its own runs grow)."""
+        self.todo.setdefault(stream, Ranges()).add(first, end)
+        if not self.paths or self.paths[-1] != path:
+            self.paths.append(path)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = self.records = None
+
+    def read(self, want: int, max_bytes: int) -> Read:
+        """Up to ``want`` events (and ``max_bytes``, at least one), in file order, and where each
+        came from; once the last file is read to its end, what is still to hand out comes as
+        gaps (None).  A body that is not a JSON object comes as the ``invalid_event`` tombstone.
+        Raises OSError if the disk fails."""
+        events: list[SerializedEvent | None] = []
+        origins: list[list[Any]] = []
+        last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
+        nbytes = 0
+        if self.records is None:
+            self.records = self._records()
+        for stream, vouched, record in self.records:
+            if record.__class__ is Event:
+                seq, _, event = record
+                numbers = self.todo.get(stream)
+                if numbers is not None and numbers.remove(seq, seq + 1):
+                    if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
+                        event = TOMBSTONES["invalid_event"]
+                    events.append(event)
+                    if last[1] + last[2] == seq and last[0] == stream:
+                        last[2] += 1
+                    else:
+                        origins.append(last := [stream, seq, 1])
+                    nbytes += weight(event)
+                    if len(events) >= want or nbytes >= max_bytes:
+                        return events, origins
+            elif record.__class__ is int:
+                self.damaged += 1
+        self.records = None
+        # Its last file read to its end: what it still holds is not there (each was written
+        # whole before it was handed to this run).
+        for stream, numbers in self.todo.items():
+            while (gap := numbers.first()) is not None and len(events) < want:
+                numbers.remove(gap, gap + 1)
+                events.append(None)
+                origins.append([stream, gap, 1])
+        return events, origins
+
+    def _records(self) -> Iterator[tuple[str, bool, Event | Settle | int]]:
+        """The records left to read, with their stream and whether their file is vouched for:
+        those the replay kept, then the files' from where the last read stopped, to the end of
+        what is written of the last one (more may be appended: a next one goes on from there)."""
+        while self.kept:
+            yield self.kept.popleft()
+        while self.index < len(self.paths):
+            if self.reader is None:
+                reader = SegmentReader(self.paths[self.index])
+                try:
+                    reader.open()
+                except (OSError, NotOurs):
+                    self.index += 1
+                    continue
+                self.reader = reader
+            stream, vouched = self.reader.stream, self.reader.vouched
+            for record in self.reader.records():
+                yield stream, vouched, record
+            if self.index >= len(self.paths) - 1:
+                return
+            self.reader.close()
+            self.reader = None
+            self.index += 1
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False

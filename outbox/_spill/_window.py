@@ -6,47 +6,63 @@ With a spill, the queue (and what is in flight) keeps only a *window*, half of `
 (O(1), in memory, under the buffer's lock, as ever) to a second, small deque, the overflow,
 never to the queue.  The sidecar writes the overflow to disk and *releases* it: only its count
 stays, ``disk`` (the *stretch*, the numbers right after the queue's last, with the events of dead
-owners adopted ahead of it: ``_stretch``), read back as the queue has room.  Once the stretch is
-empty the overflow (what the disk did not take) joins the queue, and the overflow ends.  So the
-order is queue < stretch < overflow by number, and each run's order holds.  Only when the
-overflow is full (the disk full or failing, or the sidecar behind by half the buffer) does the
-policy apply, counted ``dropped_spill_full`` when the disk holds ``max_spill_bytes``, else
-``dropped_full``; ``drop_oldest`` evicts the oldest queued events, never the stretch's.  The fast
-paths of ``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1
-while overflowing (every ``emit`` then takes the slow path, which comes here).
+owners adopted ahead of it), read back as the queue has room.  Once the stretch is empty the
+overflow (what the disk did not take) joins the queue, and the overflow ends.  So the order is
+queue < stretch < overflow by number, and each run's order holds.  Only when the overflow is
+full (the disk full or failing, or the sidecar behind by half the buffer) does the policy apply,
+counted ``dropped_spill_full`` when the disk holds ``max_spill_bytes``, else ``dropped_full``;
+``drop_oldest`` evicts the oldest queued events, never the stretch's.  The fast paths of
+``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1 while
+overflowing (every ``emit`` then takes the slow path, which comes here).
+
+The stretch is a queue of *runs* (``_streams.Run``): this owner's own events, written from the
+overflow, or a dead owner's, adopted and read in place.  Numbers given here to events of the
+stretch are *foreign*: their records are in their run's stream, under the numbers the *spans*
+say (where each event read back came from), and are never written again.
 """
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_right
 from collections import deque
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from .._buffer._buffer import Buffer
+from .._buffer._buffer import Buffer, Reason
+from .._observability._log import RateLimitedLog
+from .._run._serde import SerializedEvent, weight
+from .._runtime._slices import Slicer
+from ._disk import Disk, serialized
+from ._format import TOMBSTONES
+from ._ranges import Ranges
+from ._streams import Read, Run
 
-__all__ = ["Window"]
+__all__ = ["READ_AGAIN_AFTER", "Window"]
+
+#: After a read of the stretch failed, seconds before the next try.
+READ_AGAIN_AFTER = 1.0
+_REASONS = {tomb.body: reason for reason, tomb in TOMBSTONES.items()}
+
+
+@dataclass(slots=True)
+class Span:
+    """Events read back, numbered here from ``first``: where each came from (``origins``, runs
+    of ``(stream, its first number there, how many)``), to settle them there; ``left`` of
+    them not settled yet."""
+
+    first: int
+    origins: list[list[Any]]
+    left: int
 
 
 class Window:
-    """The overflow of one buffer (see the module's docstring).  Every method runs with the
-    buffer's lock held."""
+    """The overflow of one buffer, in memory and on disk (see the module's docstring).  The
+    buffer's protocol runs with its lock held; so do the methods named ``_locked``."""
 
-    __slots__ = (
-        "active",
-        "disk",
-        "events",
-        "exact_bytes",
-        "exact_count",
-        "share_bytes",
-        "share_events",
-        "sizes",
-        "usable",
-        "wake_at",
-    )
-
-    def __init__(self, buf: Buffer) -> None:
-        self.share_events, self.share_bytes = max(1, buf.max_events // 2), max(1, buf.max_bytes // 2)
-        self.wake_at = max(1, min(64, buf.max_events // 16))
+    def __init__(self) -> None:
+        self.share_events = self.share_bytes = self.wake_at = 0
         self.active = False
         #: False while the disk fails or is full: then, unless overflowing, memory only.
         self.usable = True
@@ -55,6 +71,23 @@ class Window:
         self.exact_bytes = self.exact_count = 0
         #: Events of the stretch: on disk only, to be read back.
         self.disk = 0
+        self._new_stretch()
+
+    def _new_stretch(self) -> None:
+        """The stretch's own state, anew (at the start, and once its files are gone)."""
+        self.runs: deque[Run] = deque()
+        self.spans: list[Span] = []
+        self.foreign = Ranges()
+        #: A read back failed: none again before this time (``time.monotonic``).
+        self.read_again_at = 0.0
+        #: The last release found the disk full or failing: none again before the next tick.
+        self.stuck = False
+        #: Events read back that were not there (``lost``) or whose body is not a JSON object.
+        self.lost = self.invalid = 0
+
+    def attach(self, buf: Buffer) -> None:
+        self.share_events, self.share_bytes = max(1, buf.max_events // 2), max(1, buf.max_bytes // 2)
+        self.wake_at = max(1, min(64, buf.max_events // 16))
         buf.attach_overflow(self)
         self.restore(buf)
 
@@ -103,7 +136,7 @@ class Window:
         self.active = False
         return n
 
-    # -- the spill's side ---------------------------------------------------------------------
+    # -- the memory window ------------------------------------------------------------------
 
     def activate(self, buf: Buffer) -> None:
         """Overflow from now on: every event accepted goes behind the stretch."""
@@ -125,20 +158,9 @@ class Window:
         n = len(self.events) + len(buf.queue) + buf.in_flight
         return n < buf.max_events and held + price <= buf.max_bytes
 
-    def release(self, n: int) -> None:
-        """The oldest ``n`` of the overflow are on disk: forget them here."""
-        events, sizes = self.events, self.sizes
-        for _ in range(n):
-            events.popleft()
-            size = sizes.popleft()
-            if size:
-                self.exact_bytes -= size
-                self.exact_count -= 1
-        self.disk += n
-
-    def to_queue(self, buf: Buffer) -> int:
+    def _to_queue_locked(self, buf: Buffer) -> None:
         """With the stretch empty: move the overflow to the queue, in memory (what the disk
-        would not take), as much as fits the queue's window.  Returns how many."""
+        would not take), as much as fits the queue's window."""
         room, room_bytes = self.room(buf)
         estimate = buf.estimate
         take = 0
@@ -147,19 +169,178 @@ class Window:
             if room_bytes < 0:
                 break
             take += 1
-        if not take:
-            return 0
-        events, sizes = (
-            [self.events.popleft() for _ in range(take)],
-            [self.sizes.popleft() for _ in range(take)],
-        )
-        self.exact_bytes -= sum(sizes)
-        self.exact_count -= take - sizes.count(0)
-        buf.rejoin_locked(events, sizes)  # (one recount for all of them)
-        return take
+        if take:
+            events = [self.events.popleft() for _ in range(take)]
+            sizes = [self.sizes.popleft() for _ in range(take)]
+            self.exact_bytes -= sum(sizes)
+            self.exact_count -= take - sizes.count(0)
+            buf.rejoin_locked(events, sizes)  # (one recount for all of them)
 
     def settle(self, buf: Buffer) -> None:
         """End the overflow once the stretch and the overflow are both empty."""
         if self.active and not self.disk and not self.events:
             self.active = False
             self.restore(buf)
+
+    # -- the stretch --------------------------------------------------------------------------
+
+    def place_locked(self, buf: Buffer, runs: list[Run]) -> None:
+        """Adopted runs join the stretch, numbered after everything accepted so far."""
+        for run in runs:
+            run.first = buf.next_seq
+            buf.went_beyond_locked(run.remaining)
+            self.disk += run.remaining
+            self.runs.append(run)
+            self.foreign.add(run.first, run.first + run.remaining)
+        self.activate(buf)
+
+    def release(self, buf: Buffer, slicer: Slicer | None, disk: Disk, drain: Any) -> None:
+        """Write the overflow to disk and release what was written from memory (an own run).
+        One that cannot be written (it cannot be serialized, or is larger than the whole spill)
+        is written as its tombstone: the events after it flow."""
+        with buf.lock:
+            if not self.events or buf.finalized:
+                return
+            start = buf.next_seq - len(self.events)
+            events = list(self.events)
+        done = serialized(list(enumerate(events, start)), slicer)
+        wrote = disk.append([(seq, _writable(ser, disk)) for seq, _, ser in done], buf.lock, drain)
+        self.stuck = wrote < len(done)
+        with buf.lock:
+            if buf.finalized or buf.next_seq - len(self.events) != start:
+                return  # cleared meanwhile (a close that reported without the worker)
+            buf.spill_full_locked(disk.full and not disk.failing)
+            self.usable = not disk.failing and not disk.full
+            if not wrote or disk.last is None:
+                return
+            for _ in range(wrote):
+                self.events.popleft()
+                size = self.sizes.popleft()
+                if size:
+                    self.exact_bytes -= size
+                    self.exact_count -= 1
+            self.disk += wrote
+            self.foreign.add(start, start + wrote)
+            last, owner = self.runs[-1] if self.runs else None, disk.home.owner
+            if last is not None and last.own and last.first + last.remaining == start:
+                last.extend(owner, start, start + wrote, disk.last.path)
+            else:
+                self.runs.append(
+                    Run(start, [disk.last.path], {owner: Ranges([(start, start + wrote)])}, own=True)
+                )
+            buf.notify_locked()  # room in the overflow for blocked emitters
+
+    def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
+        """Read the stretch back into the queue as its window has room; with the stretch empty,
+        move the overflow to the queue; end the overflow once both are empty."""
+        with buf.lock:
+            if buf.finalized:
+                return
+            if not self.disk:
+                self._to_queue_locked(buf)
+                self.settle(buf)
+                return
+            room, room_bytes = self.room(buf)
+            disk = self.disk
+        if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
+            return
+        run = self.runs[0]
+        try:
+            read: Read = run.read(min(room, run.remaining), room_bytes)
+        except OSError as exc:
+            log.warning("spill-read", "spill: reading back failed: %s", exc)
+            read = [], []
+        events, origins = read
+        if not events:
+            self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
+            return
+        with buf.lock:
+            if buf.finalized or self.disk != disk:
+                return
+            self.remember(buf.next_seq - buf.beyond, origins)  # (from the stretch's first number)
+            if not run.remaining:
+                self.runs.popleft()
+                run.close()
+            bad = self._rejoin_locked(buf, events)
+            self.disk -= len(events)
+            self.settle(buf)
+        if bad:
+            log.warning("spill-unreadable", "spill: %d event(s) could not be read back; counted lost", bad)
+
+    def _rejoin_locked(self, buf: Buffer, read: list[SerializedEvent | None]) -> int:
+        """Events read back join the queue's tail, in order; one that cannot be read, or whose
+        body is not a JSON object (a tombstone, say), is counted lost in its place (its number
+        retired).  Returns how many were."""
+        events: list[SerializedEvent] = []
+        bad = 0
+        for event in read:
+            if event is not None and event.body[:1] == b"{":  # (``Run.read`` checked it)
+                events.append(event)
+                continue
+            if events:
+                buf.rejoin_locked(events, [weight(e) for e in events])
+                events = []
+            if event is None:
+                self.lost += 1
+                reason = Reason.SPILL_LOST
+            else:
+                reason = _REASONS.get(event.body, Reason.INVALID_EVENT)
+                self.invalid += reason == Reason.INVALID_EVENT
+            buf.retire_beyond_locked(1, reason)
+            buf.count_locked(reason)
+            bad += 1
+        if events:
+            buf.rejoin_locked(events, [weight(e) for e in events])
+        return bad
+
+    def remember(self, first: int, origins: list[list[Any]]) -> None:
+        """Events read back are numbered here from ``first``: where they came from."""
+        self.spans.append(Span(first, origins, sum(n for _, _, n in origins)))
+
+    def origins(self, first: int, end: int) -> list[tuple[str, int, int]]:
+        """Where the events numbered ``[first, end)`` here came from: ``(stream, first, end)``
+        ranges there (spans forgotten once all their events are settled)."""
+        spans = self.spans
+        out: list[tuple[str, int, int]] = []
+        i = max(0, bisect_right([span.first for span in spans], first) - 1)
+        while i < len(spans) and spans[i].first < end:
+            span = spans[i]
+            at = span.first  # (the number here of each origin's first event)
+            for stream, seq, n in span.origins:
+                lo, hi = max(first, at), min(end, at + n)
+                if lo < hi:
+                    out.append((stream, seq + lo - at, seq + hi - at))
+                    span.left -= hi - lo
+                at += n
+            i += 1
+        self.spans = [span for span in spans if span.left > 0]
+        self.foreign.remove(first, end)
+        return out
+
+    def lose_disk_locked(self, buf: Buffer) -> int:
+        """The stretch's files are gone: what was on disk only is counted lost (its numbers
+        retired).  Returns how many."""
+        lost = self.disk
+        if lost:
+            buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
+            buf.count_locked(Reason.SPILL_LOST, lost)
+            self.disk = 0
+            self.settle(buf)
+        self.close()
+        self._new_stretch()
+        return lost
+
+    def adopted(self) -> int:
+        """Events of dead owners not read back yet."""
+        return sum(run.remaining for run in list(self.runs) if not run.own)
+
+    def close(self) -> None:
+        for run in self.runs:
+            run.close()
+
+
+def _writable(ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
+    """What is written for an overflow event: itself, or its tombstone."""
+    if ser is None:
+        return TOMBSTONES[Reason.INVALID_EVENT]
+    return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]

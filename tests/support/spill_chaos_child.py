@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import outbox._spill._spill
 from outbox import Outbox
 from outbox._buffer._numbering import Journal
-from outbox._spill import _disk, _stretch
+from outbox._spill import _disk, _window
 from outbox.transports import HttpTransport
 
 from support.helpers import run_event
@@ -52,11 +52,12 @@ def install_audit(path: str) -> None:
         say("S")
         return entries
 
-    remember = _stretch.Stretch.remember
+    remember = _window.Window.remember
 
-    def audited_remember(self, first, items):  # type: ignore[no-untyped-def]
-        say(f"T {first} " + " ".join(f"{stream}:{seq}" for stream, seq, _ in items))
-        remember(self, first, items)
+    def audited_remember(self, first, origins):  # type: ignore[no-untyped-def]
+        # (``origins``: [stream, its first number there, how many], in the order read back)
+        say(f"T {first} " + " ".join(f"{s}:{seq}" for s, a, n in origins for seq in range(a, a + n)))
+        remember(self, first, origins)
 
     append = _disk.Disk.append
 
@@ -81,7 +82,7 @@ def install_audit(path: str) -> None:
 
     Journal.note = audited_note  # type: ignore[method-assign]
     Journal.take = audited_take  # type: ignore[method-assign]
-    _stretch.Stretch.remember = audited_remember  # type: ignore[method-assign]
+    _window.Window.remember = audited_remember  # type: ignore[method-assign]
     _disk.Disk.append = audited_append  # type: ignore[method-assign]
     _disk.Disk.write_settlements = audited_write  # type: ignore[method-assign]
     _disk.Disk.drop_all = audited_drop  # type: ignore[method-assign]

@@ -10,9 +10,8 @@ from typing import Any
 
 from outbox._run._serde import SerializedEvent
 from outbox._spill._format import SegmentReader
-from outbox._spill._owners import is_owner
-from outbox._spill._streams import Streams, segment_paths
-from outbox._spill._stretch import Run
+from outbox._spill._owners import is_owner, segment_paths
+from outbox._spill._streams import Run, Streams
 
 
 def waiting(directory: Any) -> list[tuple[str, int, SerializedEvent]]:
@@ -25,9 +24,14 @@ def waiting(directory: Any) -> list[tuple[str, int, SerializedEvent]]:
             continue
         paths = segment_paths(str(owner))
         run = Run(0, paths, Streams().replay(paths, lambda *args: None))
-        got = run.read(run.remaining, 1 << 30)
+        events, origins = run.read(run.remaining, 1 << 30)
         run.close()
-        out.extend((stream, seq, event) for stream, seq, event in got if event is not None)
+        numbers = [(stream, seq) for stream, first, n in origins for seq in range(first, first + n)]
+        out.extend(
+            (stream, seq, event)
+            for (stream, seq), event in zip(numbers, events, strict=True)
+            if event is not None
+        )
     return out
 
 
@@ -39,9 +43,7 @@ def records(data: bytes) -> list[Any]:
     reader = SegmentReader(file.name)
     try:
         reader.open()
-        out = []
-        while (record := reader.next()) is not None:
-            out.append(record)
+        out = list(reader.records())
         if reader.tail_left():
             out.append(reader.offset)
         return out

@@ -64,6 +64,7 @@ ROW_GROUPS = ("lineage", "full", "whole", "busy")
 FLOOR_P99, FLOOR_P999 = 2.0, 4.0  # every emit row against the minimal emitter of its kind
 HELPERS_P50, HELPERS_P99, HELPERS_P999 = 1.5, 2.0, 4.0  # helpers against two emits (p999: the floor)
 FULL_RATIO = 1.5  # a full buffer's p50 and p99 against the empty buffer's
+SPILL_P99 = 1.2  # issue #36: a row with a spill directory against the same row without one
 WHOLE_P99, WHOLE_P99_PLUS, WHOLE_P999, WHOLE_P999_PLUS = 1.25, 10.0, 1.5, 20.0
 #: The whole-invocation rows: (µs of the handler's own computing, invocations a second).
 WHOLE = ((50.0, 5000.0), (50.0, 10000.0))
@@ -188,21 +189,29 @@ def _measure_lineage(
             for label in ["off", "floor", "idle", *args.scenarios]:
                 if label == "floor" and kind == "helpers":
                     continue  # (the helpers build their events: set beside the objects' floor)
-                runs = []
+                # With --spill, each outbox row also with a spill directory, interleaved.
+                spills = (
+                    (False, True)
+                    if getattr(args, "spill", False) and label not in ("off", "floor")
+                    else (False,)
+                )
+                runs: dict[bool, list[dict[str, Any]]] = {spill: [] for spill in spills}
                 for _ in range(args.repeat):
-                    env = dict(envs.get("idle" if label == "floor" else label, {}))
-                    spill = None
-                    if getattr(args, "spill", False) and label not in ("off", "floor"):
-                        spill = tempfile.mkdtemp(prefix="outbox-tail-spill-")
-                        env["OUTBOX_SPILL_DIR"] = spill
-                    try:
-                        runs.append(run_row(_spec(args, label, kind, threads, env), library))
-                    finally:
-                        if spill is not None:
-                            shutil.rmtree(spill, ignore_errors=True)
-                row = rows[f"{threads}/{kind}/{label}"] = _median_row(runs)
-                if show:
-                    print_row(threads, kind, label, row, rows)
+                    for spill in spills:
+                        env = dict(envs.get("idle" if label == "floor" else label, {}))
+                        directory = tempfile.mkdtemp(prefix="outbox-tail-spill-") if spill else None
+                        if directory is not None:
+                            env["OUTBOX_SPILL_DIR"] = directory
+                        try:
+                            runs[spill].append(run_row(_spec(args, label, kind, threads, env), library))
+                        finally:
+                            if directory is not None:
+                                shutil.rmtree(directory, ignore_errors=True)
+                for spill in spills:
+                    name = f"{label}+spill" if spill else label
+                    row = rows[f"{threads}/{kind}/{name}"] = _median_row(runs[spill])
+                    if show:
+                        print_row(threads, kind, name, row, rows)
 
 
 def _measure_full(args: argparse.Namespace, library: str | None, envs: Envs, rows: Rows, show: bool) -> None:
@@ -334,6 +343,19 @@ def verdicts(rows: dict[str, dict[str, Any]], args: argparse.Namespace) -> bool:
     ok = _verdict_emits(rows)
     ok &= _verdict_helpers(rows)
     ok &= _verdict_rest(rows, args)
+    ok &= _verdict_spill(rows)
+    return ok
+
+
+def _verdict_spill(rows: Rows) -> bool:
+    """Issue #36's: each row with a spill directory (``--spill``), p99 against the same row
+    without one, measured in the same run (an outage: ``http-down`` with more events than half
+    of ``max_events``, the spill's memory window, so that it overflows to disk)."""
+    ok = True
+    for key, row in rows.items():
+        if key.endswith("+spill") and (off := rows.get(key.removesuffix("+spill"))) is not None:
+            ratio = row["p99"] / off["p99"]
+            ok &= _check(f"{key} p99 <= {SPILL_P99:g}x without a spill", ratio <= SPILL_P99, f"{ratio:.2f}x")
     return ok
 
 
@@ -475,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--spill",
         action="store_true",
-        help="give every outbox a spill directory (OUTBOX_SPILL_DIR, a fresh temporary one per row)",
+        help="measure each outbox row also with a spill directory (OUTBOX_SPILL_DIR, a fresh temporary "
+        "one per run), interleaved, and compare their p99 (issue #36's target)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     return parser

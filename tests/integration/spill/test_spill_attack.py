@@ -24,9 +24,9 @@ from outbox._observability._log import RateLimitedLog
 from outbox._run._serde import SerializedEvent
 from outbox._spill._disk import Disk
 from outbox._spill._format import FRAME, MAGIC, encode_event, file_header
-from outbox._spill._owners import Home
+from outbox._spill._owners import Home, segment_paths
 from outbox._spill._ranges import Ranges
-from outbox._spill._streams import Streams, segment_paths
+from outbox._spill._streams import Streams
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 

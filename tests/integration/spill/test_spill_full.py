@@ -204,7 +204,7 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
         assert refused > 500, box.stats().spill  # still queued, tried again every tick
         spill = parts.spill(box)
         encoded, writes = [0], [0]
-        encode, room = spill_module.encode_event, spill.disk.writer.room
+        encode, room = spill_module.encode_event, spill.disk.room
 
         def counting_encode(*args):
             encoded[0] += 1
@@ -215,7 +215,7 @@ def test_a_full_disk_costs_each_tick_what_it_can_write_not_the_whole_queue(tmp_p
             return room()
 
         monkeypatch.setattr(spill_module, "encode_event", counting_encode)
-        monkeypatch.setattr(spill.disk.writer, "room", counting_room)
+        monkeypatch.setattr(spill.disk, "room", counting_room)
         assert wait_until(lambda: writes[0] >= 20)
         # Less than a record's room is left (a record here is under 500 bytes): each write
         # encodes at most as many records as that room could hold if each were the smallest.

@@ -19,7 +19,7 @@ import orjson
 from outbox import Outbox
 from outbox._run._serde import SerializedEvent
 from outbox._spill import inspect_dir
-from outbox._spill._format import encode_event, file_header
+from outbox._spill._format import SegmentReader, encode_event, file_header
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
@@ -340,3 +340,26 @@ def test_records_read_back_are_what_was_written(tmp_path):
     dead_owner(spill, 0, 5)
     bodies = [orjson.loads(event.body)["n"] for _, _, event in waiting(spill)]
     assert bodies == list(range(5))
+
+
+def test_what_the_window_has_room_for_at_start_is_read_once(tmp_path, monkeypatch):
+    """The first dead owner's events fit the window: kept as the replay reads them, its files
+    are not read again.  The second's are read again, in place: the same events either way."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 300)
+    dead_owner(spill, 300, 200)
+    first, second = owner_dirs(spill)
+    opened: list[str] = []
+    real_open = SegmentReader.open
+
+    def counted_open(self: SegmentReader) -> str:
+        opened.append(self.path)
+        return real_open(self)
+
+    monkeypatch.setattr(SegmentReader, "open", counted_open)
+    with Sink() as sink:
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
+        assert sorted(ns(sink)) == list(range(500))
+    opens = [path.split(os.sep)[-2] for path in opened]
+    assert opens.count(first.name) == 1, opens
+    assert opens.count(second.name) == 2, opens

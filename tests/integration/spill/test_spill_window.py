@@ -448,7 +448,8 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
     the handlers' threads of the GIL), warns, and reads the stretch back once the disk does."""
     import errno
 
-    from outbox._spill import _stretch
+    from outbox._spill._streams import Run
+    from outbox._spill._window import READ_AGAIN_AFTER
 
     transport = ScriptedTransport(open_gate=False)
     box = Outbox(transport, spill_dir=str(tmp_path / "spill"), max_events=100, linger=0.0, shutdown_timeout=5)
@@ -462,22 +463,22 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
                 wait_until(lambda: box.stats().spill["overflow_events"] == 0, 2)
         assert box.stats().spill["stretch_events"] >= 40, box.stats().spill
         reads = 0
-        real_read = _stretch.Run.read
+        real_read = Run.read
 
         def failing_read(*args: object, **kwargs: object) -> object:
             nonlocal reads
             reads += 1
             raise OSError(errno.EIO, "Input/output error")
 
-        monkeypatch.setattr(_stretch.Run, "read", failing_read)
+        monkeypatch.setattr(Run, "read", failing_read)
         transport.gate.set()  # the queue and what is in flight are delivered: room to read back
         assert wait_until(lambda: not buf.queue and not buf.in_flight and reads >= 1), (reads, len(buf.queue))
         began, cpu = time.monotonic(), sidecar_cpu(box)
         time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
         used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began
-        assert reads <= 1 + wall / _stretch.READ_AGAIN_AFTER + 1, reads
+        assert reads <= 1 + wall / READ_AGAIN_AFTER + 1, reads
         assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, to read again"
-        monkeypatch.setattr(_stretch.Run, "read", real_read)
+        monkeypatch.setattr(Run, "read", real_read)
         accepted = box.stats().accepted
         assert transport.wait_delivered(accepted, 30), (len(transport.delivered), accepted)
         report = box.close(10)
@@ -580,7 +581,7 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
         # Each batch takes 50 ms: the read back lasts a second, not a moment the test may miss.
         transport.delay = 0.05
         transport.gate.set()
-        runs = parts.spill(box).stretch.runs
+        runs = parts.spill(box).window.runs
 
         def reading():
             return runs and runs[0].reader is not None and runs[0].reader.fd >= 0
