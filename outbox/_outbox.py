@@ -11,6 +11,7 @@ from typing import Any, Self
 from ._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._intake import measure_here
 from ._run import LineageJob, Run, TimedRun
+from ._runid import run_id_of_span
 from ._setup import Assembly
 from ._sidecar import State
 from ._stats import CloseReport, Stats
@@ -21,6 +22,7 @@ __all__ = ["Outbox"]
 
 _INF = float("inf")
 _now = time.time
+_new_run = object.__new__
 
 
 class _OutboxRun(Run):
@@ -213,7 +215,18 @@ class Outbox(Assembly):
                 openlineage-python dataset objects.
             run_id: default :func:`current_run_id` (the current trace id as a UUID).
         """
-        return (_TimedOutboxRun if job.timed else _OutboxRun)(self, job, inputs, outputs, run_id)
+        if job.timed:
+            return _TimedOutboxRun(self, job, inputs, outputs, run_id)
+        # Run.__init__ in line: calling a class whose __init__ is Python's costs as much as
+        # the rest of the run's making (what Run.__init__ stores, stored here).
+        run: _OutboxRun = _new_run(_OutboxRun)
+        run._outbox = self
+        run.job = job
+        run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
+        run._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
+        run._rid = run_id or run_id_of_span()
+        run.overhead = 0.0
+        return run
 
     def close_on_signal(self, *signums: int) -> bool:
         """Close (within ``shutdown_timeout``) when the process gets one of ``signums``
