@@ -683,3 +683,55 @@ def test_a_handler_that_computes_without_pause_loses_nothing_to_a_healthy_sink(w
         report = outbox.close(60)
     assert dict(report.undelivered) == {}
     assert report.delivered == 20_002
+
+
+def test_a_slice_is_fresh_only_after_a_wait_that_lasted_a_hand_off():
+    # The worker's loop reports its waits: a zero-timeout one hands nothing over (the slice
+    # goes on); one that lasted a hand-off starts a fresh slice.
+    import time
+
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    buffer.emitted = 1
+    slicer.begin()
+    clock.now += SLICE * 0.9
+    slicer.waited(time.monotonic())  # waited no time: the slice goes on
+    clock.now += SLICE * 0.2
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]
+    clock.now += SLICE * 0.9
+    slicer.waited(time.monotonic() - 2 * HANDOFF)
+    clock.now += SLICE * 0.2
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]  # fresh after the wait: no hand-off yet
+
+
+def test_every_turn_of_the_sidecars_loop_is_in_its_slice():
+    # A turn that only polls (callbacks ready: select with timeout 0) ends the slice in a
+    # hand-off once it has lasted its budget, whatever code filled it (an HTTP client's steps
+    # between two awaits too); a turn that waits starts a fresh one.
+    from outbox._slices import SlicedSelector
+
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    selector = SlicedSelector(slicer)
+    try:
+        buffer.emitted = 1
+        slicer.begin()
+        clock.now += SLICE / 2
+        assert selector.select(0) == []
+        assert clock.sleeps == []  # within the slice: no hand-off
+        clock.now += SLICE
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+        clock.now += SLICE * 0.9
+        selector.select(0.001)  # a wait (nothing registered: 1 ms): the next slice starts here
+        clock.now += SLICE * 0.2
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+        slicer._contended = True  # the last hand-off found a handler computing without pause:
+        clock.now += 2 * SLICE  # the slices' own hand-offs only (each costs a switch interval)
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+    finally:
+        selector.close()
