@@ -16,6 +16,7 @@ from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._observability._stats import CloseReport, Stats
 from ._run._run import LineageJob, Run, TimedRun
+from ._run._runid import run_id_of_span
 from ._runtime._lifecycle import track
 from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
 from ._worker._intake import measure_here
@@ -26,6 +27,7 @@ __all__ = ["Outbox"]
 
 _INF = float("inf")
 _now = time.time
+_new_run = object.__new__
 
 
 class _OutboxRun(Run):
@@ -332,7 +334,18 @@ class Outbox:
                 openlineage-python dataset objects.
             run_id: default :func:`current_run_id` (the current trace id as a UUID).
         """
-        return (_TimedOutboxRun if job.timed else _OutboxRun)(self, job, inputs, outputs, run_id)
+        if job.timed:
+            return _TimedOutboxRun(self, job, inputs, outputs, run_id)
+        # Run.__init__ in line: calling a class whose __init__ is Python's costs as much as
+        # the rest of the run's making (what Run.__init__ stores, stored here).
+        run: _OutboxRun = _new_run(_OutboxRun)
+        run._outbox = self
+        run.job = job
+        run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
+        run._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
+        run._rid = run_id or run_id_of_span()
+        run.overhead = 0.0
+        return run
 
     def close_on_signal(self, *signums: int) -> bool:
         """Close (within ``shutdown_timeout``) when the process gets one of ``signums``

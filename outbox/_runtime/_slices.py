@@ -26,13 +26,22 @@ point the handler's tail is traded for not losing its events.
 
 from __future__ import annotations
 
+import selectors
 import threading
 import time
 from collections.abc import Callable
 
 from .._buffer._buffer import Buffer
 
-__all__ = ["HANDOFF", "LONGEST_SLICE", "SLICE", "Slicer", "checkpoint", "install"]
+__all__ = [
+    "HANDOFF",
+    "LONGEST_SLICE",
+    "SLICE",
+    "SlicedSelector",
+    "Slicer",
+    "checkpoint",
+    "install",
+]
 
 #: Seconds of the sidecar's Python work between two hand-offs while handlers emit.
 SLICE = 30e-6
@@ -112,6 +121,12 @@ class Slicer:
         """A stretch of work starts (the sidecar was waiting until now: its slice is fresh)."""
         self._started = self._clock()
 
+    def waited(self, since: float) -> None:
+        """The sidecar awaited (the GIL free meanwhile) from ``since`` (a ``time.monotonic()``
+        value) until now: if that lasted a hand-off, its slice is fresh (:meth:`begin`)."""
+        if time.monotonic() - since >= HANDOFF:
+            self._started = self._clock()
+
     def checkpoint(self) -> None:
         """Between two events: if this slice has lasted its budget, hand the GIL over."""
         now = self._clock()
@@ -138,6 +153,33 @@ class Slicer:
                 self._budget = SLICE  # nobody emits: no hand-off, and a short slice when they do
                 self._contended = False
         self._started = self._clock()
+
+
+class SlicedSelector(selectors.DefaultSelector):
+    """The sidecar's event loop's selector: each turn of the loop is work in the worker's
+    current slice, whatever code runs in it (the worker's, a transport's, an HTTP client's),
+    so the slice ends in a hand-off once it has lasted its budget.  A turn that only polls
+    (timeout 0: callbacks are ready) lets go of the GIL for a system call and takes it back
+    before a waiting thread can, handing nothing over and restarting that thread's 5 ms
+    wait: there, :meth:`Slicer.checkpoint` first, unless the last hand-off found a handler
+    that computes without pause (each hand-off then costs the sidecar a switch interval: it
+    hands over between the events it serializes only, as before).  A wait that lasted a
+    hand-off starts a fresh slice."""
+
+    def __init__(self, slicer: Slicer) -> None:
+        super().__init__()
+        self._slicer = slicer
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        slicer = self._slicer
+        if timeout is not None and timeout <= 0:
+            if not slicer.contended:  # (a handler that computes without pause: the slices' own)
+                slicer.checkpoint()
+            return super().select(timeout)
+        before = time.monotonic()
+        ready = super().select(timeout)
+        slicer.waited(before)
+        return ready
 
 
 def install(slicer: Slicer) -> None:

@@ -230,7 +230,8 @@ class Intake:
         untaken: list[Entry] = []
         dead: list[DeadRecord] = []
         buf = self.buffer
-        self.slicer.begin()
+        # (The slice goes on from the loop's turn that took the batch: it started when the
+        # sidecar last waited, or handed the GIL over.)
         checkpoint, append = self.slicer.checkpoint, ready.append
         count, twice = len(batch), 2 * window_bytes
         mean = 0  # what the objects serialized so far weigh, on average

@@ -25,7 +25,7 @@ from .._observability._deadletter import DeadLetter
 from .._observability._log import logger, never_silent
 from .._observability._stats import CloseReport, Stats
 from .._runtime._lifecycle import no_longer_closes_at_exit, started
-from .._runtime._slices import install
+from .._runtime._slices import SlicedSelector, install
 from .._runtime._threads import DaemonExecutor, block_async_signals
 from .._spill import Spill
 from ..transports._base import Transport
@@ -119,11 +119,12 @@ class Sidecar:
         with self._lock:
             if self.state is not State.NEW:
                 return
-            loop = asyncio.new_event_loop()
+            worker = self._new_worker()
+            # Every turn of the loop is in the worker's slice of the GIL (SlicedSelector).
+            loop = asyncio.SelectorEventLoop(SlicedSelector(worker.slicer))
             # Blocking calls the loop hands to its executor (getaddrinfo for Kafka's brokers)
             # run on daemon threads, so an unresolvable host cannot hold the process at exit.
             loop.set_default_executor(DaemonExecutor(f"{self.name}-resolver"))
-            worker = self._new_worker()
             thread = threading.Thread(target=self._thread_main, args=(loop, worker), daemon=True)
             thread.name = f"{self.name}-sidecar"
             self.loop, self.worker, self.thread = loop, worker, thread

@@ -18,7 +18,9 @@ A handler thread runs ``invocations`` invocations; each one's lineage is timed:
 Between invocations the handler does its own work: ``io`` sleeps ``work_us`` (a handler
 waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the GIL).  The
 ``mode`` changes what is timed: ``whole``, the handler's computing and its lineage together,
-invocations starting at ``rate`` a second; ``busy``, computing and lineage back to back, never a
+invocations due at ``rate`` a second (each in a span of its own trace, lineage on or off, as a
+runtime runs it; timed from when it was due, if it waited for that: a GIL held by the sidecar
+then delays it); ``busy``, computing and lineage back to back, never a
 pause (what is dropped is the figure); ``full``, two emits with the buffer empty, then full of
 an outage's backlog (:func:`full_buffer`).  A helpers invocation's object key is made before
 the clock runs: the trigger gives it to a handler.
@@ -40,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from outbox import Outbox
+
+_LATE = 1 << 62  # (an invocation that starts late is timed from when it starts)
 
 
 def percentiles(samples: list[int]) -> dict[str, float]:
@@ -133,6 +137,8 @@ def main() -> None:
     if spec.get("mode") == "full":
         print(json.dumps(full_buffer(spec)))
         return
+    if spec.get("mode") == "whole":
+        _no_timer_slack()
     kit = Kit(spec)
     gc.collect()
     workers = [threading.Thread(target=handler, args=(kit, t)) for t in range(kit.threads)]
@@ -143,6 +149,18 @@ def main() -> None:
         w.join()
     elapsed = time.monotonic() - started
     print(json.dumps(_figures(kit.results, kit.firsts, elapsed, kit.outbox, spec.get("close_timeout", 2.0))))
+
+
+def _no_timer_slack() -> None:
+    """Sleeps that end when due (Linux adds 50 µs of timer slack to an ordinary thread's
+    sleep; none under SCHED_FIFO): a whole invocation is timed from when it was due, in both
+    rows.  Inherited by the threads started after it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK, 1 ns
+    except (OSError, AttributeError):  # not Linux: its sleeps as they are
+        pass
 
 
 class Kit:
@@ -163,6 +181,16 @@ class Kit:
         self.work_ns, self.work_s = int(spec["work_us"] * 1000), spec["work_us"] / 1e6
         self.cpu_work = spec["work"] == "cpu"
         self.keys: list[list[str]] = []
+        # Each invocation's span (the helpers' rows, and both whole rows: the runtime enters one
+        # whether lineage is on or off), entered and left outside the timed part.
+        self.spans = self.lineage if self.kind == "helpers" else [[] for _ in range(self.threads)]
+        self.attach: Any = None
+        self.detach: Any = None
+        if self.whole and self.kind != "helpers":
+            from opentelemetry.context import attach, detach
+
+            self.spans = [trace_contexts(self.per_thread, f"t{t}") for t in range(self.threads)]
+            self.attach, self.detach = attach, detach
         if self.kind == "helpers":
             self.job, self.attach, self.detach, self.s3_dataset = _helpers_kit(self.outbox)
             # The objects' keys, as a handler gets them from its trigger (not lineage's work).
@@ -183,15 +211,24 @@ def handler(kit: Kit, t: int) -> None:
     kind, whole, busy, cpu_work, warmup = kit.kind, kit.whole, kit.busy, kit.cpu_work, kit.warmup
     pairs, samples, outbox = kit.lineage[t], kit.results[t], kit.outbox
     emit = kit.target  # (a local: the call costs what a handler's would)
+    spans = kit.spans[t]
     if kind == "helpers":
-        job, attach, detach, s3_dataset, mine = kit.job, kit.attach, kit.detach, kit.s3_dataset, kit.keys[t]
+        job, s3_dataset, mine = kit.job, kit.s3_dataset, kit.keys[t]
+    attach, detach = kit.attach, kit.detach
     clock, work_ns, period_ns = time.perf_counter_ns, kit.work_ns, kit.period_ns
     kit.barrier.wait()
-    slot = clock()
+    slot = due = clock()
     for i in range(kit.per_thread):
-        t0 = clock()
+        # The runtime's span for this invocation, entered before the handler runs and left
+        # after (outside the timed part: its work, whether lineage is on or off).
+        token = attach(spans[i]) if spans else None
+        t0 = started = clock()
+        if whole:
+            # Timed from when it was due, if it waited for that: an invocation that cannot start
+            # because another thread (the sidecar) holds the GIL then is slower by that wait.
+            t0 = min(started, due)
         if whole or busy:
-            until = t0 + work_ns
+            until = started + work_ns
             while clock() < until:
                 pass
         if kind == "objects" or kind == "dicts":
@@ -202,17 +239,17 @@ def handler(kit: Kit, t: int) -> None:
             emit(complete)
             t1 = clock()
         elif kind == "helpers":
-            token = attach(pairs[i])  # the runtime's span for this invocation
             if not whole:
                 t0 = clock()
             with outbox.run(job, inputs=[s3_dataset("bench-src", mine[i])]):  # type: ignore[union-attr]
                 pass
             t1 = clock()
-            detach(token)
         else:
             if not whole:
                 t0 = clock()
             t1 = clock()
+        if token is not None:
+            detach(token)
         if i == 0:
             kit.firsts[t] = t1 - t0
         if i >= warmup:
@@ -221,15 +258,23 @@ def handler(kit: Kit, t: int) -> None:
             continue
         if whole:
             slot += period_ns
-            pause = slot - clock()
-            if pause > 0:
-                time.sleep(pause / 1e9)
+            due = _sleep_until(slot)
         elif cpu_work:
             until = t1 + work_ns
             while clock() < until:
                 pass
         else:
             time.sleep(kit.work_s)
+
+
+def _sleep_until(slot: int) -> int:
+    """Sleep until ``slot`` (a ``perf_counter_ns`` value).  Returns when the next invocation is
+    due: ``slot``, or ``_LATE`` if it is late already (it starts now, and is timed from then)."""
+    pause = slot - time.perf_counter_ns()
+    if pause <= 0:
+        return _LATE
+    time.sleep(pause / 1e9)
+    return slot
 
 
 def full_buffer(spec: dict[str, Any]) -> dict[str, Any]:

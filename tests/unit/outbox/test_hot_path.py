@@ -614,10 +614,11 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
                 pass
             context.detach(tokens[0])
     ours = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
-    # s3_dataset, Outbox.run, Run.__init__, run_id_of_span, __enter__, put, __exit__, put (and
-    # now and then the sidecar's wake-up, when a batch's worth is queued)
+    # s3_dataset, Outbox.run (Run.__init__ in line), run_id_of_span, __enter__, put, __exit__,
+    # put (and now and then the sidecar's wake-up, when a batch's worth is queued)
     calls = sum(n for name, n in ours.items() if not name.endswith(("_woken", ".wake")))
-    assert calls <= 8 * len(contexts), ours
+    assert calls <= 7 * len(contexts), ours
+    assert "outbox._run._run.__init__" not in ours
     assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
     with parts.buffer(outbox).lock:
         queued = list(parts.buffer(outbox).queue)[-2:]
@@ -639,3 +640,55 @@ def test_a_runs_overhead_is_measured_only_for_a_timed_job():
     assert timed.last_run is run
     assert outbox.stats().accepted == 4
     outbox.close(0.1)
+
+
+def test_a_slice_is_fresh_only_after_a_wait_that_lasted_a_hand_off():
+    # The worker's loop reports its waits: a zero-timeout one hands nothing over (the slice
+    # goes on); one that lasted a hand-off starts a fresh slice.
+    import time
+
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    buffer.emitted = 1
+    slicer.begin()
+    clock.now += SLICE * 0.9
+    slicer.waited(time.monotonic())  # waited no time: the slice goes on
+    clock.now += SLICE * 0.2
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]
+    clock.now += SLICE * 0.9
+    slicer.waited(time.monotonic() - 2 * HANDOFF)
+    clock.now += SLICE * 0.2
+    slicer.checkpoint()
+    assert clock.sleeps == [HANDOFF]  # fresh after the wait: no hand-off yet
+
+
+def test_every_turn_of_the_sidecars_loop_is_in_its_slice():
+    # A turn that only polls (callbacks ready: select with timeout 0) ends the slice in a
+    # hand-off once it has lasted its budget, whatever code filled it (an HTTP client's steps
+    # between two awaits too); a turn that waits starts a fresh one.
+    from outbox._runtime._slices import SlicedSelector
+
+    buffer, clock = _Buffer(), _Clock()
+    slicer = _slicer(buffer, clock)
+    selector = SlicedSelector(slicer)
+    try:
+        buffer.emitted = 1
+        slicer.begin()
+        clock.now += SLICE / 2
+        assert selector.select(0) == []
+        assert clock.sleeps == []  # within the slice: no hand-off
+        clock.now += SLICE
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+        clock.now += SLICE * 0.9
+        selector.select(0.001)  # a wait (nothing registered: 1 ms): the next slice starts here
+        clock.now += SLICE * 0.2
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+        slicer._contended = True  # the last hand-off found a handler computing without pause:
+        clock.now += 2 * SLICE  # the slices' own hand-offs only (each costs a switch interval)
+        selector.select(0)
+        assert clock.sleeps == [HANDOFF]
+    finally:
+        selector.close()
