@@ -19,11 +19,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._run._serde import SerializedEvent
-from ._holdings import _INF, FIRST_ESTIMATE, Admission, Entry, Holdings, Measure, is_exact
+from ._holdings import (
+    _INF,
+    FIRST_ESTIMATE,
+    MEASURE_HERE_AFTER,
+    UNLOOKED_MOST,
+    Admission,
+    Entry,
+    Holdings,
+    Measure,
+    is_exact,
+)
 
 __all__ = [
     "FIRST_ESTIMATE",
+    "MEASURE_HERE_AFTER",
     "SIDE_MAX",
+    "UNLOOKED_MOST",
     "Buffer",
     "Entry",
     "Policy",
@@ -37,11 +49,6 @@ REFUSED, ACCEPTED, WAKE = Admission.REFUSED, Admission.ACCEPTED, Admission.WAKE
 
 # The most events parked by re-entrant emits (signal handlers) until the lock is free.
 SIDE_MAX = 1024
-#: Objects queued at the first guess (FIRST_ESTIMATE) before the emitter measures one itself:
-#: the sidecar measures the first object at once, but a starved sidecar may not run for a
-#: while, and a burst of large objects would pass max_bytes meanwhile (a flood of 100 KB dicts
-#: held 1,400 of them, 140 MiB in 64, before a sidecar under CI load ran).  Once per outbox.
-MEASURE_HERE_AFTER = 64
 
 
 class Policy(enum.Enum):
@@ -209,6 +216,16 @@ class Buffer(Holdings):
             self.learn_locked(total // objects)
         return placed
 
+    def looked_locked(self, end: int) -> None:
+        """The sidecar (or an emitter) has measured the newest objects queued before number
+        ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
+        events beyond it, and no emitter is to measure one."""
+        self.measure_here = Measure.SIDECAR
+        end += UNLOOKED_MOST if self.measured else MEASURE_HERE_AFTER  # (the estimate a guess)
+        if end > self.look_end:
+            self.look_end = end
+            self._recompute_locked()
+
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
         the estimate grew, or a serialized event was found larger than its estimate).
@@ -243,6 +260,10 @@ class Buffer(Holdings):
             if n >= self.object_room:
                 if n != self.full_at:
                     return self._put_slow_locked(event, nbytes)
+                numbers = self.numbers
+                first = numbers.head
+                if first >= self.full_until:  # as far ahead of the sidecar's look as may be
+                    return self._put_slow_locked(event, nbytes)
                 reason, dropped = self.full_reason, self.dropped
                 dropped[reason] = dropped.get(reason, 0) + 1
                 if not self.evicts:  # drop_newest
@@ -256,8 +277,6 @@ class Buffer(Holdings):
                 sizes = self.sizes
                 size = sizes.popleft()
                 sizes.append(0)
-                numbers = self.numbers
-                first = numbers.head
                 if numbers.jumps:
                     numbers.advance(1)
                 else:
@@ -344,10 +363,17 @@ class Buffer(Holdings):
         :meth:`drop_offered_locked`)."""
         window = self.window
         if window is None:
-            return self.queue_locked(event, nbytes)
-        result = window.put(self, event, nbytes)
-        if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or self.estimate):
-            result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
+            result = self.queue_locked(event, nbytes)
+        else:
+            result = window.put(self, event, nbytes)
+            if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or self.estimate):
+                result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
+        if result and not nbytes and self.next_seq >= self.look_end and self.measure_here is Measure.SIDECAR:
+            # An object queued as far past the sidecar's last look as may be (``UNLOOKED_MOST``;
+            # it cannot run, or not often enough): its emitter measures the newest object
+            # (emit sees ``WAKE``, and ``_worker._intake.measure_here``).
+            self.measure_here = Measure.DUE
+            result = WAKE
         return result
 
     def queue_locked(self, event: Any, nbytes: int) -> int:
@@ -366,17 +392,10 @@ class Buffer(Holdings):
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        elif self.measured:
-            pass
-        elif not self.measure_asked:
+        elif not self.measured and not self.measure_asked:
             # The first object: the sidecar measures it now, so the estimate is not a guess.
             self.measure_asked = True
             self.wake_at_events = self.wake_at_bytes = _INF
-            result = WAKE
-        elif not self.measure_here and len(queue) - self.exact_count >= MEASURE_HERE_AFTER:
-            # The sidecar has not measured it yet, and a burst is queueing at a guess: the
-            # emitter measures one (emit sees ``WAKE``, and ``_worker._intake.measure_here``).
-            self.measure_here = Measure.DUE
             result = WAKE
         if result == ACCEPTED and (
             len(queue) >= self.wake_at_events or held - self.in_flight_bytes + price >= self.wake_at_bytes

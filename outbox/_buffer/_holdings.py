@@ -21,7 +21,17 @@ from typing import Any, Protocol
 from .._run._serde import SerializedEvent, weight
 from ._numbering import Journal, Numbering
 
-__all__ = ["FIRST_ESTIMATE", "Admission", "Entry", "Holdings", "Measure", "Overflow", "is_exact"]
+__all__ = [
+    "FIRST_ESTIMATE",
+    "MEASURE_HERE_AFTER",
+    "UNLOOKED_MOST",
+    "Admission",
+    "Entry",
+    "Holdings",
+    "Measure",
+    "Overflow",
+    "is_exact",
+]
 
 _INF = float("inf")
 
@@ -34,6 +44,20 @@ Entry = tuple[int, Any, int]
 #: typical event (0.5-1 KiB), and small enough that the default 64 MiB holds more objects than
 #: the default max_events (10,000): a burst at start-up is never dropped for its estimate.
 FIRST_ESTIMATE = 4096
+#: Events queued beyond the newest object the sidecar has looked at (measured, or found that
+#: none waits unmeasured) before the emitter of the next object measures the newest itself
+#: (``Measure``): what keeps ``max_bytes`` when objects grow while the sidecar cannot run (a
+#: starved thread measures nothing, and objects are priced at what it last saw).  So objects
+#: hold beyond ``max_bytes`` at most this many of them, whatever they weigh.  The sidecar looks
+#: at every batch it takes and every 10 ms while objects wait (at once when it runs with half of
+#: these used), and is woken to look when three quarters are used if no batch is due before
+#: (``wake_at_locked``), so an emitter measures only where the sidecar cannot keep up: starved,
+#: or outrun by a loop of emits.
+UNLOOKED_MOST = 1024
+#: The same before the sidecar's first look: objects queued at the first guess
+#: (``FIRST_ESTIMATE``) while the sidecar has yet to run (a flood of 100 KB dicts held 1,400 of
+#: them, 140 MiB in 64, before a sidecar under CI load ran).
+MEASURE_HERE_AFTER = 64
 _TEXT = (str, bytes, bytearray)
 
 
@@ -50,15 +74,16 @@ class Admission(enum.IntEnum):
 
 
 class Measure(enum.IntEnum):
-    """Whether an emitter measures a queued object itself (``Holdings.measure_here``): once,
-    when ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has not run
-    (starved, or still starting)."""
+    """Whether an emitter measures a queued object itself (``Holdings.measure_here``): when an
+    object is queued ``UNLOOKED_MOST`` events past the sidecar's last look
+    (``MEASURE_HERE_AFTER`` before its first), for a sidecar that cannot run (starved, or still
+    starting)."""
 
-    #: The sidecar measures (it has, or nothing calls for an emitter to).
+    #: The sidecar measures (it looked recently enough, or nothing calls for an emitter to).
     SIDECAR = 0
     #: Due: the next emitter that wakes the sidecar measures the newest queued object.
     DUE = 1
-    #: Claimed: an emitter measures (or has measured) it; never again.
+    #: Claimed: an emitter measures it (until its look, or the sidecar's).
     CLAIMED = 2
 
 
@@ -108,10 +133,12 @@ class Holdings:
         "exact_count",
         "full_at",
         "full_fast",
+        "full_until",
         "in_flight",
         "in_flight_bytes",
         "in_flight_low",
         "journal",
+        "look_end",
         "max_bytes",
         "max_events",
         "measure_here",
@@ -179,14 +206,19 @@ class Holdings:
         # Set only where ``full_fast`` (the policy has such an answer: not ``block``).
         self.full_at: float = -1
         self.full_fast = False
+        # The sequence number from which objects are refused until the sidecar looks again
+        # (``UNLOOKED_MOST``; ``looked_locked``), and the full path's form of it: the head's
+        # number at which an eviction stops taking the fast path (each one moves both by one).
+        self.look_end = MEASURE_HERE_AFTER
+        self.full_until: float = _INF
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
         # serializes every object it sends, and samples the newest queued ones while it is
         # behind); ``measured`` once it has measured one.  Until then the first object queued
         # wakes the sidecar, which measures it at once.
         self.estimate = FIRST_ESTIMATE
         self.measured = False
-        # Due once ``_buffer.MEASURE_HERE_AFTER`` objects wait unmeasured for a sidecar that has
-        # not run (starved, or still starting): the emitter measures the newest itself, once.
+        # Due when an object is queued past ``look_end`` (the sidecar starved, or still
+        # starting): its emitter measures the newest itself (``Measure``).
         self.measure_here = Measure.SIDECAR
 
     def reestimate_locked(self, observed: int) -> int:
@@ -194,6 +226,8 @@ class Holdings:
         once (an estimate that is short lets large events overrun ``max_bytes``), down slowly;
         every queued object is re-priced with it.  Returns the estimate before."""
         before = self.estimate
+        if not self.measured:  # the first measure: a look (``UNLOOKED_MOST``) by whoever made it
+            self.look_end = max(self.look_end, self.next_seq + UNLOOKED_MOST)
         grew = not self.measured or observed >= before
         estimate = observed if grew else (before * 7 + observed) // 8
         # Within max_bytes, so that an object always fits an empty buffer.
@@ -203,7 +237,7 @@ class Holdings:
         return before
 
     def claim_measure_here_locked(self) -> bool:
-        """Whether the emitter is to measure the newest queued object now (once: see
+        """Whether the emitter is to measure the newest queued object now (see
         ``_worker._intake.measure_here``)."""
         if self.measure_here is not Measure.DUE:
             return False
@@ -278,10 +312,13 @@ class Holdings:
         else:
             room = n + (self.room_bytes - queued - self.in_flight_bytes) // estimate
             by_count = self.room_events - self.in_flight
-            self.object_room = min(by_count, room)
+            # Events still accepted before the sidecar must look at the newest objects.
+            unlooked = self.look_end - self.numbers.end(n) - self.beyond
+            self.object_room = min(by_count, room, n + unlooked)
             # Full by count alone, with a queued event to go: one out makes room for one in.
             full = by_count == n > 0 and room > n and self.full_fast and self.window is None
             self.full_at = n if full else -1
+            self.full_until = self.numbers.head + unlooked
         wake = self.wake_at_events
         if self.wake_at_bytes != _INF:
             # Objects until the *queued* bytes reach wake_at_bytes (what the worker takes a
@@ -450,6 +487,13 @@ class Holdings:
         return min(self.in_flight_low, self.head_seq)
 
     def wake_at_locked(self, events: float, nbytes: float) -> None:
-        """Wake the worker once this many events, or bytes, are queued (inf: never)."""
+        """Wake the worker once this many events, or bytes, are queued (inf: never), or, if
+        that is more than it may be behind by (a batch larger than ``UNLOOKED_MOST``, a long
+        linger), once three quarters of that are used: woken, it looks, in the handler's idle
+        time rather than an emitter measuring in its own."""
+        if events > UNLOOKED_MOST and self.measured:
+            n = len(self.queue)
+            left = self.look_end - UNLOOKED_MOST // 4 - self.numbers.end(n) - self.beyond
+            events = min(events, n + max(1, left))
         self.wake_at_events, self.wake_at_bytes = events, nbytes
         self._recompute_locked()

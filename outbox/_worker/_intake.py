@@ -8,11 +8,12 @@ handler waiting for the GIL gets it within a few tens of microseconds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .._buffer._buffer import Buffer, Entry, Reason
+from .._buffer._buffer import UNLOOKED_MOST, Buffer, Entry, Reason
 from .._observability._deadletter import DeadLetter
 from .._observability._log import RateLimitedLog
 from .._run._run import RunRecord
@@ -36,28 +37,30 @@ DeadRecord = tuple[str, str, bytes | None, Any]
 
 
 def measure_here(buf: Buffer) -> None:
-    """Measure the newest queued object on the emitter's thread, once (``buf.measure_here``
-    is 1: a burst of objects queued at the first guess while the sidecar did not run, see
-    ``_buffer._buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
-    size, the estimate learnt from it and the byte bound enforced.  A sidecar that measured
-    meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
-    to count."""
+    """Measure the newest queued object on the emitter's thread (``buf.measure_here`` is due:
+    an object queued ``UNLOOKED_MOST`` events past the sidecar's last look, which it could not
+    take; see ``_buffer._holdings``): serialized outside the lock, put in its place at its
+    exact size, the estimate learnt from it and the byte bound enforced.  A sidecar that
+    looked meanwhile makes this a no-op; an event that cannot be serialized is left for the
+    sidecar to count."""
     with buf.lock:
         if not buf.claim_measure_here_locked():
             return
+        end = buf.next_seq
         sizes = buf.sizes
         index = len(sizes) - 1
         while index >= 0 and sizes[index]:
             index -= 1
-        if buf.measured or index < 0:
+        if index < 0:
+            buf.looked_locked(end)
             return
         seq, event = buf.numbers.seq_at(index), buf.queue[index]
-    try:
-        ser = serialize(event)
-    except Exception:
-        return
+    done = []
+    with contextlib.suppress(Exception):  # (left as it is: taking it counts it as invalid_event)
+        done.append((seq, event, serialize(event)))
     with buf.lock:
-        buf.serialized_in_place_locked(((seq, event, ser),))
+        buf.serialized_in_place_locked(done)
+        buf.looked_locked(end)
 
 
 class Intake:
@@ -154,7 +157,10 @@ class Intake:
         re-priced at once and the byte bound enforced by the policy."""
         buf = self.buffer
         now = time.monotonic()
-        if not fresh and (
+        # Half the events emit may accept beyond the last look are used (``UNLOOKED_MOST``):
+        # look now, whatever the interval (emit woke this thread for it).
+        behind = buf.next_seq >= buf.look_end - UNLOOKED_MOST // 2
+        if not (fresh or behind) and (
             (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
             or not buf.estimated
             or buf.next_seq - 1 == self._sampled_seq
@@ -164,10 +170,14 @@ class Intake:
             return
         picked: list[tuple[int, Any]] = []
         with buf.lock:
-            if not buf.estimated or (buf.measured and not fresh and now < self._sampled_at + SAMPLE_INTERVAL):
+            end = buf.next_seq
+            if not buf.estimated:
+                buf.looked_locked(end)  # nothing waits unmeasured
+                return
+            if buf.measured and not (fresh or behind) and now < self._sampled_at + SAMPLE_INTERVAL:
                 return
             queue, sizes = buf.queue, buf.sizes
-            newest = buf.next_seq - 1
+            newest = end - 1
             if newest == self._sampled_seq:
                 return
             self._sampled_at, self._sampled_seq = now, newest
@@ -189,10 +199,10 @@ class Intake:
                 continue
             if time.perf_counter() - started > SLICE:
                 break
-        if not done:
-            return
         with buf.lock:
-            buf.serialized_in_place_locked(done)
+            if done:
+                buf.serialized_in_place_locked(done)
+            buf.looked_locked(end)
 
     # -- taking ----------------------------------------------------------------------------
 

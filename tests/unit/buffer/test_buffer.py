@@ -283,6 +283,41 @@ def test_what_a_refusal_counts_as_who_measures_and_who_waits_are_the_buffers_to_
     assert woken == [1]
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_an_object_past_the_sidecars_last_look_asks_its_emitter_to_measure(full):
+    """UNLOOKED_MOST events may queue past the newest object the sidecar looked at; the next
+    object's emitter is asked to measure (``WAKE``, ``measure_here`` due), once, until a look.
+    ``full``: the buffer full by count under drop_oldest, every object evicting the oldest (the
+    full path, whose evictions count past the look the same)."""
+    from outbox._buffer._buffer import UNLOOKED_MOST, Admission
+    from outbox._buffer._holdings import Measure
+
+    buf = _buffer(max_events=10 if full else 10_000, max_bytes=10**9)
+    with buf.lock:
+        buf.reestimate_locked(500)  # the first measure: a look, from the next number on
+        buf.wake_at_locked(_INF, _INF)  # no batch due: the worker woken only to look
+        assert buf.look_end == UNLOOKED_MOST
+    answers = [buf.put({}, 0) for _ in range(UNLOOKED_MOST)]
+    if full:  # (the queue's length stays: the worker looks on its own, every 10 ms)
+        assert set(answers) == {Admission.ACCEPTED}
+    else:  # woken once, when three quarters of UNLOOKED_MOST are used
+        assert answers.count(Admission.WAKE) == 1
+        assert answers.index(Admission.WAKE) == UNLOOKED_MOST * 3 // 4 - 1
+    assert buf.measure_here is Measure.SIDECAR
+    assert buf.put({}, 0) == Admission.WAKE  # number UNLOOKED_MOST: past the look
+    assert buf.measure_here is Measure.DUE
+    assert buf.put({}, 0) == Admission.ACCEPTED  # asked once
+    with buf.lock:
+        assert buf.claim_measure_here_locked()
+        assert not buf.claim_measure_here_locked()
+        buf.looked_locked(buf.next_seq)  # the emitter's measure (or the sidecar's) is a look
+        assert buf.measure_here is Measure.SIDECAR
+    assert buf.put({}, 0) == Admission.ACCEPTED
+    assert len(buf.queue) == (10 if full else UNLOOKED_MOST + 3)
+    assert buf.dropped.get(Reason.DROPPED_FULL, 0) == (UNLOOKED_MOST + 3 - 10 if full else 0)
+    _accounts_add_up(buf)
+
+
 def test_block_never_waits_on_the_sidecars_thread():
     buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
     assert buf.put(b'{"a":1}', 7)

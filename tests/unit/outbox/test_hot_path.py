@@ -6,6 +6,7 @@ microseconds is measured by ``python -m outbox.tools.benchmarks tail``, not here
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import sys
 import threading
@@ -18,7 +19,7 @@ import orjson
 import pytest
 
 from outbox import LineageJob, Outbox, Outcome, s3_dataset
-from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER
+from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER, UNLOOKED_MOST
 from outbox._buffer._holdings import Measure
 from outbox._run._serde import serialize, weight
 from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
@@ -118,6 +119,26 @@ class CallRecorder:
         return {m: n for m, n in self.modules.items() if m.split(".")[0] in SERIALIZING or m in SERIALIZING}
 
 
+def _looked(outbox: Outbox, ahead: int = UNLOOKED_MOST - 128) -> bool:
+    """Whether ``ahead`` more events may queue before an emitter would measure an object: the
+    sidecar has looked at the newest objects recently (it does every 10 ms while they come)."""
+    buf = parts.buffer(outbox)
+    with buf.lock:
+        return buf.look_end - buf.next_seq >= ahead
+
+
+def _paced(outbox: Outbox, events: list[Any], emit: Any = None) -> tuple[list[Any], CallRecorder]:
+    """``events`` emitted 256 at a time, each chunk once the sidecar has looked (what a handler
+    meets unless it outruns the sidecar: ``test_objects_that_grow_while_the_sidecar_cannot_run_
+    stay_within_the_bound_by_construction``), recorded; the waits are not."""
+    recorder, results = CallRecorder(), []
+    for start in range(0, len(events), 256):
+        assert wait_until(lambda: _looked(outbox), 10)
+        with recorder:
+            results += [(emit or outbox.emit)(event) for event in events[start : start + 256]]
+    return results, recorder
+
+
 def _stuck(**kw: Any) -> tuple[Outbox, ScriptedTransport]:
     """An outbox whose backend never answers: after the first batch, everything queues (the
     queue is behind, the case in which emit used to measure a sample itself)."""
@@ -136,8 +157,7 @@ def test_emit_never_serializes_on_the_callers_thread():
     first_of_each = {event.__class__: event for event in reversed(events)}
     for event in first_of_each.values():  # every class seen once (admitted) beforehand
         outbox.emit(event)
-    with CallRecorder() as calls:
-        accepted = [outbox.emit(event) for event in events]
+    accepted, calls = _paced(outbox, events)
     assert all(accepted)
     assert calls.serializing() == {}, calls.modules
     # What emit does call: the outbox's hot path, and C methods of builtins, deques and locks;
@@ -148,11 +168,12 @@ def test_emit_never_serializes_on_the_callers_thread():
     hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
     wake = {"outbox._worker._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    assert (
-        calls.modules["outbox._worker._sidecar"] <= len(events) // parts.settings(outbox).max_batch_events + 1
-    )
+    batches = len(events) // parts.settings(outbox).max_batch_events + 1
+    assert calls.modules["outbox._worker._sidecar"] <= batches
     assert calls.modules["socket"] <= calls.modules["outbox._worker._sidecar"], calls.modules
-    assert calls.modules["outbox._outbox"] == len(events)  # emit itself, once per event
+    # emit itself, once per event, and its ``_woken`` at most once a batch (the pacing lets the
+    # worker arm its wake-up between two chunks)
+    assert len(events) <= calls.modules["outbox._outbox"] <= len(events) + batches
     stats = outbox.stats()
     assert stats.accepted == len(events) + len(first_of_each) + 1
     outbox.close(0.1)
@@ -175,10 +196,12 @@ def test_the_run_helpers_never_serialize_on_the_callers_thread():
     job = LineageJob("tests", "job")
     outbox.emit(run_event())
     assert transport.send_started.wait(10)
-    with CallRecorder() as calls:
-        for i in range(5_000):
-            with outbox.run(job, inputs=[s3_dataset("b", f"k/{i}")]):
-                pass
+
+    def invocation(i: int) -> None:
+        with outbox.run(job, inputs=[s3_dataset("b", f"k/{i}")]):
+            pass
+
+    _, calls = _paced(outbox, list(range(5_000)), invocation)
     assert calls.serializing() == {}, calls.modules
     assert outbox.stats().accepted == 10_001
     outbox.close(0.1)
@@ -192,8 +215,11 @@ def test_emit_async_never_serializes_on_the_callers_thread(policy):
     assert transport.send_started.wait(10)
 
     async def main() -> list[bool]:
-        with CallRecorder() as calls:
-            accepted = [await outbox.emit_async(event) for event in events]
+        calls, accepted = CallRecorder(), []
+        for start in range(0, len(events), 256):  # (paced as ``_paced`` does)
+            assert wait_until(lambda: _looked(outbox), 10)
+            with calls:
+                accepted += [await outbox.emit_async(event) for event in events[start : start + 256]]
         assert calls.serializing() == {}, calls.modules
         return accepted
 
@@ -265,12 +291,50 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
     assert parts.buffer(outbox).estimate >= size * 0.99
     assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
-    assert parts.buffer(outbox).measure_here is Measure.CLAIMED  # ... once
+    assert calls.modules["outbox._worker._intake"] == 1  # ... once (``measure_here``)
+    assert parts.buffer(outbox).measure_here is Measure.SIDECAR  # (and done)
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
     assert report.emitted == 301
     assert report.delivered == 301 - report.undelivered["dropped_full"]  # what the bound kept
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest"])
+def test_objects_that_grow_while_the_sidecar_cannot_run_stay_within_the_bound_by_construction(policy):
+    """The estimate learnt from a small object, then the sidecar cannot run, and objects of
+    100 KB come (#39's "growing" flood): before, every one queued at the small estimate, up to
+    max_events (3,000 of them, 300 MB held in 8 MiB).  Now the emitter of an object
+    UNLOOKED_MOST events past the sidecar's last look measures the newest: the queue is
+    re-priced and the bound enforced by the policy.  What objects hold beyond max_bytes is
+    UNLOOKED_MOST of them at most, and the emitter measured one in UNLOOKED_MOST."""
+    transport = _LoopBlockingTransport()
+    max_bytes = 8 * 1024 * 1024
+    outbox = Outbox(transport, max_bytes=max_bytes, policy=policy, linger=0, close_at_exit=False)
+    assert outbox.emit(run_event())  # a small object: the sidecar measures it, then sends it
+    assert transport.entered.wait(10)  # and its loop is stuck from here on
+    small = parts.buffer(outbox).estimate
+    pad = "x" * 100_000
+    events = []
+    for i in range(3_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        events.append(event)
+    size = len(orjson.dumps(events[-1]))
+    with CallRecorder() as calls:
+        for event in events:
+            outbox.emit(event)
+    stats = outbox.stats()
+    assert small < 1_000
+    assert parts.buffer(outbox).estimate >= size * 0.99, stats
+    assert stats.queued_events <= max_bytes // size + UNLOOKED_MOST, stats  # (3,000 before)
+    assert stats.dropped["dropped_full"] >= 3_000 - max_bytes // size - UNLOOKED_MOST, stats
+    assert 1 <= calls.modules["outbox._worker._intake"] <= 3_000 // UNLOOKED_MOST + 1, calls.modules
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.emitted == 3_001
+    assert report.delivered == 3_001 - report.undelivered["dropped_full"]  # what the bound kept
 
 
 def test_a_sidecar_that_runs_measures_the_first_object_itself():
@@ -572,6 +636,7 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
     calls = {}
     for backlog in (2_000, 40_000):
         outbox, event = _in_an_outage(policy, backlog)
+        assert wait_until(functools.partial(_looked, outbox, 600))  # (500 emits: no emitter measures)
         buf = parts.buffer(outbox)
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
@@ -586,6 +651,7 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
         # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
         assert slow.get("outbox._buffer._holdings._recompute_locked", 0) <= 8, slow
         slow.pop("outbox._buffer._holdings._recompute_locked", None)
+        assert slow.pop("outbox._buffer._numbering.end", 0) <= 8, slow  # (the recompute's)
         assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
         calls[backlog] = recorder.events
         dropped = outbox.stats().dropped.get("dropped_full", 0) - before
