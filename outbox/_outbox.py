@@ -15,7 +15,7 @@ from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._observability._stats import CloseReport, Stats
-from ._run._run import LineageJob, Run, TimedRun
+from ._run._run import DatasetRef, LineageJob, Run, TimedRun
 from ._run._runid import run_id_of_span
 from ._runtime._lifecycle import track
 from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
@@ -341,7 +341,12 @@ class Outbox:
         run: _OutboxRun = _new_run(_OutboxRun)
         run._outbox = self
         run.job = job
-        run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
+        if inputs.__class__ is list and len(inputs) == 1 and inputs[0].__class__ is DatasetRef:
+            # One dataset (``inputs=[s3_dataset(...)]``): its records hold it alone, and a tuple
+            # of it is not one more object kept per run (each brings the next collection closer).
+            run._inputs = inputs[0]
+        else:
+            run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
         run._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
         run._rid = run_id or run_id_of_span()
         run.overhead = 0.0

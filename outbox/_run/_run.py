@@ -388,13 +388,15 @@ _DATASET_TAILS = (b',"facets":{},"inputFacets":{}}', b',"facets":{},"outputFacet
 _KIND_TAILS = (b',"inputFacets":{}}', b',"outputFacets":{}}')
 
 
-def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> bytes:
+def _datasets_json(job: LineageJob, datasets: tuple[Any, ...] | DatasetRef, slot: int) -> bytes:
+    """A record's inputs or outputs as JSON: a tuple of datasets, or one :class:`DatasetRef`
+    alone (what an outbox's run keeps of ``inputs=[s3_dataset(...)]``: see ``Outbox.run``)."""
     last = job._written[slot]
     if last[0] is datasets:
         return last[1]
     parts = []
     immutable = True
-    for dataset in datasets:
+    for dataset in (datasets,) if datasets.__class__ is DatasetRef else datasets:
         if dataset.__class__ is DatasetRef or isinstance(dataset, tuple):
             namespace = dataset[0]
             head = _NAMESPACES.get(namespace) if namespace.__class__ is str else None
@@ -438,6 +440,13 @@ def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
 
 
 _new_record = tuple.__new__
+
+
+def _datasets(inputs: tuple[Any, ...] | DatasetRef) -> tuple[Any, ...]:
+    """A run's inputs as a tuple (an outbox's run may keep one :class:`DatasetRef` alone)."""
+    return (inputs,) if inputs.__class__ is DatasetRef else inputs
+
+
 _now = time.time
 _perf = time.perf_counter
 
@@ -459,6 +468,9 @@ class Run:
     """
 
     __slots__ = ("_inputs", "_outbox", "_outputs", "_rid", "job", "overhead")
+
+    #: The inputs: a tuple of datasets, or (an outbox's run) one :class:`DatasetRef` alone.
+    _inputs: tuple[Any, ...] | DatasetRef
 
     def __init__(
         self,
@@ -484,7 +496,7 @@ class Run:
         return rid if rid.__class__ is str else uuid_text(rid)  # type: ignore[arg-type]
 
     def add_input(self, dataset: DatasetRef | Any) -> None:
-        self._inputs += (dataset,)
+        self._inputs = (*_datasets(self._inputs), dataset)
 
     def add_output(self, dataset: DatasetRef | Any) -> None:
         self._outputs += (dataset,)
@@ -493,7 +505,9 @@ class Run:
         # Any: a RunRecord is the outbox's own kind of event, emitted here only (not an Event).
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
         outputs = self._outputs if state == "COMPLETE" else ()
-        return _new_record(RunRecord, (self.job, state, _now(), self._rid, self._inputs, outputs, error))
+        return _new_record(
+            RunRecord, (self.job, state, _now(), self._rid, _datasets(self._inputs), outputs, error)
+        )
 
     def __enter__(self) -> Self:
         self._outbox.emit(

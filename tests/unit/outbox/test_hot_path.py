@@ -627,6 +627,32 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     outbox.close(0.1)
 
 
+def test_a_run_keeps_three_gc_tracked_objects_its_two_records_and_its_dataset():
+    # Each GC-tracked object a run leaves held (until the sidecar takes it) brings the next
+    # young collection closer, and a collection in the handler is its p99.9.  A run of one
+    # dataset keeps its two records and the dataset, not a tuple of it; the run itself, the
+    # list and the run id go (or are not objects the collector tracks).
+    from opentelemetry import context, trace
+
+    outbox, _ = _stuck()
+    job = LineageJob("tests", "job")
+    with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):
+        pass
+    spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 80, 1, is_remote=False)) for i in range(3)]
+    for span in spans:
+        token = context.attach(trace.set_span_in_context(span))
+        with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
+            pass
+        context.detach(token)
+    with parts.buffer(outbox).lock:
+        start, complete = list(parts.buffer(outbox).queue)[-2:]
+    kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
+    per_run = [o for o in kept.values() if gc.is_tracked(o) and o is not job]
+    assert len(per_run) == 3, per_run
+    assert start[4] is complete[4] == ("s3://bucket", "key", None)  # the dataset, shared
+    outbox.close(0.1)
+
+
 def test_a_runs_overhead_is_measured_only_for_a_timed_job():
     outbox, _ = _stuck()
     quiet, timed = LineageJob("tests", "quiet"), LineageJob("tests", "timed", timed=True)

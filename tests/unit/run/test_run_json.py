@@ -394,6 +394,39 @@ def test_a_run_reads_the_spans_context_alike_by_index_or_by_property(monkeypatch
     assert uuid.UUID(outside).version == 7
 
 
+class _DerivedSpan(NonRecordingSpan):
+    """A span class whose context is not its ``_context``: read through its method."""
+
+    def get_span_context(self) -> SpanContext:
+        return SpanContext(self._context.trace_id + 1, 7, False, TraceFlags(1))
+
+
+@pytest.mark.parametrize("span_class", ["api", "sdk", "derived"])
+def test_a_run_reads_the_context_of_any_span_class_as_its_method_gives_it(span_class):
+    # The run's path reads ``_context`` directly for the span classes whose method is known to
+    # return it (the API's NonRecordingSpan, the SDK's Span); any other class through its method.
+    import outbox._run._runid
+
+    trace_id = uuid.uuid4().int >> 1
+    context = SpanContext(trace_id, 7, False, TraceFlags(1))
+    if span_class == "sdk":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tracer = TracerProvider().get_tracer("tests")
+        span = tracer.start_span("x", context=trace.set_span_in_context(NonRecordingSpan(context)))
+        trace_id = span.get_span_context().trace_id  # (a child: the same trace)
+    else:
+        span = (_DerivedSpan if span_class == "derived" else NonRecordingSpan)(context)
+    box = Outbox(MemoryTransport(), close_at_exit=False)
+    job = LineageJob("ns", "job")
+    with trace.use_span(span):
+        first = box.run(job).run_id
+    box.close(1)
+    expected = trace_id + 1 if span_class == "derived" else trace_id
+    assert first == str(uuid.UUID(int=expected))
+    assert outbox._run._runid._READS_CONTEXT[span.__class__] is (span_class != "derived")
+
+
 def test_a_span_context_layout_other_than_the_tuple_is_read_by_property(monkeypatch):
     import outbox._run._runid
 
