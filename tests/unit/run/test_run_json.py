@@ -8,6 +8,7 @@ import json
 import threading
 import traceback
 import uuid
+from typing import Any
 
 import orjson
 import pytest
@@ -186,6 +187,46 @@ def test_datasets_added_during_a_run_are_in_its_later_events():
     assert [d["name"] for d in start["inputs"]] == ["in"]
     assert start["outputs"] == []
     assert [d["name"] for d in complete["outputs"]] == ["out"]
+
+
+@pytest.mark.parametrize(
+    "form", ["one", "one-with-table", "two", "tuple", "generator", "one-then-added", "async", "timed"]
+)
+def test_a_runs_events_are_the_same_whatever_form_its_inputs_take(form):
+    # An outbox's run records one dataset as its namespace and name (or, with facets, the
+    # DatasetRef alone), others as a tuple: the events sent are the same as a RunRecord of the
+    # same datasets writes.
+    import asyncio
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, close_at_exit=False)
+    job = LineageJob("ns", "j", timed=form == "timed")
+    table = DatasetRef("trino://h:8080", "c.s.t")
+    a = s3_dataset("b", "a.csv", table=table if form == "one-with-table" else None)
+    b = s3_dataset("b", "b.csv")
+    given: Any = {
+        "two": [a, b],
+        "tuple": (a, b),
+        "generator": (d for d in (a, b)),
+    }.get(form, [a])
+    if form == "async":
+
+        async def main() -> None:
+            async with outbox.run(job, inputs=given):
+                pass
+
+        asyncio.run(main())
+    else:
+        with outbox.run(job, inputs=given) as run:
+            if form == "one-then-added":
+                run.add_input(b)
+    outbox.close(5)
+    start, complete = transport.events
+    first = (a, b) if form in ("two", "tuple", "generator") else (a,)
+    last = (a, b) if form in ("two", "tuple", "generator", "one-then-added") else (a,)
+    for event, datasets in ((start, first), (complete, last)):
+        record = RunRecord(job, event["eventType"], 1.0, event["run"]["runId"], datasets, ())
+        assert event["inputs"] == record.to_plain()["inputs"]
 
 
 def test_outputs_go_on_complete_only_so_a_failed_run_names_none():
