@@ -350,7 +350,7 @@ class Outbox:
         # facets, the DatasetRef alone; never a tuple made for it.
         run._name = None
         if inputs.__class__ is list and len(inputs) == 1 and (one := inputs[0]).__class__ is DatasetRef:
-            if one[2] is None:
+            if one[2] is None and one[1].__class__ is str:
                 run._inputs, run._name = one[0], one[1]
             else:
                 run._inputs = one

@@ -190,7 +190,8 @@ def test_datasets_added_during_a_run_are_in_its_later_events():
 
 
 @pytest.mark.parametrize(
-    "form", ["one", "one-with-table", "two", "tuple", "generator", "one-then-added", "async", "timed"]
+    "form",
+    ["one", "one-with-table", "two", "tuple", "generator", "one-then-added", "async", "timed", "no-name"],
 )
 def test_a_runs_events_are_the_same_whatever_form_its_inputs_take(form):
     # An outbox's run records one dataset as its namespace and name (or, with facets, the
@@ -203,6 +204,8 @@ def test_a_runs_events_are_the_same_whatever_form_its_inputs_take(form):
     job = LineageJob("ns", "j", timed=form == "timed")
     table = DatasetRef("trino://h:8080", "c.s.t")
     a = s3_dataset("b", "a.csv", table=table if form == "one-with-table" else None)
+    if form == "no-name":  # (not a dataset a backend takes, but sent as it was given)
+        a = DatasetRef("s3://b", None)  # type: ignore[arg-type]
     b = s3_dataset("b", "b.csv")
     given: Any = {
         "two": [a, b],
