@@ -15,7 +15,7 @@ from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._observability._stats import CloseReport, Stats
-from ._run._run import LineageJob, Run, TimedRun
+from ._run._run import DatasetRef, LineageJob, Run, TimedRun
 from ._run._runid import run_id_of_span
 from ._runtime._lifecycle import track
 from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
@@ -33,13 +33,16 @@ _new_run = object.__new__
 class _OutboxRun(Run):
     """A run of an :class:`Outbox`: its events go straight to the buffer, each a plain tuple of
     what changes (one allocation: the sidecar writes the rest), without ``emit``'s class check,
-    which is for what a caller hands it (a tuple is no event there)."""
+    which is for what a caller hands it (a tuple is no event there).  The tuple is ``(job,
+    state, time, run id, inputs, outputs, error, name)``, read by ``_serde.serialize``: with a
+    ``name``, ``inputs`` is the namespace of the one dataset (see :meth:`Outbox.run`)."""
 
     __slots__ = ()
 
     def __enter__(self) -> Self:
         outbox: Outbox = self._outbox  # type: ignore[assignment]
-        if outbox._buffer.put((self.job, "START", _now(), self._rid, self._inputs, (), None), 0) == WAKE:
+        record = (self.job, "START", _now(), self._rid, self._inputs, (), None, self._name)
+        if outbox._buffer.put(record, 0) == WAKE:
             outbox._woken()
         return self
 
@@ -49,9 +52,9 @@ class _OutboxRun(Run):
         outbox: Outbox = self._outbox  # type: ignore[assignment]
         record: tuple[Any, ...]
         if exc is None:
-            record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
+            record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None, self._name)
         else:
-            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
+            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc, self._name)
         if outbox._buffer.put(record, 0) == WAKE:
             outbox._woken()
 
@@ -341,7 +344,18 @@ class Outbox:
         run: _OutboxRun = _new_run(_OutboxRun)
         run._outbox = self
         run.job = job
-        run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
+        # What the records hold, each a GC-tracked object kept until the sidecar takes it
+        # brings the next young collection (a pause in a handler) closer: of one dataset
+        # (``inputs=[s3_dataset(...)]``), its namespace and name (strings: not tracked) or, with
+        # facets, the DatasetRef alone; never a tuple made for it.
+        run._name = None
+        if inputs.__class__ is list and len(inputs) == 1 and (one := inputs[0]).__class__ is DatasetRef:
+            if one[2] is None and one[1].__class__ is str:
+                run._inputs, run._name = one[0], one[1]
+            else:
+                run._inputs = one
+        else:
+            run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
         run._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
         run._rid = run_id or run_id_of_span()
         run.overhead = 0.0

@@ -388,13 +388,15 @@ _DATASET_TAILS = (b',"facets":{},"inputFacets":{}}', b',"facets":{},"outputFacet
 _KIND_TAILS = (b',"inputFacets":{}}', b',"outputFacets":{}}')
 
 
-def _datasets_json(job: LineageJob, datasets: tuple[Any, ...], slot: int) -> bytes:
+def _datasets_json(job: LineageJob, datasets: tuple[Any, ...] | DatasetRef, slot: int) -> bytes:
+    """A record's inputs or outputs as JSON: a tuple of datasets, or one :class:`DatasetRef`
+    alone (what an outbox's run records of ``inputs=[s3_dataset(...)]``: see ``Outbox.run``)."""
     last = job._written[slot]
-    if last[0] is datasets:
-        return last[1]
+    if last[0] is datasets or (datasets.__class__ is DatasetRef and last[0] == datasets):
+        return last[1]  # (a run's START and COMPLETE: the same datasets, or equal DatasetRefs)
     parts = []
     immutable = True
-    for dataset in datasets:
+    for dataset in (datasets,) if datasets.__class__ is DatasetRef else datasets:
         if dataset.__class__ is DatasetRef or isinstance(dataset, tuple):
             namespace = dataset[0]
             head = _NAMESPACES.get(namespace) if namespace.__class__ is str else None
@@ -438,6 +440,16 @@ def _plain_dataset(dataset: Any, kind_facets: str) -> dict[str, Any]:
 
 
 _new_record = tuple.__new__
+
+
+def _datasets(inputs: tuple[Any, ...] | str, name: str | None) -> tuple[Any, ...]:
+    """A run's inputs as a tuple (an outbox's run may keep one :class:`DatasetRef` alone, or
+    one without facets as its namespace and ``name``: see ``Outbox.run``)."""
+    if name is not None:
+        return (_new_ref(DatasetRef, (inputs, name, None)),)
+    return (inputs,) if inputs.__class__ is DatasetRef else inputs  # type: ignore[return-value]
+
+
 _now = time.time
 _perf = time.perf_counter
 
@@ -458,7 +470,12 @@ class Run:
     its job is ``timed`` (four clock reads a run: off by default).
     """
 
-    __slots__ = ("_inputs", "_outbox", "_outputs", "_rid", "job", "overhead")
+    __slots__ = ("_inputs", "_name", "_outbox", "_outputs", "_rid", "job", "overhead")
+
+    #: The inputs: a tuple of datasets; or (an outbox's run) one :class:`DatasetRef` alone,
+    #: or one without facets as its namespace here and its name in ``_name`` (else None).
+    _inputs: tuple[Any, ...] | str
+    _name: str | None
 
     def __init__(
         self,
@@ -471,6 +488,7 @@ class Run:
         self._outbox = outbox
         self.job = job
         self._inputs = tuple(inputs)
+        self._name = None
         self._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
         # Text as given, or a UUID's value: written as text in the sidecar (or when read).
         self._rid: str | int = run_id or run_id_of_span()
@@ -484,7 +502,7 @@ class Run:
         return rid if rid.__class__ is str else uuid_text(rid)  # type: ignore[arg-type]
 
     def add_input(self, dataset: DatasetRef | Any) -> None:
-        self._inputs += (dataset,)
+        self._inputs, self._name = (*_datasets(self._inputs, self._name), dataset), None
 
     def add_output(self, dataset: DatasetRef | Any) -> None:
         self._outputs += (dataset,)
@@ -493,7 +511,8 @@ class Run:
         # Any: a RunRecord is the outbox's own kind of event, emitted here only (not an Event).
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
         outputs = self._outputs if state == "COMPLETE" else ()
-        return _new_record(RunRecord, (self.job, state, _now(), self._rid, self._inputs, outputs, error))
+        inputs = _datasets(self._inputs, self._name)
+        return _new_record(RunRecord, (self.job, state, _now(), self._rid, inputs, outputs, error))
 
     def __enter__(self) -> Self:
         self._outbox.emit(

@@ -7,8 +7,9 @@ Everything here is on the run helpers' path (one call per run): written for few 
 from __future__ import annotations
 
 import random
+import sys
 import time
-from collections import OrderedDict
+from collections import deque
 from typing import Any
 
 from opentelemetry import trace
@@ -29,12 +30,13 @@ def current_run_id() -> str:
     return uuid_text(uuid7())
 
 
-# Trace ids already taken by a run (the newest _TAKEN_MAX, oldest first): a later run in the
-# same trace gets a fresh id, so two runs never share one.
-# An OrderedDict, not a dict: the oldest goes with popitem(last=False) at once, where a dict
-# emptied from the front made each next(iter(...)) scan past every key deleted before it
-# (17,000 instructions a run, once 4,096 traces had run).  Each operation is one call into C.
-_taken: OrderedDict[int, None] = OrderedDict()
+# Trace ids already taken by a run (the newest _TAKEN_MAX, oldest first in _taken_order): a
+# later run in the same trace gets a fresh id, so two runs never share one.
+# A set and a deque: each operation is one call into C that allocates nothing (an OrderedDict
+# cost twice as much a run: a node for each key, and popitem's keyword; a dict emptied from the
+# front made each next(iter(...)) scan past every key deleted before it).
+_taken: set[int] = set()
+_taken_order: deque[int] = deque()
 _TAKEN_MAX = 4096
 _shared_trace_said = False
 
@@ -106,6 +108,28 @@ def _span_context_is_tuple() -> bool:
 
 _SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple()
 
+# Span class -> whether its get_span_context() is one known to return ``self._context`` (read
+# directly on the run's path, as a Python call less), learnt at its first span.
+_READS_CONTEXT: dict[type, bool] = {}
+
+
+def _learn_reader(span: Any, context: Any) -> None:
+    """Whether ``span``'s class reads its context as opentelemetry-api's ``NonRecordingSpan``
+    and the SDK's ``Span`` do (their own function, ``return self._context``): that function
+    itself, and this span's ``_context`` the one it returned."""
+    known: list[Any] = [trace.NonRecordingSpan.get_span_context]
+    sdk = sys.modules.get("opentelemetry.sdk.trace")
+    if sdk is not None:
+        known.append(getattr(getattr(sdk, "Span", None), "get_span_context", None))
+    cls = span.__class__
+    method = getattr(cls, "get_span_context", None)
+    _READS_CONTEXT[cls] = any(method is f for f in known) and getattr(span, "_context", None) is context
+
+
+_probe = trace.NonRecordingSpan(trace.SpanContext(1, 1, is_remote=False))
+_learn_reader(_probe, _probe.get_span_context())  # the API's own span class, learnt at once
+del _probe
+
 
 def run_id_of_span() -> int:
     """:func:`current_run_id` for a new run, as the UUID's 128-bit value (written as text in
@@ -120,7 +144,13 @@ def run_id_of_span() -> int:
         span = _current_span()
         if span is _INVALID_SPAN:
             return uuid7()
-    context = span.get_span_context()
+    direct = _READS_CONTEXT.get(span.__class__)
+    if direct:  # get_span_context() is ``return self._context``: read it (a Python call less)
+        context = span._context
+    else:
+        context = span.get_span_context()
+        if direct is None:
+            _learn_reader(span, context)
     if context.__class__ is _SpanContext and _SPAN_CONTEXT_IS_TUPLE:
         if not context[5]:  # is_valid, read as its property reads it (a Python call less)
             return uuid7()
@@ -140,14 +170,12 @@ def run_id_of_span() -> int:
                 uuid_text(fresh),
             )
         return fresh
-    _taken[trace_id] = None
-    if len(_taken) > _TAKEN_MAX:
-        # Another thread may be at the same line: losing that race keeps one id less.
-        # (try, not contextlib.suppress: this runs on every run once 4,096 traces have.)
-        try:  # noqa: SIM105
-            _taken.popitem(last=False)
-        except KeyError:
-            pass
+    _taken.add(trace_id)
+    order = _taken_order
+    order.append(trace_id)
+    if len(order) > _TAKEN_MAX:
+        # (Two threads at this line each forget one: never more than the newest are kept.)
+        _taken.discard(order.popleft())
     return trace_id
 
 

@@ -34,7 +34,7 @@ import orjson
 
 from ._plain import Unserializable, dumps, event_key, plain_dict, to_plain
 from ._refusals import too_deep
-from ._run import RunRecord, record_json
+from ._run import DatasetRef, RunRecord, record_json
 from ._runid import uuid_text
 
 __all__ = ["SerializedEvent", "Unserializable", "dumps", "event_key", "serialize", "to_plain"]
@@ -52,6 +52,7 @@ class SerializedEvent(NamedTuple):
 
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
+_new_ref = tuple.__new__  # DatasetRef(...) likewise
 
 
 def weight(ser: SerializedEvent) -> int:
@@ -79,7 +80,9 @@ def serialize(event: Any) -> SerializedEvent:
     """
     cls = event.__class__
     if cls is tuple:  # a run helpers' record as an outbox's run queues it: what changes, plainly
-        job, state, t, rid, inputs, outputs, error = event
+        job, state, t, rid, inputs, outputs, error, name = event
+        if name is not None:  # one dataset without facets: its namespace, and its name
+            inputs = _new_ref(DatasetRef, (inputs, name, None))
         if rid.__class__ is not str:
             text = _RUN_TEXTS.get(rid)
             if text is None:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from outbox import LineageJob, Outbox, Outcome, s3_dataset
+from outbox import DatasetRef, LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER, UNLOOKED_MOST
 from outbox._buffer._holdings import Measure
 from outbox._run._serde import serialize, weight
@@ -690,6 +690,42 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
         queued = list(parts.buffer(outbox).queue)[-2:]
     assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
     assert [record[1] for record in queued] == ["START", "COMPLETE"]
+    outbox.close(0.1)
+
+
+def test_a_run_keeps_two_gc_tracked_objects_its_two_records():
+    # Each GC-tracked object a run leaves held (until the sidecar takes it) brings the next
+    # young collection closer, and a collection in the handler is its p99.9.  A run of one
+    # dataset keeps its two records, which hold the dataset's namespace and name (strings,
+    # not tracked), not the DatasetRef or a tuple of it; the run itself, the list and the
+    # DatasetRef go, and the run id is a number.
+    from opentelemetry import context, trace
+
+    outbox, _ = _stuck()
+    job = LineageJob("tests", "job")
+    with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):
+        pass
+    spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 80, 1, is_remote=False)) for i in range(3)]
+    for span in spans:
+        token = context.attach(trace.set_span_in_context(span))
+        with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
+            pass
+        context.detach(token)
+    with parts.buffer(outbox).lock:
+        start, complete = list(parts.buffer(outbox).queue)[-2:]
+    kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
+    per_run = [o for o in kept.values() if gc.is_tracked(o) and o is not job]
+    assert len(per_run) == 2, per_run
+    assert (start[4], start[7]) == (complete[4], complete[7]) == ("s3://bucket", "key")
+    # And with facets (a table's symlink), the DatasetRef alone: three.
+    table = DatasetRef("trino://h:8080", "c.s.t")
+    with outbox.run(job, inputs=[s3_dataset("bucket", "key", table=table)]):
+        pass
+    with parts.buffer(outbox).lock:
+        start, complete = list(parts.buffer(outbox).queue)[-2:]
+    kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
+    assert len([o for o in kept.values() if gc.is_tracked(o) and o is not job]) == 3
+    assert start[4] is complete[4] == s3_dataset("bucket", "key", table=table)
     outbox.close(0.1)
 
 

@@ -8,6 +8,7 @@ import json
 import threading
 import traceback
 import uuid
+from typing import Any
 
 import orjson
 import pytest
@@ -186,6 +187,49 @@ def test_datasets_added_during_a_run_are_in_its_later_events():
     assert [d["name"] for d in start["inputs"]] == ["in"]
     assert start["outputs"] == []
     assert [d["name"] for d in complete["outputs"]] == ["out"]
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["one", "one-with-table", "two", "tuple", "generator", "one-then-added", "async", "timed", "no-name"],
+)
+def test_a_runs_events_are_the_same_whatever_form_its_inputs_take(form):
+    # An outbox's run records one dataset as its namespace and name (or, with facets, the
+    # DatasetRef alone), others as a tuple: the events sent are the same as a RunRecord of the
+    # same datasets writes.
+    import asyncio
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=0, close_at_exit=False)
+    job = LineageJob("ns", "j", timed=form == "timed")
+    table = DatasetRef("trino://h:8080", "c.s.t")
+    a = s3_dataset("b", "a.csv", table=table if form == "one-with-table" else None)
+    if form == "no-name":  # (not a dataset a backend takes, but sent as it was given)
+        a = DatasetRef("s3://b", None)  # type: ignore[arg-type]
+    b = s3_dataset("b", "b.csv")
+    given: Any = {
+        "two": [a, b],
+        "tuple": (a, b),
+        "generator": (d for d in (a, b)),
+    }.get(form, [a])
+    if form == "async":
+
+        async def main() -> None:
+            async with outbox.run(job, inputs=given):
+                pass
+
+        asyncio.run(main())
+    else:
+        with outbox.run(job, inputs=given) as run:
+            if form == "one-then-added":
+                run.add_input(b)
+    outbox.close(5)
+    start, complete = transport.events
+    first = (a, b) if form in ("two", "tuple", "generator") else (a,)
+    last = (a, b) if form in ("two", "tuple", "generator", "one-then-added") else (a,)
+    for event, datasets in ((start, first), (complete, last)):
+        record = RunRecord(job, event["eventType"], 1.0, event["run"]["runId"], datasets, ())
+        assert event["inputs"] == record.to_plain()["inputs"]
 
 
 def test_outputs_go_on_complete_only_so_a_failed_run_names_none():
@@ -392,6 +436,39 @@ def test_a_run_reads_the_spans_context_alike_by_index_or_by_property(monkeypatch
     assert uuid.UUID(second).version == 7
     assert second != first
     assert uuid.UUID(outside).version == 7
+
+
+class _DerivedSpan(NonRecordingSpan):
+    """A span class whose context is not its ``_context``: read through its method."""
+
+    def get_span_context(self) -> SpanContext:
+        return SpanContext(self._context.trace_id + 1, 7, False, TraceFlags(1))
+
+
+@pytest.mark.parametrize("span_class", ["api", "sdk", "derived"])
+def test_a_run_reads_the_context_of_any_span_class_as_its_method_gives_it(span_class):
+    # The run's path reads ``_context`` directly for the span classes whose method is known to
+    # return it (the API's NonRecordingSpan, the SDK's Span); any other class through its method.
+    import outbox._run._runid
+
+    trace_id = uuid.uuid4().int >> 1
+    context = SpanContext(trace_id, 7, False, TraceFlags(1))
+    if span_class == "sdk":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tracer = TracerProvider().get_tracer("tests")
+        span = tracer.start_span("x", context=trace.set_span_in_context(NonRecordingSpan(context)))
+        trace_id = span.get_span_context().trace_id  # (a child: the same trace)
+    else:
+        span = (_DerivedSpan if span_class == "derived" else NonRecordingSpan)(context)
+    box = Outbox(MemoryTransport(), close_at_exit=False)
+    job = LineageJob("ns", "job")
+    with trace.use_span(span):
+        first = box.run(job).run_id
+    box.close(1)
+    expected = trace_id + 1 if span_class == "derived" else trace_id
+    assert first == str(uuid.UUID(int=expected))
+    assert outbox._run._runid._READS_CONTEXT[span.__class__] is (span_class != "derived")
 
 
 def test_a_span_context_layout_other_than_the_tuple_is_read_by_property(monkeypatch):
