@@ -265,6 +265,17 @@ class _LoopBlockingTransport:
         pass
 
 
+def _large_events(n: int) -> list[dict[str, Any]]:
+    """``n`` dict events of about 100 KB each (a facet padded)."""
+    pad = "x" * 100_000
+    events = []
+    for i in range(n):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        events.append(event)
+    return events
+
+
 def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the_emitter_once():
     """The first object asks the sidecar to measure it; a sidecar that does not run meanwhile
     would let a burst of large objects queue at the first guess (4 KiB), far past max_bytes.
@@ -275,12 +286,7 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     outbox = Outbox(transport, max_bytes=max_bytes, linger=0, close_at_exit=False)
     assert outbox.emit('{"eventType": "START"}')  # text: exact, asks for no measuring
     assert transport.entered.wait(10)  # the sidecar's loop is stuck from here on
-    pad = "x" * 100_000
-    events = []
-    for i in range(300):
-        event = run_event(n=i)
-        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
-        events.append(event)
+    events = _large_events(300)
     with CallRecorder() as calls:
         for event in events:
             outbox.emit(event)
@@ -314,12 +320,7 @@ def test_objects_that_grow_while_the_sidecar_cannot_run_stay_within_the_bound_by
     assert outbox.emit(run_event())  # a small object: the sidecar measures it, then sends it
     assert transport.entered.wait(10)  # and its loop is stuck from here on
     small = parts.buffer(outbox).estimate
-    pad = "x" * 100_000
-    events = []
-    for i in range(3_000):
-        event = run_event(n=i)
-        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
-        events.append(event)
+    events = _large_events(3_000)
     size = len(orjson.dumps(events[-1]))
     with CallRecorder() as calls:
         for event in events:
