@@ -37,7 +37,7 @@ DeadRecord = tuple[str, str, bytes | None, Any]
 
 def measure_here(buf: Buffer) -> None:
     """Measure the newest queued object on the emitter's thread, once (``buf.measure_here``
-    is 1: a burst of objects queued at the first guess while the sidecar did not run, see
+    is ``Measure.DUE``: a burst of objects queued at the first guess while the sidecar did not run, see
     ``_buffer._buffer.MEASURE_HERE_AFTER``): serialized outside the lock, put in its place at its exact
     size, the estimate learnt from it and the byte bound enforced.  A sidecar that measured
     meanwhile makes this a no-op; an event that cannot be serialized is left for the sidecar
@@ -177,7 +177,7 @@ class Intake:
                 if not sizes[index]:
                     picked.append((buf.numbers.seq_at(index), queue[index]))
                 index -= 1
-        # In one stretch, without hand-offs (a few events: its length is bounded by what they
+        # In one go, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.
         done: list[tuple[int, Any, SerializedEvent]] = []
