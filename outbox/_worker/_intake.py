@@ -51,13 +51,29 @@ def measure_here(buf: Buffer) -> None:
             index -= 1
         if buf.measured or index < 0:
             return
-        seq, event = buf.numbers.seq_at(index), buf.queue[index]
-    try:
-        ser = serialize(event)
-    except Exception:
+        picked = [(buf.numbers.seq_at(index), buf.queue[index])]
+    serialize_in_place(buf, picked, _INF)
+
+
+def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float) -> None:
+    """Serialize queued objects outside the buffer's lock (``picked``: sequence number and event,
+    for ``budget`` seconds at most), then put each in its place at its exact size, if it is
+    still queued (``Buffer.serialized_in_place_locked``).  An event that cannot be serialized
+    is left as it is: taking it counts it as ``invalid_event``.  The one way queued events are
+    serialized in place: an emitter's measure, the intake's sampling."""
+    done: list[tuple[int, Any, SerializedEvent]] = []
+    started = time.perf_counter()
+    for seq, event in picked:
+        try:
+            done.append((seq, event, serialize(event)))
+        except Exception:
+            continue
+        if time.perf_counter() - started > budget:
+            break
+    if not done:
         return
     with buf.lock:
-        buf.serialized_in_place_locked(((seq, event, ser),))
+        buf.serialized_in_place_locked(done)
 
 
 class Intake:
@@ -180,19 +196,7 @@ class Intake:
         # In one go, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.
-        done: list[tuple[int, Any, SerializedEvent]] = []
-        started = time.perf_counter()
-        for seq, event in picked:
-            try:
-                done.append((seq, event, serialize(event)))
-            except Exception:  # left as it is: taking it counts it as invalid_event
-                continue
-            if time.perf_counter() - started > SLICE:
-                break
-        if not done:
-            return
-        with buf.lock:
-            buf.serialized_in_place_locked(done)
+        serialize_in_place(buf, picked, SLICE)
 
     # -- taking ----------------------------------------------------------------------------
 
