@@ -14,6 +14,7 @@ from ._buffer._buffer import REFUSED, WAKE, Policy
 from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
+from ._config._settings import Keywords
 from ._observability._stats import CloseReport, Stats
 from ._run._run import DatasetRef, LineageJob, Run, TimedRun
 from ._run._runid import run_id_of_span
@@ -168,33 +169,34 @@ class Outbox:
         close_at_exit: bool = True,
         name: str = "outbox",
     ) -> None:
-        #: The keywords checked, the settings, and this process's parts (built again in a
-        #: forked child).
+        #: The keywords checked, the settings, and this process's parts (again in a forked child).
         self._assembly = Assembly(
             transport,
-            max_events=max_events,
-            max_bytes=max_bytes,
-            policy=policy,
-            block_timeout=block_timeout,
-            max_batch_events=max_batch_events,
-            max_batch_bytes=max_batch_bytes,
-            linger=linger,
-            shutdown_timeout=shutdown_timeout,
-            send_timeout=send_timeout,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            max_retry_after=max_retry_after,
-            poison_attempts=poison_attempts,
-            max_concurrency=max_concurrency,
-            circuit_threshold=circuit_threshold,
-            log_interval=log_interval,
-            dead_letter=dead_letter,
-            dead_letter_max_bytes=dead_letter_max_bytes,
-            spill_dir=spill_dir,
-            max_spill_bytes=max_spill_bytes,
-            spill_interval=spill_interval,
-            close_at_exit=close_at_exit,
-            name=name,
+            Keywords(
+                max_events=max_events,
+                max_bytes=max_bytes,
+                policy=policy,
+                block_timeout=block_timeout,
+                max_batch_events=max_batch_events,
+                max_batch_bytes=max_batch_bytes,
+                linger=linger,
+                shutdown_timeout=shutdown_timeout,
+                send_timeout=send_timeout,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+                max_retry_after=max_retry_after,
+                poison_attempts=poison_attempts,
+                max_concurrency=max_concurrency,
+                circuit_threshold=circuit_threshold,
+                log_interval=log_interval,
+                dead_letter=dead_letter,
+                dead_letter_max_bytes=dead_letter_max_bytes,
+                spill_dir=spill_dir,
+                max_spill_bytes=max_spill_bytes,
+                spill_interval=spill_interval,
+                close_at_exit=close_at_exit,
+                name=name,
+            ),
         )
         self._take_parts()
         track(self._after_fork_in_child)

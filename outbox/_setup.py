@@ -12,8 +12,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from ._buffer._buffer import Buffer, Policy, Reason
-from ._config._settings import Limits, WorkerSettings, check_number, from_variables, in_force, resolve
+from ._buffer._buffer import Buffer, Reason
+from ._config._settings import (
+    Keywords,
+    Limits,
+    WorkerSettings,
+    check_number,
+    from_variables,
+    in_force,
+    resolve,
+)
 from ._errors import ConfigError
 from ._observability._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._observability._deadletter import DeadLetter
@@ -193,60 +201,17 @@ class Assembly:
     child.  It never refers to its outbox: what the outbox reads on ``emit``'s path it takes
     from :attr:`parts` into its own attributes."""
 
-    def __init__(
-        self,
-        transport: Transport,
-        *,
-        max_events: int,
-        max_bytes: int,
-        policy: Policy | str,
-        block_timeout: float,
-        max_batch_events: int | None,
-        max_batch_bytes: int | None,
-        linger: float,
-        shutdown_timeout: float,
-        send_timeout: float,
-        backoff_base: float,
-        backoff_cap: float,
-        max_retry_after: float,
-        poison_attempts: int,
-        max_concurrency: int,
-        circuit_threshold: int,
-        log_interval: float,
-        dead_letter: str | os.PathLike[str] | None,
-        dead_letter_max_bytes: int,
-        spill_dir: str | os.PathLike[str] | None,
-        max_spill_bytes: int,
-        spill_interval: float,
-        close_at_exit: bool,
-        name: str,
-    ) -> None:
+    def __init__(self, transport: Transport, keywords: Keywords) -> None:
         check_transport(transport)
-        self.limits, self.settings = resolve(
-            max_events=max_events,
-            max_bytes=max_bytes,
-            policy=policy,
-            block_timeout=block_timeout,
-            max_batch_events=max_batch_events,
-            max_batch_bytes=max_batch_bytes,
-            linger=linger,
-            shutdown_timeout=shutdown_timeout,
-            send_timeout=send_timeout,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            max_retry_after=max_retry_after,
-            poison_attempts=poison_attempts,
-            max_concurrency=max_concurrency,
-            circuit_threshold=circuit_threshold,
-            log_interval=log_interval,
-        )
-        self.dead_letter = make_dead_letter(dead_letter, dead_letter_max_bytes, float(log_interval))
-        self.dead_letter_max_bytes = dead_letter_max_bytes
-        self.spill = make_spill(spill_dir, max_spill_bytes, spill_interval, float(log_interval))
+        k = keywords
+        self.limits, self.settings = resolve(k)
+        self.dead_letter = make_dead_letter(k.dead_letter, k.dead_letter_max_bytes, float(k.log_interval))
+        self.dead_letter_max_bytes = k.dead_letter_max_bytes
+        self.spill = make_spill(k.spill_dir, k.max_spill_bytes, k.spill_interval, float(k.log_interval))
         self.transport = transport
-        self.name = name
-        self.shutdown_timeout = float(shutdown_timeout)
-        self.close_at_exit = close_at_exit
+        self.name = k.name
+        self.shutdown_timeout = float(k.shutdown_timeout)
+        self.close_at_exit = k.close_at_exit
         self.parts = self._build()
 
     def _build(self) -> Parts:

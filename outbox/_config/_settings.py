@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from .._buffer._buffer import Policy
 from .._errors import ConfigError
 
 __all__ = [
+    "Keywords",
     "Limits",
     "WorkerSettings",
     "check_number",
@@ -21,6 +23,36 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Keywords:
+    """``Outbox``'s keywords as given, unchecked: ``Outbox.__init__`` hands them over whole (its
+    signature holds the defaults), :func:`resolve` checks them."""
+
+    max_events: int
+    max_bytes: int
+    policy: Policy | str
+    block_timeout: float
+    max_batch_events: int | None
+    max_batch_bytes: int | None
+    linger: float
+    shutdown_timeout: float
+    send_timeout: float
+    backoff_base: float
+    backoff_cap: float
+    max_retry_after: float
+    poison_attempts: int
+    max_concurrency: int
+    circuit_threshold: int
+    log_interval: float
+    dead_letter: str | os.PathLike[str] | None
+    dead_letter_max_bytes: int
+    spill_dir: str | os.PathLike[str] | None
+    max_spill_bytes: int
+    spill_interval: float
+    close_at_exit: bool
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,66 +118,51 @@ def validate_one(keyword: str, value: Any) -> None:
         check_number(keyword, value, minimum=0)
 
 
-def resolve(
-    *,
-    max_events: int,
-    max_bytes: int,
-    policy: Policy | str,
-    block_timeout: float,
-    max_batch_events: int | None,
-    max_batch_bytes: int | None,
-    linger: float,
-    shutdown_timeout: float,
-    send_timeout: float,
-    backoff_base: float,
-    backoff_cap: float,
-    max_retry_after: float,
-    poison_attempts: int,
-    max_concurrency: int,
-    circuit_threshold: int,
-    log_interval: float,
-) -> tuple[Limits, WorkerSettings]:
+def resolve(keywords: Keywords) -> tuple[Limits, WorkerSettings]:
     """``Outbox``'s keywords checked (a ``ConfigError`` naming the first that is wrong, and
     what is accepted), with the batch defaults filled in."""
+    k = keywords
+    max_events, max_bytes = k.max_events, k.max_bytes
+    max_batch_events, max_batch_bytes = k.max_batch_events, k.max_batch_bytes
     try:
-        policy = Policy(policy)
+        policy = Policy(k.policy)
     except ValueError:
         accepted = ", ".join(repr(p.value) for p in Policy)
-        raise ConfigError(f"policy={policy!r} is not a policy; pass one of {accepted}") from None
+        raise ConfigError(f"policy={k.policy!r} is not a policy; pass one of {accepted}") from None
     check_number("max_events", max_events, minimum=1, integer=True)
     check_number("max_bytes", max_bytes, minimum=1, integer=True)
     if max_batch_events is None:
         max_batch_events = min(1000, max_events)
     if max_batch_bytes is None:
         max_batch_bytes = min(1 * MiB, max_bytes)
-    check_number("block_timeout", block_timeout, minimum=0)
+    check_number("block_timeout", k.block_timeout, minimum=0)
     check_number("max_batch_events", max_batch_events, minimum=1, integer=True)
     check_number("max_batch_bytes", max_batch_bytes, minimum=1, integer=True)
-    check_number("linger", linger, minimum=0)
-    check_number("shutdown_timeout", shutdown_timeout, minimum=0)
-    check_number("send_timeout", send_timeout, minimum=0, above=True)
-    check_number("backoff_base", backoff_base, minimum=0)
-    check_number("backoff_cap", backoff_cap, minimum=0)
-    check_number("max_retry_after", max_retry_after, minimum=0)
-    check_number("poison_attempts", poison_attempts, minimum=1, integer=True)
-    check_number("max_concurrency", max_concurrency, minimum=1, integer=True)
-    check_number("circuit_threshold", circuit_threshold, minimum=1, integer=True)
-    check_number("log_interval", log_interval, minimum=0)
+    check_number("linger", k.linger, minimum=0)
+    check_number("shutdown_timeout", k.shutdown_timeout, minimum=0)
+    check_number("send_timeout", k.send_timeout, minimum=0, above=True)
+    check_number("backoff_base", k.backoff_base, minimum=0)
+    check_number("backoff_cap", k.backoff_cap, minimum=0)
+    check_number("max_retry_after", k.max_retry_after, minimum=0)
+    check_number("poison_attempts", k.poison_attempts, minimum=1, integer=True)
+    check_number("max_concurrency", k.max_concurrency, minimum=1, integer=True)
+    check_number("circuit_threshold", k.circuit_threshold, minimum=1, integer=True)
+    check_number("log_interval", k.log_interval, minimum=0)
     _check_batch_fits(max_events, max_bytes, max_batch_events, max_batch_bytes)
     settings = WorkerSettings(
         max_batch_events=max_batch_events,
         max_batch_bytes=max_batch_bytes,
-        linger=float(linger),
-        send_timeout=float(send_timeout),
-        backoff_base=float(backoff_base),
-        backoff_cap=float(backoff_cap),
-        circuit_threshold=circuit_threshold,
-        log_interval=float(log_interval),
-        max_retry_after=float(max_retry_after),
-        poison_attempts=poison_attempts,
-        max_concurrency=max_concurrency,
+        linger=float(k.linger),
+        send_timeout=float(k.send_timeout),
+        backoff_base=float(k.backoff_base),
+        backoff_cap=float(k.backoff_cap),
+        circuit_threshold=k.circuit_threshold,
+        log_interval=float(k.log_interval),
+        max_retry_after=float(k.max_retry_after),
+        poison_attempts=k.poison_attempts,
+        max_concurrency=k.max_concurrency,
     )
-    return Limits(max_events, max_bytes, policy, float(block_timeout)), settings
+    return Limits(max_events, max_bytes, policy, float(k.block_timeout)), settings
 
 
 def _check_batch_fits(max_events: int, max_bytes: int, max_batch_events: int, max_batch_bytes: int) -> None:

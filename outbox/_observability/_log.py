@@ -33,7 +33,7 @@ NEVER_SILENT = "outbox_never_silent"
 
 #: The keys of a :class:`RateLimitedLog` whose first record in each log is never silent: a
 #: spill directory or a dead-letter file that cannot be written or read (``_spill._disk``,
-#: ``_spill._stretch``, ``_spill._spill``, ``_deadletter``).  Later ones follow the log's rate only.
+#: ``_spill._window``, ``_spill._spill``, ``_deadletter``).  Later ones follow the log's rate only.
 FIRST_NEVER_SILENT = frozenset(
     {"spill-failed", "spill-read", "spill-adopt", "spill-unsettled", "dead-letter"}
 )

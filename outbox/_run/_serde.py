@@ -37,7 +37,16 @@ from ._refusals import too_deep
 from ._run import DatasetRef, RunRecord, record_json
 from ._runid import uuid_text
 
-__all__ = ["SerializedEvent", "Unserializable", "dumps", "event_key", "serialize", "to_plain"]
+__all__ = [
+    "Key",
+    "SerializedEvent",
+    "Unserializable",
+    "dumps",
+    "event_key",
+    "order_key",
+    "serialize",
+    "to_plain",
+]
 
 
 class SerializedEvent(NamedTuple):
@@ -53,6 +62,18 @@ class SerializedEvent(NamedTuple):
 
 _new_serialized = tuple.__new__  # SerializedEvent(...) without its Python-level __new__
 _new_ref = tuple.__new__  # DatasetRef(...) likewise
+
+#: What a run's order is kept by: a run id, a message key (a job's or a dataset's events, which
+#: have no run), or, for an event that has neither, a number of its own (an int never equals a
+#: str, so such an event is a key of its own).
+Key = str | int
+
+
+def order_key(event: SerializedEvent, own: int) -> Key:
+    """The key an event's order is kept by, the one definition (the worker's backlog, HTTP's
+    single mode): its run id, else its message key, else ``own``, a number no other event of
+    the batch or backlog has (the worker's sequence number, a request's index)."""
+    return event.run_id or event.key or own
 
 
 def weight(ser: SerializedEvent) -> int:

@@ -59,7 +59,7 @@ _local = threading.local()
 
 
 class Slicer:
-    """Ends the sidecar's slices: :meth:`begin` when a stretch of work starts, then
+    """Ends the sidecar's slices: :meth:`begin` when a period of work starts, then
     :meth:`checkpoint` between two events of it (cheap: a clock read).
 
     Args:
@@ -67,7 +67,7 @@ class Slicer:
             the sidecar is behind.
         behind_above: queued events above which the sidecar is behind (a batch's worth).
         on_handoff: called at each hand-off, before the GIL is let go (the worker samples
-            what queued objects weigh there, so a long stretch of work cannot leave the
+            what queued objects weigh there, so a long period of work cannot leave the
             estimate stale).
     """
 
@@ -118,7 +118,7 @@ class Slicer:
         return self._contended
 
     def begin(self) -> None:
-        """A stretch of work starts (the sidecar was waiting until now: its slice is fresh)."""
+        """A period of work starts (the sidecar was waiting until now: its slice is fresh)."""
         self._started = self._clock()
 
     def waited(self, since: float) -> None:

@@ -187,7 +187,7 @@ class Backlog:
             self.ledger.took(now)
         by_key: dict[Key, list[tuple[Held, Outcome]]] = {}
         for item, outcome in zip(lane, outcomes, strict=True):
-            by_key.setdefault(order_key(item), []).append((item, outcome))
+            by_key.setdefault(order_key(item.event, item.seq), []).append((item, outcome))
         answer.keys = len(by_key)
         for key, pairs in by_key.items():
             self._settle_key(key, self._state_of(key, [item for item, _ in pairs]), pairs, answer)
@@ -299,8 +299,7 @@ class Backlog:
         nbytes = 0
         for item in lane:
             nbytes += item.size
-            event = item.event
-            key = event.run_id or event.key or item.seq  # order_key, inlined: once per event
+            key = order_key(item.event, item.seq)
             state = keys.get(key)
             if state is None:
                 continue  # a fresh key's later event in this lane: forgotten already
@@ -409,7 +408,7 @@ class Backlog:
         self.keys.landed(lane)
         by_key: dict[Key, list[Held]] = {}
         for item in lane:
-            by_key.setdefault(order_key(item), []).append(item)
+            by_key.setdefault(order_key(item.event, item.seq), []).append(item)
         for key, items in by_key.items():
             state = self._state_of(key, items)
             if state.muted:

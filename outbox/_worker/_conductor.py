@@ -103,7 +103,7 @@ class Worker:
             dead_letter=dead_letter,
             lowest_held=self.backlog.lowest_seq,
         )
-        # At each slice's end, the intake samples what queued objects weigh (a long stretch of
+        # At each slice's end, the intake samples what queued objects weigh (a long period of
         # work cannot leave the estimate stale).
         self.slicer.on_handoff = self.intake.sample
         #: Set once the drain loop runs (a thread that builds an outbox waits for it: see

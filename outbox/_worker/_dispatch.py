@@ -48,8 +48,8 @@ class Answer(NamedTuple):
 
 
 def _one_key(items: Sequence[Held]) -> bool:
-    first = order_key(items[0])
-    return all(order_key(item) == first for item in items)
+    first = order_key(items[0].event, items[0].seq)
+    return all(order_key(item.event, item.seq) == first for item in items)
 
 
 class Dispatch:

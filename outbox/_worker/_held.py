@@ -1,18 +1,13 @@
 """What the worker holds of an event once it has left the buffer, and the key its order is kept
-by: the one definition every part of the worker uses."""
+by (``order_key(item.event, item.seq)``: the one definition, :func:`outbox._run._serde.order_key`)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._run._serde import SerializedEvent
+from .._run._serde import Key, SerializedEvent, order_key
 
 __all__ = ["Held", "Key", "order_key"]
-
-#: What a run's order is kept by: a run id, a message key (a job's or a dataset's events, which
-#: have no run), or, for an event that has neither, its own sequence number (an int never equals
-#: a str, so such an event is a key of its own).
-Key = str | int
 
 
 class Held(NamedTuple):
@@ -23,9 +18,3 @@ class Held(NamedTuple):
     event: SerializedEvent
     #: Bytes it counts for in the buffer's bound.
     size: int
-
-
-def order_key(item: Held) -> Key:
-    """The run id, else the message key, else the event's own sequence number."""
-    event = item.event
-    return event.run_id or event.key or item.seq

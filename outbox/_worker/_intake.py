@@ -8,7 +8,6 @@ handler waiting for the GIL gets it within a few tens of microseconds.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,12 +53,29 @@ def measure_here(buf: Buffer) -> None:
         if index < 0:
             buf.looked_locked(end)
             return
-        seq, event = buf.numbers.seq_at(index), buf.queue[index]
-    done = []
-    with contextlib.suppress(Exception):  # (left as it is: taking it counts it as invalid_event)
-        done.append((seq, event, serialize(event)))
+        picked = [(buf.numbers.seq_at(index), buf.queue[index])]
+    serialize_in_place(buf, picked, _INF, end)
+
+
+def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float, end: int) -> None:
+    """Serialize queued objects outside the buffer's lock (``picked``: sequence number and event,
+    for ``budget`` seconds at most), then put each in its place at its exact size, if it is
+    still queued (``Buffer.serialized_in_place_locked``).  An event that cannot be serialized
+    is left as it is: taking it counts it as ``invalid_event``.  Either is a look at the newest
+    objects queued before number ``end`` (``Buffer.looked_locked``).  The one way queued events
+    are serialized in place: an emitter's measure, the intake's sampling."""
+    done: list[tuple[int, Any, SerializedEvent]] = []
+    started = time.perf_counter()
+    for seq, event in picked:
+        try:
+            done.append((seq, event, serialize(event)))
+        except Exception:
+            continue
+        if time.perf_counter() - started > budget:
+            break
     with buf.lock:
-        buf.serialized_in_place_locked(done)
+        if done:
+            buf.serialized_in_place_locked(done)
         buf.looked_locked(end)
 
 
@@ -187,22 +203,10 @@ class Intake:
                 if not sizes[index]:
                     picked.append((buf.numbers.seq_at(index), queue[index]))
                 index -= 1
-        # In one stretch, without hand-offs (a few events: its length is bounded by what they
+        # In one go, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.
-        done: list[tuple[int, Any, SerializedEvent]] = []
-        started = time.perf_counter()
-        for seq, event in picked:
-            try:
-                done.append((seq, event, serialize(event)))
-            except Exception:  # left as it is: taking it counts it as invalid_event
-                continue
-            if time.perf_counter() - started > SLICE:
-                break
-        with buf.lock:
-            if done:
-                buf.serialized_in_place_locked(done)
-            buf.looked_locked(end)
+        serialize_in_place(buf, picked, SLICE, end)
 
     # -- taking ----------------------------------------------------------------------------
 

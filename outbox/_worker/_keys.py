@@ -31,7 +31,7 @@ import operator
 from collections import deque
 from collections.abc import Sequence
 
-from ._held import Held, Key
+from ._held import Held, Key, order_key
 
 __all__ = ["KeyState", "Keys", "Wire"]
 
@@ -148,9 +148,7 @@ class Keys:
         groups: dict[Key, list[Held]] = {}
         get = groups.get
         for item in items:
-            event = item[1]
-            # order_key, inlined (once per event): event.run_id or event.key or item.seq.
-            key = event[1] or event[2] or item[0]
+            key = order_key(item.event, item.seq)
             group = get(key)
             if group is None:
                 groups[key] = [item]
@@ -240,8 +238,7 @@ class Keys:
         while fresh:
             group = fresh[0]
             first = group[0]
-            event = first.event
-            key = event.run_id or event.key or first.seq
+            key = order_key(first.event, first.seq)
             state = keys.get(key)
             if state is None or state is mark:
                 return group, key
@@ -324,8 +321,7 @@ class Keys:
         while fresh:
             group = fresh[0]
             first = group[0]
-            event = first[1]
-            key = event[1] or event[2] or first[0]  # order_key, inlined
+            key = order_key(first.event, first.seq)
             state = keys.get(key)
             if state is not None and state is not mark:
                 fresh.popleft()

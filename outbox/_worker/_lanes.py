@@ -12,11 +12,11 @@ __all__ = ["FIRST_LANES", "Lanes", "lane_size"]
 
 #: Lanes to start with (then: doubling while the latency holds, halving on overload).
 FIRST_LANES = 4
-#: A stretch in which the sending thread was on the CPU for more than this share of the time was
+#: A period in which the sending thread was on the CPU for more than this share of the time was
 #: limited by that CPU, not by the backend's latency: fewer lanes, not more.
 BUSY_SHARE = 0.5
 #: The CPU share is judged over at least this many seconds.
-BUSY_WINDOW = 0.1
+BUSY_PERIOD = 0.1
 #: An answer slower than this many times the latency that holds says the backend is filling up.
 SLOW_FACTOR = 2.0
 
@@ -60,12 +60,12 @@ class Lanes:
 
     def busy(self, now: float, cpu: float) -> bool:
         """Whether the sending thread has been computing (``cpu``: its CPU time now) for more
-        than ``BUSY_SHARE`` of the last ``BUSY_WINDOW`` seconds or more; if so, fewer lanes."""
+        than ``BUSY_SHARE`` of the last ``BUSY_PERIOD`` seconds or more; if so, fewer lanes."""
         if self._wall_at != self._wall_at:  # nan: the first look
             self._wall_at, self._cpu_at = now, cpu
             return False
         wall = now - self._wall_at
-        if wall < BUSY_WINDOW:
+        if wall < BUSY_PERIOD:
             return False
         share = (cpu - self._cpu_at) / wall
         self._wall_at, self._cpu_at = now, cpu

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import ssl
 import sys
 import threading
 import time
@@ -383,6 +384,7 @@ class Sink:
         behaviour: how to answer; also settable later through ``sink.behaviour``.
         log_requests: print one line per refused request (status and reason) to ``stream``;
             ``"all"`` for accepted requests too.
+        tls: serve HTTPS with this server-side context (``url`` then says ``https``).
     """
 
     def __init__(
@@ -395,6 +397,7 @@ class Sink:
         stream: TextIO | None = None,
         behaviour: SinkBehaviour | None = None,
         log_requests: Literal["refused", "all"] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.behaviour = behaviour or SinkBehaviour()
         self._log_requests = log_requests
@@ -414,6 +417,9 @@ class Sink:
         self._stream = stream
         self._server = _Server((host, port), _Handler)
         self._server.sink = self
+        self._tls = tls is not None
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread: threading.Thread | None = None
 
     @property
@@ -423,7 +429,12 @@ class Sink:
     @property
     def url(self) -> str:
         host = self._server.server_address[0]
-        return f"http://{host!s}:{self.port}"
+        return f"{'https' if self._tls else 'http'}://{host!s}:{self.port}"
+
+    @property
+    def active(self) -> int:
+        """POSTs being answered now."""
+        return self._active
 
     def routes(self) -> tuple[str, str]:
         """(single route, batch route) for the current flavor."""

@@ -150,6 +150,14 @@ def test_the_readme_front_page_fits_two_screens():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 100
 
 
+def test_the_benchmarks_page_is_current_figures_a_reader_reads_once():
+    # #38: the figures of now, each with its command, in at most about 400 lines; no diary (a
+    # dated entry, an issue's item), no path of a developer's machine.
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) <= 400
+    assert not re.search(r"/(?:work|home|root|Users)/|\b20\d\d-\d\d-\d\d\b|#\d+ item", text)
+
+
 def test_custom_transport_example(tmp_path):
     out = run_python(block_after("example: custom-transport"), tmp_path)
     assert re.fullmatch(r"run:ns/j \d+ bytes\n", out)

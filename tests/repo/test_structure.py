@@ -439,3 +439,40 @@ def test_no_library_class_with_its_bases_over_the_limit():
     assert sizes["outbox._buffer._buffer.Buffer"] > MAX_CLASS_LINES  # it followed a base class
     found = {key: size for key, size in sizes.items() if size > MAX_CLASS_LINES and key not in ONE_OBJECT}
     assert found == {}, found
+
+
+def parts_diagram(text: str) -> str:
+    """docs/architecture.md's drawing of the parts: the first code block under "## The parts"."""
+    import re
+
+    match = re.search(r"^## The parts\n.*?```\n(.*?)```", text, re.M | re.S)
+    assert match, "no drawing under '## The parts'"
+    return match.group(1)
+
+
+def test_the_architecture_diagram_draws_every_part_in_its_layer_and_names_files_that_exist():
+    """#38: the drawing of the parts names each folder and top module of ``outbox/``, a folder
+    drawn above every folder it imports ("each layer imports only from layers below it"), and
+    every path the page names (``_worker/_intake.py``) is a file of the tree."""
+    import re
+
+    text = (ROOT.parent / "docs" / "architecture.md").read_text()
+    diagram = parts_diagram(text)
+    rows = diagram.splitlines()
+    folders = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tools")
+    row_of = {}
+    for folder in folders:
+        found = [i for i, row in enumerate(rows) if re.search(rf"(?<![\w/]){re.escape(folder)}/", row)]
+        assert found, f"the drawing leaves out {folder}/"
+        row_of[f"outbox.{folder}"] = found[0]
+    assert "outbox/tools/" in diagram
+    for module in ROOT.glob("*.py"):
+        assert module.name in diagram, f"the drawing leaves out {module.name}"
+    for folder, imported in part_graph(import_graph()).items():
+        for other in imported:
+            if folder in row_of and other in row_of:
+                assert row_of[folder] < row_of[other], f"{folder} imports {other}, drawn above it"
+    named = set(re.findall(r"`?((?:_?\w+/)+_?\w+\.py)", text))
+    assert len(named) > 15  # it read the page's paths
+    missing = [path for path in named if not (ROOT / path).exists() and not (ROOT.parent / path).exists()]
+    assert missing == [], missing

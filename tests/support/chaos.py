@@ -43,6 +43,7 @@ from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
 
+from support import parts
 from support.helpers import close_account, run_event
 
 GRACE = 0.5  # what close() may take beyond its deadline
@@ -486,7 +487,7 @@ class Chaos:
         adopted = sum(e["job"]["name"] in earlier for e in events[checked:])
         self.checked[id(sink)] = len(events)
         poison = undelivered.get("poison", 0)
-        could = self.poisoned + (self.poisoned_before if self.outbox._spill is not None else 0)
+        could = self.poisoned + (self.poisoned_before if parts.spill(self.outbox) is not None else 0)
         check(poison <= could, f"{poison} events dropped as poison, {could} were")
         check(
             distinct + adopted >= delivered,
@@ -531,7 +532,7 @@ class Chaos:
         # forked children) it adopted: a poison among them is dead-lettered here.  (A child of
         # this generation writes the same file under its own accounts.)
         own = {self.job}
-        if self.outbox._spill is not None:
+        if parts.spill(self.outbox) is not None:
             earlier = {f"chaos-{self.seed}-{g}" for g in range(1, self.generation)}
             own |= earlier | {f"{job}-child" for job in earlier}
         kept = 0
@@ -655,7 +656,7 @@ class Chaos:
             stats.offered == stats.delivered + stats.lost + stats.queued_events + stats.in_flight,
             f"accounting is not exact: {stats}",
         )
-        buf = outbox._buffer
+        buf = parts.buffer(outbox)
         with buf.lock:
             held = len(buf.queue) + buf.in_flight
             held_bytes = buf.queued_bytes + buf.in_flight_bytes
@@ -674,7 +675,7 @@ class Chaos:
                 == counts["delivered"] + losses + counts["queued_events"] + counts["in_flight"],
                 f"member {name}'s accounting is not exact: {counts}",
             )
-        fanout = outbox._sidecar.members
+        fanout = parts.sidecar(outbox).members
         for name, member in fanout.members.items() if fanout is not None else ():
             mbuf = member.buffer
             with mbuf.lock:
@@ -684,7 +685,7 @@ class Chaos:
             msidecar = member.sidecar
             if msidecar.report is None and msidecar.thread is not None:
                 check(msidecar.thread.is_alive(), f"member {name}'s sidecar thread died")
-        sidecar = outbox._sidecar
+        sidecar = parts.sidecar(outbox)
         if sidecar.report is None and sidecar.thread is not None:
             check(sidecar.thread.is_alive(), f"the sidecar thread died: {stats.last_error}")
         check(sidecar.stopped is None, f"the worker stopped: {sidecar.stopped}")

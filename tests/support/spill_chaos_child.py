@@ -32,6 +32,7 @@ from outbox._buffer._numbering import Journal
 from outbox._spill import _disk, _window
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.helpers import run_event
 
 
@@ -108,7 +109,7 @@ def main() -> None:
         linger=0.0,
         close_at_exit=False,
     )
-    spill = box._spill
+    spill = parts.spill(box)
     assert spill is not None
     out = sys.stdout.fileno()
     os.write(out, f"start {spill.home.owner} {int(box.stats().spill['recovered'])}\n".encode())

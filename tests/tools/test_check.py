@@ -123,10 +123,8 @@ def tls_sink(tmp_path):
     )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    sink = Sink()
-    sink._server.socket = context.wrap_socket(sink._server.socket, server_side=True)
-    with sink:
-        yield f"https://127.0.0.1:{sink.port}", cert
+    with Sink(tls=context) as sink:
+        yield sink.url, cert
 
 
 def test_tls_is_checked_as_the_transport_verifies_it(tls_sink):

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..._run._serde import Key, order_key
 from .._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 from ._answers import STOP_REASONS
 
@@ -27,9 +28,9 @@ async def send_single(
     outcomes: list[Outcome | None] = [None] * len(batch)
     # Each key's events (a run's, a job's) in order, one after another, a chain per key;
     # chains side by side.  (Not the worker's lanes: a lane is one request of the worker's.)
-    chains: dict[object, list[int]] = {}
+    chains: dict[Key, list[int]] = {}
     for index, event in enumerate(batch):
-        key: object = event.run_id or event.key or index  # the order key (_worker._held.order_key)
+        key = order_key(event, index)
         chains.setdefault(key, []).append(index)
     # After the backend was unreachable, one request probes it before the others follow:
     # a backend that is down costs one connection attempt per retry, not one per chain.

@@ -999,12 +999,11 @@ def tls_files(tmp_path_factory):
 
 
 def backend(tls: tuple[Any, Any] | None, **behaviour: Any) -> Sink:
-    sink = Sink(behaviour=SinkBehaviour(single_only=True, **behaviour))
+    context = None
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*tls)
-        sink._server.socket = context.wrap_socket(sink._server.socket, server_side=True)
-    return sink
+    return Sink(behaviour=SinkBehaviour(single_only=True, **behaviour), tls=context)
 
 
 def emit_theirs(taking: Sink) -> str:

@@ -569,7 +569,7 @@ def test_fork_over_http_the_child_gets_its_own_client_and_the_parent_notices_not
         # makes its client (loading CA certificates into OpenSSL, slow on a busy machine) is
         # another hazard, outside this test.
         assert wait_until(lambda: outbox.stats().in_flight == 20, 10), outbox.stats()
-        assert wait_until(lambda: sink._active >= 1, 10)
+        assert wait_until(lambda: sink.active >= 1, 10)
         pid = os.fork()
         if pid == 0:
             code = 1

@@ -12,7 +12,7 @@ import pytest
 from outbox import About, Outcome
 from outbox._run._serde import SerializedEvent
 from outbox._worker._backlog import Backlog
-from outbox._worker._held import Held, order_key
+from outbox._worker._held import Held, Key, order_key
 
 DELIVERED = Outcome.delivered()
 REFUSED = Outcome.retry("http_500", "cannot map", about=About.EVENT)  # this very event
@@ -25,15 +25,22 @@ def held(seq: int, run: str | None = None, key: str | None = None, pad: int = 0)
     return Held(seq, SerializedEvent(body, run, key), len(body))
 
 
+def key_of(item: Held) -> Key:
+    """A held event's order key, as the worker computes it."""
+    return order_key(item.event, item.seq)
+
+
 def no_wait(refusals: int, retry_after: float | None, about_event: bool) -> float:
     return 0.0
 
 
 def test_one_definition_of_the_order_key_run_id_else_message_key_else_the_event_itself():
-    assert order_key(held(1, run="r", key="job:ns/a")) == "r"
-    assert order_key(held(2, key="job:ns/a")) == "job:ns/a"
-    assert order_key(held(3)) == 3
-    assert order_key(held(4)) != order_key(held(5))
+    assert key_of(held(1, run="r", key="job:ns/a")) == "r"
+    assert key_of(held(2, key="job:ns/a")) == "job:ns/a"
+    assert key_of(held(3)) == 3
+    assert key_of(held(4)) != key_of(held(5))
+    # HTTP's single mode keys a request's events by the same definition, its index for a number.
+    assert order_key(SerializedEvent(b"{}", None, None), 7) == 7
 
 
 def test_a_key_whose_events_are_on_the_wire_is_muted_and_its_later_events_wait():
@@ -270,8 +277,8 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
             lane = backlog.take_lane(now, rng.randint(1, 5), most_bytes, fair=rng.random() < 0.2)
             assert len(lane) <= 1 or sum(item.size for item in lane) <= most_bytes
             assert not any(item.seq in on_wire for item in lane)
-            wire_keys = {order_key(item) for other in lanes for item in other}
-            assert not wire_keys & {order_key(item) for item in lane}  # a key in one lane at a time
+            wire_keys = {key_of(item) for other in lanes for item in other}
+            assert not wire_keys & {key_of(item) for item in lane}  # a key in one lane at a time
             if lane:
                 lanes.append(lane)
                 on_wire.update((item.seq, item) for item in lane)
@@ -285,10 +292,10 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
                 _check_places(backlog, on_wire)
                 continue
             if answer == "part":  # each key: a first few delivered, the rest deferred (in order)
-                cut = {key: rng.randint(0, 3) for key in map(order_key, lane)}
+                cut = {key: rng.randint(0, 3) for key in map(key_of, lane)}
                 outcomes, counted = [], dict.fromkeys(cut, 0)
                 for item in lane:
-                    key = order_key(item)
+                    key = key_of(item)
                     outcomes.append(DELIVERED if counted[key] < cut[key] else Outcome.deferred())
                     counted[key] += 1
             else:
@@ -302,5 +309,5 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
     assert sorted(item.seq for item in delivered) == list(range(total))
     by_key: dict[object, list[int]] = {}
     for item in delivered:
-        by_key.setdefault(order_key(item), []).append(item.seq)
+        by_key.setdefault(key_of(item), []).append(item.seq)
     assert all(seqs == sorted(seqs) for seqs in by_key.values())

@@ -19,7 +19,7 @@ import pytest
 
 from outbox import About, Outbox, Outcome
 from outbox._worker._conductor import CLOSE_GRACE
-from outbox._worker._lanes import BUSY_WINDOW, FIRST_LANES, Lanes, lane_size
+from outbox._worker._lanes import BUSY_PERIOD, FIRST_LANES, Lanes, lane_size
 
 from support import parts
 from support.chaos import running_time
@@ -79,10 +79,10 @@ def test_an_answer_much_slower_than_the_latency_that_holds_takes_a_lane_away():
 def test_a_sending_thread_busy_computing_halves_the_lanes():
     lanes = Lanes(most=8)
     assert not lanes.busy(now=0.0, cpu=0.0)  # the first look only sets the window
-    assert not lanes.busy(now=BUSY_WINDOW / 2, cpu=BUSY_WINDOW / 2)  # too short a window
-    assert lanes.busy(now=BUSY_WINDOW * 2, cpu=BUSY_WINDOW * 1.5)  # on the CPU 75% of the time
+    assert not lanes.busy(now=BUSY_PERIOD / 2, cpu=BUSY_PERIOD / 2)  # too short a period
+    assert lanes.busy(now=BUSY_PERIOD * 2, cpu=BUSY_PERIOD * 1.5)  # on the CPU 75% of the time
     assert lanes.current == 2
-    assert not lanes.busy(now=BUSY_WINDOW * 4, cpu=BUSY_WINDOW * 1.6)  # waiting: 5%
+    assert not lanes.busy(now=BUSY_PERIOD * 4, cpu=BUSY_PERIOD * 1.6)  # waiting: 5%
     assert lanes.current == 2
 
 

@@ -109,11 +109,14 @@ def test_http_5xx_that_may_be_about_the_event_and_those_about_the_backend():
     suspect.  502, 503 and 504 say the backend (or the way to it) is down."""
     import httpx
 
-    from outbox.transports import HttpTransport
+    from outbox.transports._http._answers import status_outcome
 
-    transport = HttpTransport("http://127.0.0.1:9")
+    def meaning(response: httpx.Response, url: str, events: int = 1) -> Outcome:
+        """What HttpTransport, with its defaults, makes of a non-2xx answer."""
+        return status_outcome(response, url, "", events=events, forcelist=None, retry_statuses=frozenset())[0]
+
     response = httpx.Response(500, request=httpx.Request("POST", "http://127.0.0.1:9/api/v1/lineage/batch"))
-    assert transport._status_outcome(response, "batch", events=10).about is About.REQUEST  # which one?
+    assert meaning(response, "batch", events=10).about is About.REQUEST  # which one?
     for status, about in (
         (500, About.EVENT),
         (501, About.EVENT),
@@ -124,7 +127,7 @@ def test_http_5xx_that_may_be_about_the_event_and_those_about_the_backend():
         (408, About.BACKEND),
     ):
         response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1:9/api/v1/lineage"))
-        outcome = transport._status_outcome(response, "http://127.0.0.1:9/api/v1/lineage")
+        outcome = meaning(response, "http://127.0.0.1:9/api/v1/lineage")
         assert outcome.about is about, status
 
 
