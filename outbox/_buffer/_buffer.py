@@ -243,9 +243,9 @@ class Buffer(Holdings):
         bytes (0: an object, at the estimate).  Returns an :class:`Admission` (``ACCEPTED``;
         ``WAKE``: accepted, and the worker must be woken; ``REFUSED``: counted; an int, as an
         overflow's answer may be a bare value).  Never waits, except under ``block`` off
-        ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object
-        with room costs a comparison and two appends, and one in a buffer full by count (a long
-        outage: ``full_at``) as much again: the policy's answer, whatever the backlog."""
+        ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object with
+        room costs a comparison and two appends, and one in a buffer full by count (an outage:
+        ``full_at``) as much again."""
         lock = self.lock
         if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
             # A signal handler or finalizer interrupted this very thread inside the outbox:
@@ -258,11 +258,9 @@ class Buffer(Holdings):
             if nbytes:
                 return self._put_text_locked(event, nbytes, n)
             if n >= self.object_room:
-                if n != self.full_at:
-                    return self._put_slow_locked(event, nbytes)
                 numbers = self.numbers
                 first = numbers.head
-                if first >= self.full_until:  # as far ahead of the sidecar's look as may be
+                if n != self.full_at or first >= self.full_until:  # (or past the sidecar's look)
                     return self._put_slow_locked(event, nbytes)
                 reason, dropped = self.full_reason, self.dropped
                 dropped[reason] = dropped.get(reason, 0) + 1

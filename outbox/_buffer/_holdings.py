@@ -175,11 +175,9 @@ class Holdings:
         self.queue: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.numbers = Numbering()
-        # ``numbers.pos0`` after the last take: an untake is refused if anything left the
-        # head since.
+        # ``numbers.pos0`` at the last take: an untake is refused if anything left the head since.
         self.taken_at = -1
-        # The numbers settled (delivered or lost), for a durable log of them (the spill's):
-        # None, and never written, without one.
+        # The numbers settled (delivered or lost), for the spill's durable log; None without one.
         self.journal: Journal | None = None
         # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
         # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
@@ -206,9 +204,9 @@ class Holdings:
         # Set only where ``full_fast`` (the policy has such an answer: not ``block``).
         self.full_at: float = -1
         self.full_fast = False
-        # The sequence number from which objects are refused until the sidecar looks again
-        # (``UNLOOKED_MOST``; ``looked_locked``), and the full path's form of it: the head's
-        # number at which an eviction stops taking the fast path (each one moves both by one).
+        # Objects take the fast path below number ``look_end`` (``UNLOOKED_MOST`` past the sidecar's
+        # last look); past it, their emitter measures (``measure_here``).  ``full_until``: the
+        # head's number at which the full path's evictions reach it (each moves both by one).
         self.look_end = MEASURE_HERE_AFTER
         self.full_until: float = _INF
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
@@ -217,8 +215,6 @@ class Holdings:
         # wakes the sidecar, which measures it at once.
         self.estimate = FIRST_ESTIMATE
         self.measured = False
-        # Due when an object is queued past ``look_end`` (the sidecar starved, or still
-        # starting): its emitter measures the newest itself (``Measure``).
         self.measure_here = Measure.SIDECAR
 
     def reestimate_locked(self, observed: int) -> int:

@@ -297,7 +297,7 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
     assert parts.buffer(outbox).estimate >= size * 0.99
     assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
-    assert calls.modules["outbox._worker._intake"] == 1  # ... once (``measure_here``)
+    assert calls.modules["namedtuple_SerializedEvent"] == 1  # ... once (one object serialized)
     assert parts.buffer(outbox).measure_here is Measure.SIDECAR  # (and done)
     transport.release.set()
     report = outbox.close(10)
@@ -330,7 +330,7 @@ def test_objects_that_grow_while_the_sidecar_cannot_run_stay_within_the_bound_by
     assert parts.buffer(outbox).estimate >= size * 0.99, stats
     assert stats.queued_events <= max_bytes // size + UNLOOKED_MOST, stats  # (3,000 before)
     assert stats.dropped["dropped_full"] >= 3_000 - max_bytes // size - UNLOOKED_MOST, stats
-    assert 1 <= calls.modules["outbox._worker._intake"] <= 3_000 // UNLOOKED_MOST + 1, calls.modules
+    assert 1 <= calls.modules["namedtuple_SerializedEvent"] <= 3_000 // UNLOOKED_MOST + 1, calls.modules
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
