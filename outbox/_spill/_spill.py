@@ -117,15 +117,15 @@ class Spill:
         they would come between)."""
         if self._pending and not self.window.events and not buf.finalized:
             self.recovered += sum(run.remaining for run in self._pending)
-            self.window.place_locked(buf, self._pending)
+            self.window.place_locked(buf.holdings, self._pending)
             self._pending = []
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window and its journal, adopt the dead owners (what the
         window has room for read once), and put their events first."""
         with buf.lock:
-            self.window.attach(buf)
-            buf.keep_journal_locked()
+            self.window.attach(buf.holdings)
+            buf.holdings.keep_journal_locked()
         if self._adopt_at_attach:
             self._adopt(self.window.share_bytes)
         with buf.lock:
@@ -145,17 +145,22 @@ class Spill:
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         window = self.window
-        if self._closed or buf.window is not window:
+        if self._closed or buf.holdings.window is not window:
             return _INF
         if window.active and (
             (len(window.events) >= window.wake_at and not window.stuck)
-            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= window.read_again_at)
+            or (
+                window.disk
+                and not buf.holdings.queue
+                and window.room(buf.holdings)[1] > 0
+                and now >= window.read_again_at
+            )
         ):
             return 0.0
-        journal = buf.journal
+        journal = buf.holdings.journal
         if (
-            buf.beyond
-            or buf.next_seq > self.written_upto
+            buf.holdings.beyond
+            or buf.holdings.next_seq > self.written_upto
             or (journal is not None and journal.entries)
             or self.disk.unsettled
             or self.has_pending()
@@ -168,7 +173,7 @@ class Spill:
         delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
         window = self.window
-        if self._closed or buf.window is not window:
+        if self._closed or buf.holdings.window is not window:
             return
         try:
             if window.active:
@@ -205,7 +210,7 @@ class Spill:
         emit raced the last one): written now, before any transport sees them."""
         if self._closed or not items:
             return
-        journal = buf.journal
+        journal = buf.holdings.journal
         if journal is not None and any(entry[2] != DELIVERED for entry in list(journal.entries)):
             # Losses first: a successor must not deliver an event counted lost here after these,
             # its run's later events (first arrivals out of order, and counted lost and delivered).
@@ -233,7 +238,7 @@ class Spill:
         intake does not do it again), as many as the disk has room for."""
         room = self.disk.room()
         with buf.lock:
-            numbers, queue, foreign = buf.numbers, buf.queue, self.window.foreign
+            numbers, queue, foreign = buf.holdings.numbers, buf.holdings.queue, self.window.foreign
             n = len(queue)
             end = numbers.end(n)
             start = max(self.written_upto, numbers.head)
@@ -272,14 +277,14 @@ class Spill:
 
     def _unwritten(self, buf: Buffer) -> bool:
         """Whether queued events of this owner are not written yet (read without the lock)."""
-        end = buf.numbers.end(len(buf.queue))
-        return bool(self.window.foreign.outside(max(self.written_upto, buf.head_seq), end))
+        end = buf.holdings.numbers.end(len(buf.holdings.queue))
+        return bool(self.window.foreign.outside(max(self.written_upto, buf.holdings.head_seq), end))
 
     def _settle(self, buf: Buffer) -> None:
         """What the buffer settled since the last look: out of the live sets (this owner's
         stream, or the stream a stretch event came from), written down at the next chance."""
         with buf.lock:
-            entries = buf.journal.take() if buf.journal is not None else []
+            entries = buf.holdings.journal.take() if buf.holdings.journal is not None else []
             if not entries:
                 return
             foreign, owner = self.window.foreign, self.home.owner
@@ -304,8 +309,8 @@ class Spill:
             self.disk.drop_all()
             with buf.lock:
                 lost = self.window.lose_disk_locked(buf)
-                if buf.journal is not None:
-                    buf.journal.take()  # (about files that are gone)
+                if buf.holdings.journal is not None:
+                    buf.holdings.journal.take()  # (about files that are gone)
             never_silent(
                 logging.WARNING,
                 "spill: this outbox's files in %s were removed under it: %d event(s) only on disk are "
@@ -323,7 +328,7 @@ class Spill:
             return False
         with buf.lock:
             self._begin(home)
-            self.written_upto = buf.head_seq
+            self.written_upto = buf.holdings.head_seq
         return True
 
     # -- the end ------------------------------------------------------------------------------
@@ -435,15 +440,15 @@ def _tell_left(left: dict[str, int], directory: str) -> None:
 def _in_place_locked(buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
     """Objects serialized here take their serialized form's place in the queue (the intake
     then does not serialize them again), and their weight teaches the estimate."""
-    numbers, queue = buf.numbers, buf.queue
+    numbers, queue = buf.holdings.numbers, buf.holdings.queue
     total = count = 0
     for seq, event, ser in done:
         index = numbers.index_of(seq, len(queue)) if event is not ser else None
         if index is None or queue[index] is not event:
             continue  # taken meanwhile, or serialized in place by the intake's sampling
-        if not buf.sizes[index]:
+        if not buf.holdings.sizes[index]:
             count += 1
             total += weight(ser)
-        buf.replace_locked(index, ser)
+        buf.holdings.replace_locked(index, ser)
     if count:
         buf.learn_locked(total // count)

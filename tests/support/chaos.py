@@ -657,8 +657,8 @@ class Chaos:
         )
         buf = outbox._buffer
         with buf.lock:
-            held = len(buf.queue) + buf.in_flight
-            held_bytes = buf.queued_bytes + buf.in_flight_bytes
+            held = len(buf.holdings.queue) + buf.holdings.in_flight
+            held_bytes = buf.holdings.queued_bytes + buf.holdings.in_flight_bytes
         check(
             held <= self.settings["max_events"],
             f"{held} events held, max_events {self.settings['max_events']}",
