@@ -194,13 +194,14 @@ class Buffer:
         take their serialized form's place, at its exact size, each if it is still queued as it
         was (not taken, evicted, shed or put in its place meanwhile); what the objects among
         them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
-        events in place: the intake's sampling, an emitter's measure, the spill.  Returns how
-        many took their place."""
+        events in place: the intake's sampling, an emitter's measure, the spill's writes (one
+        serialized already, its own serialized form, stays as it is).  Returns how many took
+        their place."""
         held = self.holdings
         numbers, queue, sizes = held.numbers, held.queue, held.sizes
         placed = objects = total = 0
         for seq, event, ser in done:
-            index = numbers.index_of(seq, len(queue))
+            index = numbers.index_of(seq, len(queue)) if event is not ser else None
             if index is None or queue[index] is not event:
                 continue
             was_object = not sizes[index]

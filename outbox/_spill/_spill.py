@@ -21,7 +21,7 @@ from .._buffer._buffer import Buffer
 from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger, never_silent
-from .._run._serde import SerializedEvent, weight
+from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
@@ -256,8 +256,8 @@ class Spill:
             count = self.disk.not_spilled
             count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
         wrote = self._append(buf, [(seq, ser) for seq, _, ser in batch])
-        with buf.lock:
-            _in_place_locked(buf, done)
+        with buf.lock:  # (the intake then does not serialize them again)
+            buf.serialized_in_place_locked(done)
         refused = batch[wrote][0] if wrote < len(batch) else todo[most][0] if len(todo) > most else None
         if refused is not None:
             self.disk.refused(refused, end)
@@ -435,20 +435,3 @@ def _tell_left(left: dict[str, int], directory: str) -> None:
             left["owners"],
             directory,
         )
-
-
-def _in_place_locked(buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
-    """Objects serialized here take their serialized form's place in the queue (the intake
-    then does not serialize them again), and their weight teaches the estimate."""
-    numbers, queue = buf.holdings.numbers, buf.holdings.queue
-    total = count = 0
-    for seq, event, ser in done:
-        index = numbers.index_of(seq, len(queue)) if event is not ser else None
-        if index is None or queue[index] is not event:
-            continue  # taken meanwhile, or serialized in place by the intake's sampling
-        if not buf.holdings.sizes[index]:
-            count += 1
-            total += weight(ser)
-        buf.holdings.replace_locked(index, ser)
-    if count:
-        buf.learn_locked(total // count)
