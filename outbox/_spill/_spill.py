@@ -417,8 +417,6 @@ class Spill:
             "overflow_events": len(window.events),
             "stretch_events": window.disk,
             **streams.damage,
-            "corrupt_records": streams.damage["corrupt_records"]
-            + sum(run.damaged for run in list(window.runs)),
             "lost_records": window.lost,
             "invalid_bodies": window.invalid,
             "oldest_age": disk.oldest_age(),

@@ -240,6 +240,7 @@ class Window:
                         [disk.last.path],
                         {owner: Ranges([(start, start + wrote)])},
                         own=True,
+                        damage=disk.streams.damage,
                     )
                 )
             buf.notify_locked()  # room in the overflow for blocked emitters
