@@ -179,7 +179,7 @@ class Spill:
             if window.active:
                 window.refill(buf, self.log)
                 if len(window.events) >= window.wake_at and not window.stuck:
-                    self._release(buf, slicer)
+                    self._write(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return
             self._last_tick, window.stuck = now, False
@@ -187,8 +187,7 @@ class Spill:
             # the disk, the backend's catching up frees it).
             self._settle(buf)
             self.disk.make_room()
-            self._write_queued(buf, slicer)
-            self._release(buf, slicer)
+            self._write(buf, slicer)
             self._settle(buf)
             self.disk.write_settlements()
             window.refill(buf, self.log)
@@ -233,12 +232,17 @@ class Spill:
 
     # -- writing and settling ---------------------------------------------------------------
 
-    def _write_queued(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """Write the queued events not written yet (serialized in place in the buffer: the
-        intake does not do it again), as many as the disk has room for."""
-        room = self.disk.room()
+    def _write(self, buf: Buffer, slicer: Slicer | None) -> None:
+        """Write this owner's events not written yet, one write in the order of their numbers
+        (which a successor reads them in): the queued ones, serialized in place in the buffer
+        (the intake does not do it again), as many as the disk has room for; then, once every
+        queued one is, the overflow, released from memory once on disk (``Window.released_locked``).
+        A queued event that cannot be serialized is never on disk (the intake counts it
+        invalid_event), one larger than the whole spill stays in memory only, counted not
+        spilled; an overflow event either way is written as its tombstone."""
+        room, window, held = self.disk.room(), self.window, buf.holdings
         with buf.lock:
-            numbers, queue, foreign = buf.holdings.numbers, buf.holdings.queue, self.window.foreign
+            numbers, queue, foreign = held.numbers, held.queue, window.foreign
             n = len(queue)
             end = numbers.end(n)
             start = max(self.written_upto, numbers.head)
@@ -247,38 +251,28 @@ class Spill:
                 index = numbers.index_from(start, n)
                 todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
                 todo = [(seq, event) for seq, event in todo if seq not in foreign]
+            over = [] if buf.finalized else list(window.events)
+            first = held.next_seq - len(over)
         most = room // HEADER + 1 if room > 0 else 0
-        # (One that cannot be serialized is never on disk: the intake counts it invalid_event.
-        # One larger than the whole spill stays in memory only, counted not spilled.)
         done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
-        batch = [item for item in done if self.disk.holds(item[2])]
+        batch = [(seq, ser) for seq, _, ser in done if self.disk.holds(ser)]
         if len(batch) < len(done):
-            count = self.disk.not_spilled
-            count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
-        wrote = self._append(buf, [(seq, ser) for seq, _, ser in batch])
-        with buf.lock:  # (the intake then does not serialize them again)
+            self.disk.not_spilled["spill_full"] += len(done) - len(batch)
+        if len(todo) > most:
+            over = []  # (the overflow waits for the queued events below it)
+        overflow = [
+            (seq, window.writable(ser, self.disk))
+            for seq, _, ser in serialized(list(enumerate(over, first)), slicer)
+        ]
+        wrote = self._append(buf, batch + overflow)
+        with buf.lock:
             buf.serialized_in_place_locked(done)
+            if over:
+                window.released_locked(buf, first, max(0, wrote - len(batch)), len(over), self.disk)
         refused = batch[wrote][0] if wrote < len(batch) else todo[most][0] if len(todo) > most else None
         if refused is not None:
             self.disk.refused(refused, end)
         self.written_upto = end if refused is None else refused
-
-    def _release(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """The overflow to disk, not before the queued events below it are written: the records
-        of a stream are in the order of their numbers, which a successor reads them in."""
-        if not self.window.events:
-            return
-        if self._unwritten(buf):
-            self._write_queued(buf, slicer)
-            if self._unwritten(buf):
-                return
-        if not self.home.vanished() or self._start_over(buf):
-            self.window.release(buf, slicer, self.disk, lambda: self._settle(buf))
-
-    def _unwritten(self, buf: Buffer) -> bool:
-        """Whether queued events of this owner are not written yet (read without the lock)."""
-        end = buf.holdings.numbers.end(len(buf.holdings.queue))
-        return bool(self.window.foreign.outside(max(self.written_upto, buf.holdings.head_seq), end))
 
     def _settle(self, buf: Buffer) -> None:
         """What the buffer settled since the last look: out of the live sets (this owner's

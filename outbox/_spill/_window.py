@@ -34,8 +34,7 @@ from .._buffer._buffer import Buffer, Reason
 from .._buffer._holdings import Holdings
 from .._observability._log import RateLimitedLog
 from .._run._serde import SerializedEvent, weight
-from .._runtime._slices import Slicer
-from ._disk import Disk, serialized
+from ._disk import Disk
 from ._format import TOMBSTONES
 from ._ranges import Ranges
 from ._streams import Read, Run
@@ -203,47 +202,45 @@ class Window:
             self.foreign.add(run.first, run.first + run.remaining)
         self.activate(held)
 
-    def release(self, buf: Buffer, slicer: Slicer | None, disk: Disk, drain: Any) -> None:
-        """Write the overflow to disk and release what was written from memory (an own run).
-        One that cannot be written (it cannot be serialized, or is larger than the whole spill)
-        is written as its tombstone: the events after it flow."""
-        with buf.lock:
-            if not self.events or buf.finalized:
-                return
-            start = buf.holdings.next_seq - len(self.events)
-            events = list(self.events)
-        done = serialized(list(enumerate(events, start)), slicer)
-        wrote = disk.append([(seq, _writable(ser, disk)) for seq, _, ser in done], buf.lock, drain)
-        self.stuck = wrote < len(done)
-        with buf.lock:
-            if buf.finalized or buf.holdings.next_seq - len(self.events) != start:
-                return  # cleared meanwhile (a close that reported without the worker)
-            buf.spill_full_locked(disk.full and not disk.failing)
-            self.usable = not disk.failing and not disk.full
-            if not wrote or disk.last is None:
-                return
-            for _ in range(wrote):
-                self.events.popleft()
-                size = self.sizes.popleft()
-                if size:
-                    self.exact_bytes -= size
-                    self.exact_count -= 1
-            self.disk += wrote
-            self.foreign.add(start, start + wrote)
-            last, owner = self.runs[-1] if self.runs else None, disk.home.owner
-            if last is not None and last.own and last.first + last.remaining == start:
-                last.extend(owner, start, start + wrote, disk.last.path)
-            else:
-                self.runs.append(
-                    Run(
-                        start,
-                        [disk.last.path],
-                        {owner: Ranges([(start, start + wrote)])},
-                        own=True,
-                        damage=disk.streams.damage,
-                    )
+    def writable(self, ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
+        """What is written for an overflow event: itself, or its tombstone (it cannot be
+        serialized, or is larger than the whole spill): the events after it flow."""
+        if ser is None:
+            return TOMBSTONES[Reason.INVALID_EVENT]
+        return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]
+
+    def released_locked(self, buf: Buffer, start: int, wrote: int, offered: int, disk: Disk) -> None:
+        """The overflow's first ``wrote`` of ``offered`` events, numbered from ``start``, are on
+        disk (``disk.last``): released from memory, an own run of the stretch."""
+        self.stuck = wrote < offered
+        if buf.finalized or buf.holdings.next_seq - len(self.events) != start:
+            return  # cleared meanwhile (a close that reported without the worker)
+        buf.spill_full_locked(disk.full and not disk.failing)
+        self.usable = not disk.failing and not disk.full
+        if not wrote or disk.last is None:
+            return
+        for _ in range(wrote):
+            self.events.popleft()
+            size = self.sizes.popleft()
+            if size:
+                self.exact_bytes -= size
+                self.exact_count -= 1
+        self.disk += wrote
+        self.foreign.add(start, start + wrote)
+        last, owner = self.runs[-1] if self.runs else None, disk.home.owner
+        if last is not None and last.own and last.first + last.remaining == start:
+            last.extend(owner, start, start + wrote, disk.last.path)
+        else:
+            self.runs.append(
+                Run(
+                    start,
+                    [disk.last.path],
+                    {owner: Ranges([(start, start + wrote)])},
+                    own=True,
+                    damage=disk.streams.damage,
                 )
-            buf.notify_locked()  # room in the overflow for blocked emitters
+            )
+        buf.notify_locked()  # room in the overflow for blocked emitters
 
     def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
         """Read the stretch back into the queue as its window has room; with the stretch empty,
@@ -354,10 +351,3 @@ class Window:
     def close(self) -> None:
         for run in self.runs:
             run.close()
-
-
-def _writable(ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
-    """What is written for an overflow event: itself, or its tombstone."""
-    if ser is None:
-        return TOMBSTONES[Reason.INVALID_EVENT]
-    return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]
