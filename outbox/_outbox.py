@@ -293,7 +293,7 @@ class Outbox:
     def _woken(self) -> None:
         """The buffer asked for the sidecar (``put`` returned ``WAKE``): wake it."""
         self._sidecar.wake()
-        if self._buffer.measure_here is Measure.DUE:  # (once: a burst before the sidecar ran)
+        if self._buffer.holdings.measure_here is Measure.DUE:  # (once: a burst before the sidecar ran)
             measure_here(self._buffer)
 
     async def emit_async(self, event: Event) -> bool:
@@ -318,7 +318,7 @@ class Outbox:
         result = await put_async(buf, event, nbytes, time.monotonic() + self._block_timeout)
         if result == WAKE:
             self._sidecar.wake()
-            if buf.measure_here is Measure.DUE:
+            if buf.holdings.measure_here is Measure.DUE:
                 measure_here(buf)
         return result != REFUSED
 

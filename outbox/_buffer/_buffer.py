@@ -4,8 +4,8 @@ Every event handed to ``emit`` ends in exactly one of: ``delivered``, a named
 reason in ``dropped``, or still held (``queued`` or ``in_flight``).  All of it
 is guarded by one lock that is never held across I/O.
 
-What is held, by count and by bytes, is in ``_holdings.py`` (the buffer's base
-class); this module is the admission: ``put``'s fast and slow paths, the overflow policies,
+What is held, by count and by bytes, is the buffer's part ``Holdings`` (``_holdings.py``,
+``Buffer.holdings``); this module is the admission: ``put``'s fast and slow paths, the overflow policies,
 the wait for room under ``block``, the side queue of re-entrant emits, close, and the counters.
 """
 
@@ -98,11 +98,12 @@ class Reason:
     SPILL_LOST = "spill_lost"
 
 
-class Buffer(Holdings):
+class Buffer:
     """The queue between ``emit`` and the worker, and every event's account.  ``emit`` visits
     it once (:meth:`put`), whose fast paths compare queue lengths the holdings keep
-    (``object_room``, ``wake_at_objects``, ``full_at``: ``Holdings._recompute_locked``).  Counts
-    that would cost ``emit`` an addition are derived (``accepted``, ``estimated``, ``emitted``).
+    (``object_room``, ``wake_at_objects``, ``full_at``: ``Holdings.recompute_locked``).  What it
+    holds, by count and bytes, is its part :attr:`holdings`, which the worker and the spill
+    use directly; the buffer adds who gets in, what the policy drops, who waits, and the counts.
     """
 
     __slots__ = (
@@ -115,6 +116,7 @@ class Buffer(Holdings):
         "finalized",
         "flush_target",
         "full_reason",
+        "holdings",
         "lock",
         "measure_asked",
         "no_block_thread",
@@ -135,11 +137,12 @@ class Buffer(Holdings):
         policy: Policy,
         block_timeout: float,
     ) -> None:
-        super().__init__(max_events=max_events, max_bytes=max_bytes)
+        #: What it holds, queued and in flight, by count and bytes (its accounts).
+        self.holdings = Holdings(max_events=max_events, max_bytes=max_bytes)
         # What a refusal for room counts as (with a spill overflowing: ``dropped_spill_full``).
         self.full_reason = Reason.DROPPED_FULL
         self.policy = policy
-        self.full_fast = policy is not Policy.BLOCK
+        self.holdings.full_fast = policy is not Policy.BLOCK
         #: Full, an object makes room by evicting the oldest (drop_oldest), or is refused.
         self.evicts = policy is Policy.DROP_OLDEST
         self.block_timeout = block_timeout
@@ -183,13 +186,13 @@ class Buffer(Holdings):
     @property
     def emitted(self) -> int:
         """Events offered to an open outbox so far (accepted, or refused and counted)."""
-        return self.next_seq + self.refused
+        return self.holdings.next_seq + self.refused
 
     def learn_locked(self, observed: int) -> int:
         """Take an observed mean size of serialized objects into the estimate (``reestimate_locked``)
         and, if it grew, enforce the byte bound by the policy.  Returns the estimate before."""
-        before = self.reestimate_locked(observed)
-        if self.estimate > before:
+        before = self.holdings.reestimate_locked(observed)
+        if self.holdings.estimate > before:
             self.enforce_bound_locked()
         return before
 
@@ -198,16 +201,18 @@ class Buffer(Holdings):
         take their serialized form's place, at its exact size, each if it is still queued as it
         was (not taken, evicted, shed or put in its place meanwhile); what the objects among
         them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
-        events in place: the intake's sampling, an emitter's measure, the spill.  Returns how
-        many took their place."""
-        numbers, queue, sizes = self.numbers, self.queue, self.sizes
+        events in place: the intake's sampling, an emitter's measure, the spill's writes (one
+        serialized already, its own serialized form, stays as it is).  Returns how many took
+        their place."""
+        held = self.holdings
+        numbers, queue, sizes = held.numbers, held.queue, held.sizes
         placed = objects = total = 0
         for seq, event, ser in done:
-            index = numbers.index_of(seq, len(queue))
+            index = numbers.index_of(seq, len(queue)) if event is not ser else None
             if index is None or queue[index] is not event:
                 continue
             was_object = not sizes[index]
-            size = self.replace_locked(index, ser)
+            size = held.replace_locked(index, ser)
             placed += 1
             if was_object:
                 objects += 1
@@ -216,24 +221,14 @@ class Buffer(Holdings):
             self.learn_locked(total // objects)
         return placed
 
-    def looked_locked(self, end: int) -> None:
-        """The sidecar (or an emitter) has measured the newest objects queued before number
-        ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
-        events beyond it, and no emitter is to measure one."""
-        self.measure_here = Measure.SIDECAR
-        end += UNLOOKED_MOST if self.measured else MEASURE_HERE_AFTER  # (the estimate a guess)
-        if end > self.look_end:
-            self.look_end = end
-            self._recompute_locked()
-
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
         the estimate grew, or a serialized event was found larger than its estimate).
         Returns the bytes still over the bound (in flight: only the queue can be shed)."""
-        over = self.held_bytes_locked() - self.max_bytes
+        over = self.holdings.held_bytes_locked() - self.holdings.max_bytes
         if over > 0:
             over -= self.shed_locked(over)
-            self._recompute_locked()
+            self.holdings.recompute_locked()
         return max(0, over)
 
     # -- emitters' side ----------------------------------------------------------------
@@ -253,14 +248,15 @@ class Buffer(Holdings):
             return WAKE if self.put_reentrant(event, nbytes) else REFUSED
         lock.acquire()
         try:
-            queue = self.queue
+            held = self.holdings  # (one alias: each slot read costs what it did on the buffer)
+            queue = held.queue
             n = len(queue)
             if nbytes:
                 return self._put_text_locked(event, nbytes, n)
-            if n >= self.object_room:
-                numbers = self.numbers
+            if n >= held.object_room:
+                numbers = held.numbers
                 first = numbers.head
-                if n != self.full_at or first >= self.full_until:  # (or past the sidecar's look)
+                if n != held.full_at or first >= held.full_until:  # (or past the sidecar's look)
                     return self._put_slow_locked(event, nbytes)
                 reason, dropped = self.full_reason, self.dropped
                 dropped[reason] = dropped.get(reason, 0) + 1
@@ -269,31 +265,31 @@ class Buffer(Holdings):
                     return REFUSED
                 # drop_oldest: the oldest goes, this one takes its place (the accounts as they
                 # were, unless the oldest had its exact size: then recomputed, full_at with them).
-                # (The one eviction, ``Holdings._popleft_locked``, inlined for emit's path.)
+                # (The one eviction, ``Holdings.evict_oldest_locked``, inlined for emit's path.)
                 queue.popleft()
                 queue.append(event)
-                sizes = self.sizes
+                sizes = held.sizes
                 size = sizes.popleft()
                 sizes.append(0)
                 if numbers.jumps:
                     numbers.advance(1)
                 else:
                     numbers.head, numbers.pos0 = first + 1, numbers.pos0 + 1
-                if self.journal is not None:
-                    self.journal.note(first, numbers.head, reason)
+                if held.journal is not None:
+                    held.journal.note(first, numbers.head, reason)
                 if size:
-                    self.exact_bytes -= size
-                    self.exact_count -= 1
-                    self._recompute_locked()
-                if n < self.wake_at_objects:
+                    held.exact_bytes -= size
+                    held.exact_count -= 1
+                    held.recompute_locked()
+                if n < held.wake_at_objects:
                     return ACCEPTED
-                self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+                held.wake_at_events = held.wake_at_bytes = held.wake_at_objects = _INF
                 return WAKE
             queue.append(event)
-            self.sizes.append(0)
-            if n < self.wake_at_objects - 1:
+            held.sizes.append(0)
+            if n < held.wake_at_objects - 1:
                 return ACCEPTED
-            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+            held.wake_at_events = held.wake_at_bytes = held.wake_at_objects = _INF
             return WAKE
         finally:
             lock.release()
@@ -301,36 +297,37 @@ class Buffer(Holdings):
     def _put_text_locked(self, event: Any, nbytes: int, n: int) -> int:
         """:meth:`put` for text (its exact size known): checked against the accounts as they
         are, then the fast path's numbers lowered without recomputing them."""
-        estimate = self.estimate
-        queued = self.exact_bytes + (n - self.exact_count) * estimate + nbytes
+        held = self.holdings
+        estimate = held.estimate
+        queued = held.exact_bytes + (n - held.exact_count) * estimate + nbytes
         if (
-            self.closed
-            or n + self.in_flight >= self.room_events
-            or queued + self.in_flight_bytes > self.room_bytes
+            held.closed
+            or n + held.in_flight >= held.room_events
+            or queued + held.in_flight_bytes > held.room_bytes
         ):
             return self._put_slow_locked(event, nbytes)
-        self.queue.append(event)
-        self.sizes.append(nbytes)
-        self.exact_bytes += nbytes
-        self.exact_count += 1
+        held.queue.append(event)
+        held.sizes.append(nbytes)
+        held.exact_bytes += nbytes
+        held.exact_count += 1
         # Lowered by nbytes // estimate: never above the exact figure (a recompute makes it so).
         drop = nbytes // estimate
-        self.object_room -= drop
-        self.wake_at_objects -= drop
-        if n + 1 >= self.wake_at_events or queued >= self.wake_at_bytes:
-            self.wake_at_events = self.wake_at_bytes = self.wake_at_objects = _INF
+        held.object_room -= drop
+        held.wake_at_objects -= drop
+        if n + 1 >= held.wake_at_events or queued >= held.wake_at_bytes:
+            held.wake_at_events = held.wake_at_bytes = held.wake_at_objects = _INF
             return WAKE
         return ACCEPTED
 
     def _put_slow_locked(self, event: Any, nbytes: int) -> int:
         """:meth:`put` when the fast path does not apply: closed, full, or the first object
         (whose size the sidecar has yet to measure)."""
-        if self.closed:
+        if self.holdings.closed:
             self.refuse_locked()
             return REFUSED
         result = self.put_locked(event, nbytes)
         if not result:
-            if nbytes > self.max_bytes:  # (an object is never refused for its estimate)
+            if nbytes > self.holdings.max_bytes:  # (an object is never refused for its estimate)
                 self.drop_offered_locked(Reason.TOO_LARGE)
             elif self.policy is Policy.BLOCK and threading.get_ident() != self.no_block_thread:
                 result = self._wait_for_room_locked(event, nbytes)
@@ -344,11 +341,13 @@ class Buffer(Holdings):
         deadline = time.monotonic() + self.block_timeout
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.closed:
-                self.drop_offered_locked(Reason.DROPPED_SHUTDOWN if self.closed else self.full_reason)
+            if remaining <= 0 or self.holdings.closed:
+                self.drop_offered_locked(
+                    Reason.DROPPED_SHUTDOWN if self.holdings.closed else self.full_reason
+                )
                 return REFUSED
             self.progress.wait(remaining)
-            if not self.closed:
+            if not self.holdings.closed:
                 result = self.put_locked(event, nbytes)
                 if result:
                     return result
@@ -359,48 +358,55 @@ class Buffer(Holdings):
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
-        window = self.window
+        window = self.holdings.window
         if window is None:
             result = self.queue_locked(event, nbytes)
         else:
             result = window.put(self, event, nbytes)
-            if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or self.estimate):
+            if (
+                not result
+                and self.policy is Policy.DROP_OLDEST
+                and self._evict_for(nbytes or self.holdings.estimate)
+            ):
                 result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
-        if result and not nbytes and self.next_seq >= self.look_end and self.measure_here is Measure.SIDECAR:
+        held = self.holdings
+        if result and not nbytes and held.next_seq >= held.look_end and held.measure_here is Measure.SIDECAR:
             # An object queued as far past the sidecar's last look as may be (``UNLOOKED_MOST``;
             # it cannot run, or not often enough): its emitter measures the newest object
             # (emit sees ``WAKE``, and ``_worker._intake.measure_here``).
-            self.measure_here = Measure.DUE
+            held.measure_here = Measure.DUE
             result = WAKE
         return result
 
     def queue_locked(self, event: Any, nbytes: int) -> int:
         """:meth:`put_locked` to the queue itself."""
-        queue = self.queue
-        price = nbytes or self.estimate
-        held = self.held_bytes_locked()
-        if (len(queue) + self.in_flight >= self.max_events or held + price > self.max_bytes) and (
-            price > self.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
+        held = self.holdings
+        queue = held.queue
+        price = nbytes or held.estimate
+        held_bytes = held.held_bytes_locked()
+        if (len(queue) + held.in_flight >= held.max_events or held_bytes + price > held.max_bytes) and (
+            price > held.max_bytes or self.policy is not Policy.DROP_OLDEST or not self._evict_for(price)
         ):
-            self._recompute_locked()  # (evictions may have happened)
+            held.recompute_locked()  # (evictions may have happened)
             return REFUSED
         queue.append(event)
-        self.sizes.append(nbytes)
+        held.sizes.append(nbytes)
         result = ACCEPTED
         if nbytes:
-            self.exact_bytes += nbytes
-            self.exact_count += 1
-        elif not self.measured and not self.measure_asked:
+            held.exact_bytes += nbytes
+            held.exact_count += 1
+        elif not held.measured and not self.measure_asked:
             # The first object: the sidecar measures it now, so the estimate is not a guess.
             self.measure_asked = True
-            self.wake_at_events = self.wake_at_bytes = _INF
+            held.wake_at_events = held.wake_at_bytes = _INF
             result = WAKE
         if result == ACCEPTED and (
-            len(queue) >= self.wake_at_events or held - self.in_flight_bytes + price >= self.wake_at_bytes
+            len(queue) >= held.wake_at_events
+            or held_bytes - held.in_flight_bytes + price >= held.wake_at_bytes
         ):
-            self.wake_at_events = self.wake_at_bytes = _INF
+            held.wake_at_events = held.wake_at_bytes = _INF
             result = WAKE
-        self._recompute_locked()
+        held.recompute_locked()
         return result
 
     def drop_offered_locked(self, reason: str, n: int = 1) -> None:
@@ -409,28 +415,30 @@ class Buffer(Holdings):
         self.count_locked(reason, n)
 
     def _evict_for(self, nbytes: int) -> bool:
-        queue, reason, evicted = self.queue, self.full_reason, 0
-        while queue and nbytes <= self.max_bytes and not self.has_room_locked(nbytes):
-            self._popleft_locked(reason)  # (nothing is evicted for an event that never fits)
+        held, reason, evicted = self.holdings, self.full_reason, 0
+        while held.queue and nbytes <= held.max_bytes and not held.has_room_locked(nbytes):
+            held.evict_oldest_locked(reason)  # (nothing is evicted for an event that never fits)
             evicted += 1
         if evicted:
             self.count_locked(reason, evicted)
-            self._recompute_locked()
-        return self.has_room_locked(nbytes)
+            held.recompute_locked()
+        return held.has_room_locked(nbytes)
 
     def shed_locked(self, nbytes: int) -> int:
         """Drop queued events until ``nbytes`` are freed (or none is left), the oldest under
         ``drop_oldest``, else the newest.  Returns the bytes freed."""
+        held = self.holdings
         freed = 0
         n = 0
         # (While the buffer overflows to the spill, the newest queued are not the newest.)
-        pop = self._popleft_locked if self.policy is Policy.DROP_OLDEST or self.beyond else self._pop_locked
-        while self.queue and freed < nbytes:
+        oldest = self.policy is Policy.DROP_OLDEST or held.beyond
+        pop = held.evict_oldest_locked if oldest else held.drop_newest_locked
+        while held.queue and freed < nbytes:
             freed += pop(Reason.DROPPED_FULL)
             n += 1
         if n:
             self.count_locked(Reason.DROPPED_FULL, n)
-            self._recompute_locked()
+            held.recompute_locked()
         return freed
 
     def count_locked(self, reason: str, n: int = 1) -> None:
@@ -447,10 +455,7 @@ class Buffer(Holdings):
     def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
         """``n_events`` in-flight events (``n_bytes``) are settled (delivered or counted); ``lowest``
         is the oldest number still in flight (inf: none).  Wakes whoever waits for room or flush."""
-        self.in_flight -= n_events
-        self.in_flight_bytes -= n_bytes
-        self.in_flight_low = lowest
-        self._recompute_locked()
+        self.holdings.settle_locked(n_events, n_bytes, lowest)
         self.notify_locked()
 
     def record_answer_locked(self, delivered: int, retried: int) -> None:
@@ -477,8 +482,8 @@ class Buffer(Holdings):
         """:meth:`close_locked` from a signal handler in the lock's holder: atomic stores."""
         if refusal is not None:
             self.refusal = refusal
-        self.closed = True
-        self.object_room, self.full_at = 0, -1
+        self.holdings.closed = True
+        self.holdings.object_room, self.holdings.full_at = 0, -1
 
     def ask_flush_locked(self, target: int) -> None:
         """Send every event up to sequence number ``target`` without lingering."""
@@ -488,7 +493,7 @@ class Buffer(Holdings):
         """``emit`` re-entered on a thread that holds the lock: the event waits in the side queue
         (at most ``SIDE_MAX``) for the next holder of the lock."""
         side = self.side
-        if self.closed:
+        if self.holdings.closed:
             side.append((None, self.refusal))
             return False
         if len(side) >= SIDE_MAX:
@@ -508,12 +513,14 @@ class Buffer(Holdings):
                     self.refused += 1
                 self.count_locked(nbytes)
                 continue
-            if self.closed and self.finalized:
+            if self.holdings.closed and self.finalized:
                 self.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
             elif self.put_locked(event, nbytes):
                 queued = True
             else:
-                self.drop_offered_locked(Reason.TOO_LARGE if nbytes > self.max_bytes else Reason.DROPPED_FULL)
+                self.drop_offered_locked(
+                    Reason.TOO_LARGE if nbytes > self.holdings.max_bytes else Reason.DROPPED_FULL
+                )
         return queued
 
     def snapshot_locked(self) -> dict[str, Any]:
@@ -540,7 +547,7 @@ def count_held_locked(buf: Buffer, on_disk: int, reason: str) -> int:
     """The events still held at the end (a close, a stopped worker) are let go: ``on_disk`` of
     them handed on in the spill directory (``spilled_at_close``), the rest lost under ``reason``.
     Returns how many were lost."""
-    held = buf.clear_locked()
+    held = buf.holdings.clear_locked()
     kept = min(held, on_disk)
     if kept:
         buf.count_locked(Reason.SPILLED_AT_CLOSE, kept)
@@ -558,13 +565,13 @@ def _counters(buf: Buffer) -> dict[str, Any]:
     pending = len(side) + sum(r not in (Reason.AFTER_CLOSE, Reason.DISABLED) for r in refused)
     return {
         "emitted": buf.emitted + pending,
-        "accepted": buf.accepted,
+        "accepted": buf.holdings.accepted,
         "delivered": buf.delivered,
         "retried": buf.retried,
         "dropped": dropped,
-        "queued_events": len(buf.queue) + len(side) + buf.beyond,
-        "queued_bytes": buf.queued_bytes
+        "queued_events": len(buf.holdings.queue) + len(side) + buf.holdings.beyond,
+        "queued_bytes": buf.holdings.queued_bytes
         + sum(side)
-        + (buf.window.bytes(buf.estimate) if buf.window is not None else 0),
-        "in_flight": buf.in_flight,
+        + (buf.holdings.window.bytes(buf.holdings.estimate) if buf.holdings.window is not None else 0),
+        "in_flight": buf.holdings.in_flight,
     }

@@ -1,12 +1,12 @@
 """The buffer's holdings: what it holds, queued and in flight, by count and by bytes, and what
 an object event may still take.
 
-:class:`Buffer` is these holdings with an admission policy on top (who gets in, what is shed
-when full, who waits).  This part decides nothing: it moves events between queued and in
-flight, prices them (exact sizes, and objects at a running estimate), and derives from that
-the two numbers ``emit``'s fast path compares (:meth:`Holdings._recompute_locked`).  Its state
-lives on the buffer itself (a base class, ``__slots__``), so that the fast path reads it
-without going through another object.
+A :class:`Buffer` has its holdings (``Buffer.holdings``) and puts an admission policy on top
+(who gets in, what is shed when full, who waits).  This part decides nothing: it moves events
+between queued and in flight, prices them (exact sizes, and objects at a running estimate),
+and derives from that the two numbers ``emit``'s fast path compares
+(:meth:`Holdings.recompute_locked`).  The worker and the spill use it directly (taking,
+settling, the overflow's room, events read back), under the buffer's lock.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def is_exact(event: Any) -> bool:
 
 
 class Holdings:
-    """What the buffer holds and what an object may still take (see the module docstring).
+    """What a buffer holds and what an object may still take (see the module docstring).
 
     The fast path's two numbers: what an object may still take, kept as a queue length,
     ``object_room``, and when the worker must be woken, as another, ``wake_at_objects``; both
@@ -229,8 +229,18 @@ class Holdings:
         # Within max_bytes, so that an object always fits an empty buffer.
         self.estimate = min(max(64, estimate), self.max_bytes)
         self.measured = True
-        self._recompute_locked()
+        self.recompute_locked()
         return before
+
+    def looked_locked(self, end: int) -> None:
+        """The sidecar (or an emitter) has measured the newest objects queued before number
+        ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
+        events beyond it, and no emitter is to measure one."""
+        self.measure_here = Measure.SIDECAR
+        end += UNLOOKED_MOST if self.measured else MEASURE_HERE_AFTER  # (the estimate a guess)
+        if end > self.look_end:
+            self.look_end = end
+            self.recompute_locked()
 
     def claim_measure_here_locked(self) -> bool:
         """Whether the emitter is to measure the newest queued object now (see
@@ -295,7 +305,7 @@ class Holdings:
             held + (nbytes or self.estimate) <= self.max_bytes
         )
 
-    def _recompute_locked(self) -> None:
+    def recompute_locked(self) -> None:
         """The fast path's numbers, after anything changed the accounts: the queue length up
         to which objects fit (by count, and by bytes at the estimate), and the one at which
         the worker asked to be woken."""
@@ -332,7 +342,7 @@ class Holdings:
         """The fast paths' bounds: the window's share of the buffer, or none (0, -1) while
         its overflow holds events (they must stay behind them)."""
         self.room_events, self.room_bytes = room_events, room_bytes
-        self._recompute_locked()
+        self.recompute_locked()
 
     def went_beyond_locked(self, n: int) -> None:
         """``n`` more events accepted beyond the queue (into the overflow, or adopted from a
@@ -346,7 +356,7 @@ class Holdings:
         first = self.numbers.retire_next(len(self.queue), n)
         self.beyond -= n
         self.note_locked(first, first + n, reason)
-        self._recompute_locked()
+        self.recompute_locked()
         return first
 
     def rejoin_locked(self, events: Iterable[Any], sizes: list[int]) -> None:
@@ -357,7 +367,7 @@ class Holdings:
         self.exact_bytes += sum(sizes)
         self.exact_count += len(sizes) - sizes.count(0)
         self.beyond -= len(sizes)
-        self._recompute_locked()
+        self.recompute_locked()
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
         """Put the serialized form of the queued object at ``index`` in its place, at its
@@ -371,10 +381,10 @@ class Holdings:
         self.exact_bytes += size
         self.sizes[index] = size
         self.queue[index] = ser
-        self._recompute_locked()
+        self.recompute_locked()
         return size
 
-    def _popleft_locked(self, reason: str) -> int:
+    def evict_oldest_locked(self, reason: str) -> int:
         """Drop the oldest queued event (counted by the caller under ``reason``); returns the
         bytes it counted for."""
         self.queue.popleft()
@@ -389,7 +399,7 @@ class Holdings:
             return size
         return self.estimate
 
-    def _pop_locked(self, reason: str) -> int:
+    def drop_newest_locked(self, reason: str) -> int:
         """Drop the newest queued event (counted by the caller under ``reason``: its number is
         retired, never given again); returns the bytes it counted for."""
         seq = self.numbers.retire_tail(len(self.queue))
@@ -430,7 +440,7 @@ class Holdings:
         self.exact_count -= n - objects
         self.in_flight += n
         self.in_flight_bytes += sum(priced)
-        self._recompute_locked()
+        self.recompute_locked()
         return batch
 
     def untake_locked(self, entries: list[Entry]) -> bool:
@@ -455,13 +465,21 @@ class Holdings:
         self.numbers.restore([entry[0] for entry in entries])
         self.in_flight -= len(entries)
         self.in_flight_bytes -= size
-        self._recompute_locked()
+        self.recompute_locked()
         return True
+
+    def settle_locked(self, n_events: int, n_bytes: int, lowest: float) -> None:
+        """``n_events`` in-flight events (``n_bytes``) left (delivered or counted); ``lowest`` is
+        the oldest number still in flight (inf: none)."""
+        self.in_flight -= n_events
+        self.in_flight_bytes -= n_bytes
+        self.in_flight_low = lowest
+        self.recompute_locked()
 
     def reprice_in_flight_locked(self, delta: int) -> None:
         """Taken objects were serialized: ``delta`` is their exact sizes minus their estimates."""
         self.in_flight_bytes += delta
-        self._recompute_locked()
+        self.recompute_locked()
 
     def clear_locked(self) -> int:
         """Forget everything held (queued and in flight); returns how many events that was."""
@@ -475,7 +493,7 @@ class Holdings:
         self.sizes.clear()
         self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
-        self._recompute_locked()
+        self.recompute_locked()
         return held
 
     def lowest_unsettled_locked(self) -> float:
@@ -492,4 +510,4 @@ class Holdings:
             left = self.look_end - UNLOOKED_MOST // 4 - self.numbers.end(n) - self.beyond
             events = min(events, n + max(1, left))
         self.wake_at_events, self.wake_at_bytes = events, nbytes
-        self._recompute_locked()
+        self.recompute_locked()

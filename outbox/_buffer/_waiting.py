@@ -24,17 +24,17 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
     (``emit_async`` under ``block``).  Returns what :meth:`Buffer.put_locked` returns
     (``REFUSED``: refused, and counted)."""
     with buf.lock:
-        if buf.closed:
+        if buf.holdings.closed:
             buf.refuse_locked()
             return REFUSED
         result = buf.put_locked(event, nbytes)
-        if not result and nbytes > buf.max_bytes:
+        if not result and nbytes > buf.holdings.max_bytes:
             buf.drop_offered_locked(Reason.TOO_LARGE)
             return REFUSED
     while not result:
-        await wait_async(buf, lambda: buf.closed or buf.has_room_locked(nbytes), deadline)
+        await wait_async(buf, lambda: buf.holdings.closed or buf.holdings.has_room_locked(nbytes), deadline)
         with buf.lock:
-            if buf.closed:
+            if buf.holdings.closed:
                 buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN)
                 return REFUSED
             result = buf.put_locked(event, nbytes)
@@ -84,8 +84,8 @@ def flush_target(buf: Buffer, wake: Callable[[], None]) -> int | None:
     """Ask the worker (woken by ``wake``) to send everything emitted so far now: the sequence
     number to wait for, or None if nothing is pending."""
     with buf.lock:
-        target = buf.next_seq - 1
-        if buf.lowest_unsettled_locked() > target:
+        target = buf.holdings.next_seq - 1
+        if buf.holdings.lowest_unsettled_locked() > target:
             return None
         buf.ask_flush_locked(target)
     wake()
@@ -116,13 +116,13 @@ async def settled_async(buf: Buffer, target: int | None, members: FanOut | None,
 
 
 def _settled_past(buf: Buffer, target: int) -> Callable[[], bool]:
-    return lambda: buf.lowest_unsettled_locked() > target
+    return lambda: buf.holdings.lowest_unsettled_locked() > target
 
 
 def _settled_by(buf: Buffer, target: int, deadline: float) -> bool:
     """Wait until every event of ``buf`` up to ``target`` is settled, or ``deadline``."""
     with buf.lock:
-        while buf.lowest_unsettled_locked() <= target:
+        while buf.holdings.lowest_unsettled_locked() <= target:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

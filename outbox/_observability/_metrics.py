@@ -99,7 +99,7 @@ def _instruments() -> metrics.Histogram:
         return _histogram
     meter = metrics.get_meter("lineage-outbox", _VERSION)
     counters: list[tuple[str, _Reader, str]] = [
-        ("outbox.events.accepted", lambda b: [(b.accepted, {})], "Events accepted by emit"),
+        ("outbox.events.accepted", lambda b: [(b.holdings.accepted, {})], "Events accepted by emit"),
         ("outbox.events.delivered", lambda b: [(b.delivered, {})], "Events the backend acknowledged"),
         ("outbox.events.retried", lambda b: [(b.retried, {})], "Event deliveries retried"),
         (
@@ -112,13 +112,13 @@ def _instruments() -> metrics.Histogram:
         meter.create_observable_counter(name, [_observe(read)], "{event}", description)
     meter.create_observable_gauge(
         "outbox.queue.events",
-        [_observe(lambda b: [(len(b.queue) + b.in_flight, {})])],
+        [_observe(lambda b: [(len(b.holdings.queue) + b.holdings.in_flight, {})])],
         "{event}",
         "Events held (queued and in flight)",
     )
     meter.create_observable_gauge(
         "outbox.queue.bytes",
-        [_observe(lambda b: [(b.queued_bytes + b.in_flight_bytes, {})])],
+        [_observe(lambda b: [(b.holdings.queued_bytes + b.holdings.in_flight_bytes, {})])],
         "By",
         "Bytes held (queued and in flight)",
     )

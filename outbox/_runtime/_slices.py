@@ -144,7 +144,7 @@ class Slicer:
                 self._sleep(HANDOFF)
                 slow = self._contended = self._clock() - before > SLOW_HANDOFF
                 buf = self.buffer  # (read without the lock: it only sizes the next slice)
-                behind = len(buf.queue) + buf.in_flight > self.behind_above
+                behind = len(buf.holdings.queue) + buf.holdings.in_flight > self.behind_above
                 if slow and behind:
                     self._budget = min(LONGEST_SLICE, self._budget * 2)
                 elif not behind:

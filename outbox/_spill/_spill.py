@@ -21,7 +21,7 @@ from .._buffer._buffer import Buffer
 from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger, never_silent
-from .._run._serde import SerializedEvent, weight
+from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk, serialized
 from ._format import HEADER
@@ -117,15 +117,15 @@ class Spill:
         they would come between)."""
         if self._pending and not self.window.events and not buf.finalized:
             self.recovered += sum(run.remaining for run in self._pending)
-            self.window.place_locked(buf, self._pending)
+            self.window.place_locked(buf.holdings, self._pending)
             self._pending = []
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window and its journal, adopt the dead owners (what the
         window has room for read once), and put their events first."""
         with buf.lock:
-            self.window.attach(buf)
-            buf.keep_journal_locked()
+            self.window.attach(buf.holdings)
+            buf.holdings.keep_journal_locked()
         if self._adopt_at_attach:
             self._adopt(self.window.share_bytes)
         with buf.lock:
@@ -145,17 +145,22 @@ class Spill:
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         window = self.window
-        if self._closed or buf.window is not window:
+        if self._closed or buf.holdings.window is not window:
             return _INF
         if window.active and (
             (len(window.events) >= window.wake_at and not window.stuck)
-            or (window.disk and not buf.queue and window.room(buf)[1] > 0 and now >= window.read_again_at)
+            or (
+                window.disk
+                and not buf.holdings.queue
+                and window.room(buf.holdings)[1] > 0
+                and now >= window.read_again_at
+            )
         ):
             return 0.0
-        journal = buf.journal
+        journal = buf.holdings.journal
         if (
-            buf.beyond
-            or buf.next_seq > self.written_upto
+            buf.holdings.beyond
+            or buf.holdings.next_seq > self.written_upto
             or (journal is not None and journal.entries)
             or self.disk.unsettled
             or self.has_pending()
@@ -168,13 +173,13 @@ class Spill:
         delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
         window = self.window
-        if self._closed or buf.window is not window:
+        if self._closed or buf.holdings.window is not window:
             return
         try:
             if window.active:
                 window.refill(buf, self.log)
                 if len(window.events) >= window.wake_at and not window.stuck:
-                    self._release(buf, slicer)
+                    self._write(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return
             self._last_tick, window.stuck = now, False
@@ -182,8 +187,7 @@ class Spill:
             # the disk, the backend's catching up frees it).
             self._settle(buf)
             self.disk.make_room()
-            self._write_queued(buf, slicer)
-            self._release(buf, slicer)
+            self._write(buf, slicer)
             self._settle(buf)
             self.disk.write_settlements()
             window.refill(buf, self.log)
@@ -205,7 +209,7 @@ class Spill:
         emit raced the last one): written now, before any transport sees them."""
         if self._closed or not items:
             return
-        journal = buf.journal
+        journal = buf.holdings.journal
         if journal is not None and any(entry[2] != DELIVERED for entry in list(journal.entries)):
             # Losses first: a successor must not deliver an event counted lost here after these,
             # its run's later events (first arrivals out of order, and counted lost and delivered).
@@ -228,12 +232,17 @@ class Spill:
 
     # -- writing and settling ---------------------------------------------------------------
 
-    def _write_queued(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """Write the queued events not written yet (serialized in place in the buffer: the
-        intake does not do it again), as many as the disk has room for."""
-        room = self.disk.room()
+    def _write(self, buf: Buffer, slicer: Slicer | None) -> None:
+        """Write this owner's events not written yet, one write in the order of their numbers
+        (which a successor reads them in): the queued ones, serialized in place in the buffer
+        (the intake does not do it again), as many as the disk has room for; then, once every
+        queued one is, the overflow, released from memory once on disk (``Window.released_locked``).
+        A queued event that cannot be serialized is never on disk (the intake counts it
+        invalid_event), one larger than the whole spill stays in memory only, counted not
+        spilled; an overflow event either way is written as its tombstone."""
+        room, window, held = self.disk.room(), self.window, buf.holdings
         with buf.lock:
-            numbers, queue, foreign = buf.numbers, buf.queue, self.window.foreign
+            numbers, queue, foreign = held.numbers, held.queue, window.foreign
             n = len(queue)
             end = numbers.end(n)
             start = max(self.written_upto, numbers.head)
@@ -242,44 +251,34 @@ class Spill:
                 index = numbers.index_from(start, n)
                 todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
                 todo = [(seq, event) for seq, event in todo if seq not in foreign]
+            over = [] if buf.finalized else list(window.events)
+            first = held.next_seq - len(over)
         most = room // HEADER + 1 if room > 0 else 0
-        # (One that cannot be serialized is never on disk: the intake counts it invalid_event.
-        # One larger than the whole spill stays in memory only, counted not spilled.)
         done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
-        batch = [item for item in done if self.disk.holds(item[2])]
+        batch = [(seq, ser) for seq, _, ser in done if self.disk.holds(ser)]
         if len(batch) < len(done):
-            count = self.disk.not_spilled
-            count["spill_full"] = count.get("spill_full", 0) + len(done) - len(batch)
-        wrote = self._append(buf, [(seq, ser) for seq, _, ser in batch])
+            self.disk.not_spilled["spill_full"] += len(done) - len(batch)
+        if len(todo) > most:
+            over = []  # (the overflow waits for the queued events below it)
+        overflow = [
+            (seq, window.writable(ser, self.disk))
+            for seq, _, ser in serialized(list(enumerate(over, first)), slicer)
+        ]
+        wrote = self._append(buf, batch + overflow)
         with buf.lock:
-            _in_place_locked(buf, done)
+            buf.serialized_in_place_locked(done)
+            if over:
+                window.released_locked(buf, first, max(0, wrote - len(batch)), len(over), self.disk)
         refused = batch[wrote][0] if wrote < len(batch) else todo[most][0] if len(todo) > most else None
         if refused is not None:
             self.disk.refused(refused, end)
         self.written_upto = end if refused is None else refused
 
-    def _release(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """The overflow to disk, not before the queued events below it are written: the records
-        of a stream are in the order of their numbers, which a successor reads them in."""
-        if not self.window.events:
-            return
-        if self._unwritten(buf):
-            self._write_queued(buf, slicer)
-            if self._unwritten(buf):
-                return
-        if not self.home.vanished() or self._start_over(buf):
-            self.window.release(buf, slicer, self.disk, lambda: self._settle(buf))
-
-    def _unwritten(self, buf: Buffer) -> bool:
-        """Whether queued events of this owner are not written yet (read without the lock)."""
-        end = buf.numbers.end(len(buf.queue))
-        return bool(self.window.foreign.outside(max(self.written_upto, buf.head_seq), end))
-
     def _settle(self, buf: Buffer) -> None:
         """What the buffer settled since the last look: out of the live sets (this owner's
         stream, or the stream a stretch event came from), written down at the next chance."""
         with buf.lock:
-            entries = buf.journal.take() if buf.journal is not None else []
+            entries = buf.holdings.journal.take() if buf.holdings.journal is not None else []
             if not entries:
                 return
             foreign, owner = self.window.foreign, self.home.owner
@@ -304,8 +303,8 @@ class Spill:
             self.disk.drop_all()
             with buf.lock:
                 lost = self.window.lose_disk_locked(buf)
-                if buf.journal is not None:
-                    buf.journal.take()  # (about files that are gone)
+                if buf.holdings.journal is not None:
+                    buf.holdings.journal.take()  # (about files that are gone)
             never_silent(
                 logging.WARNING,
                 "spill: this outbox's files in %s were removed under it: %d event(s) only on disk are "
@@ -323,7 +322,7 @@ class Spill:
             return False
         with buf.lock:
             self._begin(home)
-            self.written_upto = buf.head_seq
+            self.written_upto = buf.holdings.head_seq
         return True
 
     # -- the end ------------------------------------------------------------------------------
@@ -412,8 +411,6 @@ class Spill:
             "overflow_events": len(window.events),
             "stretch_events": window.disk,
             **streams.damage,
-            "corrupt_records": streams.damage["corrupt_records"]
-            + sum(run.damaged for run in list(window.runs)),
             "lost_records": window.lost,
             "invalid_bodies": window.invalid,
             "oldest_age": disk.oldest_age(),
@@ -430,20 +427,3 @@ def _tell_left(left: dict[str, int], directory: str) -> None:
             left["owners"],
             directory,
         )
-
-
-def _in_place_locked(buf: Buffer, done: list[tuple[int, Any, SerializedEvent]]) -> None:
-    """Objects serialized here take their serialized form's place in the queue (the intake
-    then does not serialize them again), and their weight teaches the estimate."""
-    numbers, queue = buf.numbers, buf.queue
-    total = count = 0
-    for seq, event, ser in done:
-        index = numbers.index_of(seq, len(queue)) if event is not ser else None
-        if index is None or queue[index] is not event:
-            continue  # taken meanwhile, or serialized in place by the intake's sampling
-        if not buf.sizes[index]:
-            count += 1
-            total += weight(ser)
-        buf.replace_locked(index, ser)
-    if count:
-        buf.learn_locked(total // count)

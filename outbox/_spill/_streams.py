@@ -218,8 +218,9 @@ class Run:
     index: int = 0
     reader: SegmentReader | None = None
     records: Iterator[tuple[str, bool, Event | Settle | int]] | None = None
-    #: Stretches of bytes that were not a sound record.
-    damaged: int = 0
+    #: Where a stretch of bytes that is not a sound record is counted (``corrupt_records``): an
+    #: own run's files were never replayed; an adopted one's were, which counted each (None).
+    damage: Counter[str] | None = None
     #: What the replay kept of its files (all of their events: they are not read again).
     kept: Kept = field(default_factory=deque)
 
@@ -264,8 +265,8 @@ class Run:
                     nbytes += weight(event)
                     if len(events) >= want or nbytes >= max_bytes:
                         return events, origins
-            elif record.__class__ is int:
-                self.damaged += 1
+            elif record.__class__ is int and self.damage is not None:
+                self.damage["corrupt_records"] += 1
         self.records = None
         # Its last file read to its end: what it still holds is not there (each was written
         # whole before it was handed to this run).

@@ -31,10 +31,10 @@ from itertools import islice
 from typing import Any
 
 from .._buffer._buffer import Buffer, Reason
+from .._buffer._holdings import Holdings
 from .._observability._log import RateLimitedLog
 from .._run._serde import SerializedEvent, weight
-from .._runtime._slices import Slicer
-from ._disk import Disk, serialized
+from ._disk import Disk
 from ._format import TOMBSTONES
 from ._ranges import Ranges
 from ._streams import Read, Run
@@ -85,44 +85,50 @@ class Window:
         #: Events read back that were not there (``lost``) or whose body is not a JSON object.
         self.lost = self.invalid = 0
 
-    def attach(self, buf: Buffer) -> None:
-        self.share_events, self.share_bytes = max(1, buf.max_events // 2), max(1, buf.max_bytes // 2)
-        self.wake_at = max(1, min(64, buf.max_events // 16))
-        buf.attach_overflow(self)
-        self.restore(buf)
+    def attach(self, held: Holdings) -> None:
+        self.share_events, self.share_bytes = (
+            max(1, held.max_events // 2),
+            max(1, held.max_bytes // 2),
+        )
+        self.wake_at = max(1, min(64, held.max_events // 16))
+        held.attach_overflow(self)
+        self.restore(held)
 
     # -- the buffer's protocol (``_buffer.Overflow``) ----------------------------------------
 
-    def restore(self, buf: Buffer) -> None:
+    def restore(self, held: Holdings) -> None:
         """The fast paths' bounds: the window, or none while overflowing."""
         if self.active:
-            buf.set_room_locked(0, -1)
+            held.set_room_locked(0, -1)
         else:
-            buf.set_room_locked(self.share_events, self.share_bytes)
+            held.set_room_locked(self.share_events, self.share_bytes)
 
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
 
-    def has_room(self, buf: Buffer, nbytes: int) -> bool:
+    def has_room(self, held: Holdings, nbytes: int) -> bool:
         if not self.active:
-            return self._fits_queue(buf, nbytes) or (self.usable and self._fits(buf, nbytes or buf.estimate))
-        return self._fits(buf, nbytes or buf.estimate)
+            return self._fits_queue(held, nbytes) or (
+                self.usable and self._fits(held, nbytes or held.estimate)
+            )
+        return self._fits(held, nbytes or held.estimate)
 
     def put(self, buf: Buffer, event: Any, nbytes: int) -> int:
         """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
         overflow.  Returns 1, 2 (wake the worker) or 0 (no room: the buffer applies its policy)."""
+        held = buf.holdings
         if not self.active:
-            if self._fits_queue(buf, nbytes) or not self.usable:
+            if self._fits_queue(held, nbytes) or not self.usable:
                 return buf.queue_locked(event, nbytes)
-            self.activate(buf)
-        if not self._fits(buf, nbytes or buf.estimate):
+            self.activate(held)
+        if not self._fits(held, nbytes or held.estimate):
             return 0
         self.events.append(event)
         self.sizes.append(nbytes)
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        buf.went_beyond_locked(1)
+        held.went_beyond_locked(1)
         n = len(self.events)
         # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
         # going while the overflow holds that many): not on every emit of an outage.
@@ -138,31 +144,33 @@ class Window:
 
     # -- the memory window ------------------------------------------------------------------
 
-    def activate(self, buf: Buffer) -> None:
+    def activate(self, held: Holdings) -> None:
         """Overflow from now on: every event accepted goes behind the stretch."""
         self.active = True
-        self.restore(buf)
+        self.restore(held)
 
-    def _fits_queue(self, buf: Buffer, nbytes: int) -> bool:
+    def _fits_queue(self, held: Holdings, nbytes: int) -> bool:
         """Whether an event fits the queue's window."""
-        return len(buf.queue) + buf.in_flight < self.share_events and (
-            buf.held_bytes_locked() + (nbytes or buf.estimate) <= self.share_bytes
+        return len(held.queue) + held.in_flight < self.share_events and (
+            held.held_bytes_locked() + (nbytes or held.estimate) <= self.share_bytes
         )
 
-    def room(self, buf: Buffer) -> tuple[int, int]:
+    def room(self, held: Holdings) -> tuple[int, int]:
         """What the queue's window has room for, by count and by bytes (the stretch read back)."""
-        return self.share_events - len(buf.queue) - buf.in_flight, self.share_bytes - buf.held_bytes_locked()
+        return self.share_events - len(
+            held.queue
+        ) - held.in_flight, self.share_bytes - held.held_bytes_locked()
 
-    def _fits(self, buf: Buffer, price: int) -> bool:
-        held = buf.held_bytes_locked() + self.bytes(buf.estimate)
-        n = len(self.events) + len(buf.queue) + buf.in_flight
-        return n < buf.max_events and held + price <= buf.max_bytes
+    def _fits(self, held: Holdings, price: int) -> bool:
+        held_bytes = held.held_bytes_locked() + self.bytes(held.estimate)
+        n = len(self.events) + len(held.queue) + held.in_flight
+        return n < held.max_events and held_bytes + price <= held.max_bytes
 
-    def _to_queue_locked(self, buf: Buffer) -> None:
+    def _to_queue_locked(self, held: Holdings) -> None:
         """With the stretch empty: move the overflow to the queue, in memory (what the disk
         would not take), as much as fits the queue's window."""
-        room, room_bytes = self.room(buf)
-        estimate = buf.estimate
+        room, room_bytes = self.room(held)
+        estimate = held.estimate
         take = 0
         for size in islice(self.sizes, max(0, min(room, len(self.events)))):
             room_bytes -= size or estimate
@@ -174,61 +182,65 @@ class Window:
             sizes = [self.sizes.popleft() for _ in range(take)]
             self.exact_bytes -= sum(sizes)
             self.exact_count -= take - sizes.count(0)
-            buf.rejoin_locked(events, sizes)  # (one recount for all of them)
+            held.rejoin_locked(events, sizes)  # (one recount for all of them)
 
-    def settle(self, buf: Buffer) -> None:
+    def settle(self, held: Holdings) -> None:
         """End the overflow once the stretch and the overflow are both empty."""
         if self.active and not self.disk and not self.events:
             self.active = False
-            self.restore(buf)
+            self.restore(held)
 
     # -- the stretch --------------------------------------------------------------------------
 
-    def place_locked(self, buf: Buffer, runs: list[Run]) -> None:
+    def place_locked(self, held: Holdings, runs: list[Run]) -> None:
         """Adopted runs join the stretch, numbered after everything accepted so far."""
         for run in runs:
-            run.first = buf.next_seq
-            buf.went_beyond_locked(run.remaining)
+            run.first = held.next_seq
+            held.went_beyond_locked(run.remaining)
             self.disk += run.remaining
             self.runs.append(run)
             self.foreign.add(run.first, run.first + run.remaining)
-        self.activate(buf)
+        self.activate(held)
 
-    def release(self, buf: Buffer, slicer: Slicer | None, disk: Disk, drain: Any) -> None:
-        """Write the overflow to disk and release what was written from memory (an own run).
-        One that cannot be written (it cannot be serialized, or is larger than the whole spill)
-        is written as its tombstone: the events after it flow."""
-        with buf.lock:
-            if not self.events or buf.finalized:
-                return
-            start = buf.next_seq - len(self.events)
-            events = list(self.events)
-        done = serialized(list(enumerate(events, start)), slicer)
-        wrote = disk.append([(seq, _writable(ser, disk)) for seq, _, ser in done], buf.lock, drain)
-        self.stuck = wrote < len(done)
-        with buf.lock:
-            if buf.finalized or buf.next_seq - len(self.events) != start:
-                return  # cleared meanwhile (a close that reported without the worker)
-            buf.spill_full_locked(disk.full and not disk.failing)
-            self.usable = not disk.failing and not disk.full
-            if not wrote or disk.last is None:
-                return
-            for _ in range(wrote):
-                self.events.popleft()
-                size = self.sizes.popleft()
-                if size:
-                    self.exact_bytes -= size
-                    self.exact_count -= 1
-            self.disk += wrote
-            self.foreign.add(start, start + wrote)
-            last, owner = self.runs[-1] if self.runs else None, disk.home.owner
-            if last is not None and last.own and last.first + last.remaining == start:
-                last.extend(owner, start, start + wrote, disk.last.path)
-            else:
-                self.runs.append(
-                    Run(start, [disk.last.path], {owner: Ranges([(start, start + wrote)])}, own=True)
+    def writable(self, ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
+        """What is written for an overflow event: itself, or its tombstone (it cannot be
+        serialized, or is larger than the whole spill): the events after it flow."""
+        if ser is None:
+            return TOMBSTONES[Reason.INVALID_EVENT]
+        return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]
+
+    def released_locked(self, buf: Buffer, start: int, wrote: int, offered: int, disk: Disk) -> None:
+        """The overflow's first ``wrote`` of ``offered`` events, numbered from ``start``, are on
+        disk (``disk.last``): released from memory, an own run of the stretch."""
+        self.stuck = wrote < offered
+        if buf.finalized or buf.holdings.next_seq - len(self.events) != start:
+            return  # cleared meanwhile (a close that reported without the worker)
+        buf.spill_full_locked(disk.full and not disk.failing)
+        self.usable = not disk.failing and not disk.full
+        if not wrote or disk.last is None:
+            return
+        for _ in range(wrote):
+            self.events.popleft()
+            size = self.sizes.popleft()
+            if size:
+                self.exact_bytes -= size
+                self.exact_count -= 1
+        self.disk += wrote
+        self.foreign.add(start, start + wrote)
+        last, owner = self.runs[-1] if self.runs else None, disk.home.owner
+        if last is not None and last.own and last.first + last.remaining == start:
+            last.extend(owner, start, start + wrote, disk.last.path)
+        else:
+            self.runs.append(
+                Run(
+                    start,
+                    [disk.last.path],
+                    {owner: Ranges([(start, start + wrote)])},
+                    own=True,
+                    damage=disk.streams.damage,
                 )
-            buf.notify_locked()  # room in the overflow for blocked emitters
+            )
+        buf.notify_locked()  # room in the overflow for blocked emitters
 
     def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
         """Read the stretch back into the queue as its window has room; with the stretch empty,
@@ -237,10 +249,10 @@ class Window:
             if buf.finalized:
                 return
             if not self.disk:
-                self._to_queue_locked(buf)
-                self.settle(buf)
+                self._to_queue_locked(buf.holdings)
+                self.settle(buf.holdings)
                 return
-            room, room_bytes = self.room(buf)
+            room, room_bytes = self.room(buf.holdings)
             disk = self.disk
         if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
             return
@@ -257,13 +269,15 @@ class Window:
         with buf.lock:
             if buf.finalized or self.disk != disk:
                 return
-            self.remember(buf.next_seq - buf.beyond, origins)  # (from the stretch's first number)
+            self.remember(
+                buf.holdings.next_seq - buf.holdings.beyond, origins
+            )  # (from the stretch's first number)
             if not run.remaining:
                 self.runs.popleft()
                 run.close()
             bad = self._rejoin_locked(buf, events)
             self.disk -= len(events)
-            self.settle(buf)
+            self.settle(buf.holdings)
         if bad:
             log.warning("spill-unreadable", "spill: %d event(s) could not be read back; counted lost", bad)
 
@@ -278,7 +292,7 @@ class Window:
                 events.append(event)
                 continue
             if events:
-                buf.rejoin_locked(events, [weight(e) for e in events])
+                buf.holdings.rejoin_locked(events, [weight(e) for e in events])
                 events = []
             if event is None:
                 self.lost += 1
@@ -286,11 +300,11 @@ class Window:
             else:
                 reason = _REASONS.get(event.body, Reason.INVALID_EVENT)
                 self.invalid += reason == Reason.INVALID_EVENT
-            buf.retire_beyond_locked(1, reason)
+            buf.holdings.retire_beyond_locked(1, reason)
             buf.count_locked(reason)
             bad += 1
         if events:
-            buf.rejoin_locked(events, [weight(e) for e in events])
+            buf.holdings.rejoin_locked(events, [weight(e) for e in events])
         return bad
 
     def remember(self, first: int, origins: list[list[Any]]) -> None:
@@ -322,10 +336,10 @@ class Window:
         retired).  Returns how many."""
         lost = self.disk
         if lost:
-            buf.retire_beyond_locked(lost, Reason.SPILL_LOST)
+            buf.holdings.retire_beyond_locked(lost, Reason.SPILL_LOST)
             buf.count_locked(Reason.SPILL_LOST, lost)
             self.disk = 0
-            self.settle(buf)
+            self.settle(buf.holdings)
         self.close()
         self._new_stretch()
         return lost
@@ -337,10 +351,3 @@ class Window:
     def close(self) -> None:
         for run in self.runs:
             run.close()
-
-
-def _writable(ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
-    """What is written for an overflow event: itself, or its tombstone."""
-    if ser is None:
-        return TOMBSTONES[Reason.INVALID_EVENT]
-    return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]

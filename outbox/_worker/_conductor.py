@@ -231,9 +231,10 @@ class Worker:
                 await asyncio.wait(set(self._in_flight), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 continue
             spill = self.spill  # (events on disk to read back, or dead owners' to take in)
-            busy = self.buffer.beyond or (spill is not None and spill.has_pending())
+            busy = self.buffer.holdings.beyond or (spill is not None and spill.has_pending())
             if self.closing and (
-                now >= self._deadline or not (self._in_flight or self.backlog or self.buffer.queue or busy)
+                now >= self._deadline
+                or not (self._in_flight or self.backlog or self.buffer.holdings.queue or busy)
             ):
                 # Done, or out of time: the deadline's cancellation ends the drain too, but
                 # asyncio.wait_for (3.11) can swallow a cancellation that races its timeout.
@@ -274,8 +275,8 @@ class Worker:
         if self.backlog:
             # Leave a batch's worth of room to the queue: drop_oldest can only evict queued
             # events, and must never have to refuse a new one.
-            events = min(events, buf.max_events - buf.in_flight - s.max_batch_events)
-            nbytes = min(nbytes, buf.max_bytes - buf.in_flight_bytes - s.max_batch_bytes)
+            events = min(events, buf.holdings.max_events - buf.holdings.in_flight - s.max_batch_events)
+            nbytes = min(nbytes, buf.holdings.max_bytes - buf.holdings.in_flight_bytes - s.max_batch_bytes)
             if events <= 0 or nbytes <= 0:
                 self._due_in = _INF
                 return False
@@ -290,16 +291,16 @@ class Worker:
         or room for four windows more (read without the lock: an estimate of the fill, which
         only decides how far ahead)."""
         buf = self.buffer
-        fill, held = len(buf.queue) + buf.in_flight, buf.held_bytes_locked()
-        return (2 * fill < buf.max_events or fill + 4 * window <= buf.max_events) and (
-            2 * held < buf.max_bytes or held + 4 * window_bytes <= buf.max_bytes
+        fill, held = len(buf.holdings.queue) + buf.holdings.in_flight, buf.holdings.held_bytes_locked()
+        return (2 * fill < buf.holdings.max_events or fill + 4 * window <= buf.holdings.max_events) and (
+            2 * held < buf.holdings.max_bytes or held + 4 * window_bytes <= buf.holdings.max_bytes
         )
 
     # -- out: lanes -----------------------------------------------------------------------
 
     def _start_lanes(self, now: float) -> bool:
         """Put the lanes the dispatch chose on the wire.  Returns True if any went."""
-        more = len(self.buffer.queue) >= self.settings.max_batch_events
+        more = len(self.buffer.holdings.queue) >= self.settings.max_batch_events
         lanes = self.dispatch.next_lanes(now, len(self._in_flight), more)
         for lane in lanes:
             future = asyncio.ensure_future(self._send(lane.items))
@@ -387,11 +388,13 @@ class Worker:
             buf.record_answer_locked(len(settled.delivered), retries)
             for reason, n in lost.items():
                 buf.count_locked(reason, n)
-            if buf.journal is not None:  # (the spill's log of what became of each number)
-                buf.note_each_locked((item.seq for item in settled.delivered), DELIVERED)
+            if buf.holdings.journal is not None:  # (the spill's log of what became of each number)
+                buf.holdings.note_each_locked((item.seq for item in settled.delivered), DELIVERED)
                 for item, outcome in settled.rejected:
-                    buf.note_locked(item.seq, item.seq + 1, outcome.reason or Reason.REJECTED_BY_BACKEND)
-                buf.note_each_locked((item.seq for item, _ in settled.poison), Reason.POISON)
+                    buf.holdings.note_locked(
+                        item.seq, item.seq + 1, outcome.reason or Reason.REJECTED_BY_BACKEND
+                    )
+                buf.holdings.note_each_locked((item.seq for item, _ in settled.poison), Reason.POISON)
             if settled_n:
                 buf.settle_locked(settled_n, settled.size, self.backlog.lowest_seq())
         if dead and self.dead_letter is not None:

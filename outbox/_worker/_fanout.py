@@ -112,7 +112,7 @@ class Member:
         for start in range(0, len(batch), _CHUNK):
             chunk = batch[start : start + _CHUNK]
             with buf.lock:
-                if buf.closed:
+                if buf.holdings.closed:
                     # Handed on after the member's close began (the intake was cut by the deadline).
                     buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN, len(batch) - start)
                     break
@@ -264,8 +264,8 @@ class FanOut:
         for member in self.members.values():
             buf = member.buffer
             with buf.lock:
-                target = buf.next_seq - 1
-                if buf.lowest_unsettled_locked() <= target:
+                target = buf.holdings.next_seq - 1
+                if buf.holdings.lowest_unsettled_locked() <= target:
                     buf.ask_flush_locked(target)
                     targets.append((buf, target))
             member.sidecar.wake()

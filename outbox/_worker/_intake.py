@@ -43,17 +43,17 @@ def measure_here(buf: Buffer) -> None:
     looked meanwhile makes this a no-op; an event that cannot be serialized is left for the
     sidecar to count."""
     with buf.lock:
-        if not buf.claim_measure_here_locked():
+        if not buf.holdings.claim_measure_here_locked():
             return
-        end = buf.next_seq
-        sizes = buf.sizes
+        end = buf.holdings.next_seq
+        sizes = buf.holdings.sizes
         index = len(sizes) - 1
         while index >= 0 and sizes[index]:
             index -= 1
         if index < 0:
-            buf.looked_locked(end)
+            buf.holdings.looked_locked(end)
             return
-        picked = [(buf.numbers.seq_at(index), buf.queue[index])]
+        picked = [(buf.holdings.numbers.seq_at(index), buf.holdings.queue[index])]
     serialize_in_place(buf, picked, _INF, end)
 
 
@@ -76,7 +76,7 @@ def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float
     with buf.lock:
         if done:
             buf.serialized_in_place_locked(done)
-        buf.looked_locked(end)
+        buf.holdings.looked_locked(end)
 
 
 class Intake:
@@ -125,20 +125,20 @@ class Intake:
         with buf.lock:
             if buf.side:
                 buf.fold_side_locked()  # emitted from a signal handler
-            queue = buf.queue
+            queue = buf.holdings.queue
             if queue:
                 if self._linger_until == _INF:
                     self._linger_until = now + self.linger
                 if (
                     urgent
-                    or buf.flush_target >= buf.head_seq
+                    or buf.flush_target >= buf.holdings.head_seq
                     or len(queue) >= self.max_batch_events
-                    or buf.queued_bytes >= self.max_batch_bytes
+                    or buf.holdings.queued_bytes >= self.max_batch_bytes
                     or now >= self._linger_until
                 ):
-                    buf.wake_at_locked(_INF, _INF)
+                    buf.holdings.wake_at_locked(_INF, _INF)
                     return 0.0
-                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                buf.holdings.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
                 return max(0.0, self._linger_until - now)
             if urgent:
                 return _INF
@@ -147,10 +147,10 @@ class Intake:
                 # is a syscall on the emitting thread, and hands this thread the GIL in the
                 # middle of the caller's work.  An event emitted meanwhile still goes within
                 # the linger.  (Idle, that is ten looks a second.)
-                buf.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                buf.holdings.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
                 self._linger_until = now + self.linger
                 return self.linger
-            buf.wake_at_locked(1, _INF)
+            buf.holdings.wake_at_locked(1, _INF)
             return _INF
 
     # -- sizes -----------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class Intake:
         """``timeout`` shortened to the next sampling of the queued objects, if any wait, else
         to ``look_again`` (objects may come meanwhile: emit does not wake the worker for them)."""
         buf = self.buffer
-        if not buf.estimated or buf.next_seq - 1 == self._sampled_seq:
+        if not buf.holdings.estimated or buf.holdings.next_seq - 1 == self._sampled_seq:
             # Nothing new since the last look (read without the lock: a stale value only
             # moves the look by one wake).
             return min(timeout, look_again)
@@ -175,24 +175,24 @@ class Intake:
         now = time.monotonic()
         # Half the events emit may accept beyond the last look are used (``UNLOOKED_MOST``):
         # look now, whatever the interval (emit woke this thread for it).
-        behind = buf.next_seq >= buf.look_end - UNLOOKED_MOST // 2
+        behind = buf.holdings.next_seq >= buf.holdings.look_end - UNLOOKED_MOST // 2
         if not (fresh or behind) and (
-            (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
-            or not buf.estimated
-            or buf.next_seq - 1 == self._sampled_seq
+            (buf.holdings.measured and now < self._sampled_at + SAMPLE_INTERVAL)
+            or not buf.holdings.estimated
+            or buf.holdings.next_seq - 1 == self._sampled_seq
         ):
             # Read without the lock first: the slices call this between events, mostly for
             # nothing (a stale read only moves a sample to the next look).
             return
         picked: list[tuple[int, Any]] = []
         with buf.lock:
-            end = buf.next_seq
-            if not buf.estimated:
-                buf.looked_locked(end)  # nothing waits unmeasured
+            end = buf.holdings.next_seq
+            if not buf.holdings.estimated:
+                buf.holdings.looked_locked(end)  # nothing waits unmeasured
                 return
-            if buf.measured and not (fresh or behind) and now < self._sampled_at + SAMPLE_INTERVAL:
+            if buf.holdings.measured and not (fresh or behind) and now < self._sampled_at + SAMPLE_INTERVAL:
                 return
-            queue, sizes = buf.queue, buf.sizes
+            queue, sizes = buf.holdings.queue, buf.holdings.sizes
             newest = end - 1
             if newest == self._sampled_seq:
                 return
@@ -201,7 +201,7 @@ class Intake:
             stop = max(-1, index - SAMPLE_SPAN)
             while index > stop and len(picked) < SAMPLE_MOST:
                 if not sizes[index]:
-                    picked.append((buf.numbers.seq_at(index), queue[index]))
+                    picked.append((buf.holdings.numbers.seq_at(index), queue[index]))
                 index -= 1
         # In one go, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
@@ -217,8 +217,8 @@ class Intake:
         self.sample(fresh=True)
         buf = self.buffer
         with buf.lock:
-            taken = buf.take_locked(events, nbytes) if buf.queue else []
-            if not buf.queue:
+            taken = buf.holdings.take_locked(events, nbytes) if buf.holdings.queue else []
+            if not buf.holdings.queue:
                 self._linger_until = _INF  # the next event starts a linger of its own
         if not taken:
             return []
@@ -227,10 +227,10 @@ class Intake:
         except Exception:
             # A bug of ours: back to the head of the queue first, so nothing taken is lost.
             with buf.lock:
-                if not buf.finalized and not buf.untake_locked(taken):
+                if not buf.finalized and not buf.holdings.untake_locked(taken):
                     # Newer events were evicted meanwhile: these older ones would have been too.
                     buf.count_locked(Reason.DROPPED_FULL, len(taken))
-                    buf.note_each_locked((entry[0] for entry in taken), Reason.DROPPED_FULL)
+                    buf.holdings.note_each_locked((entry[0] for entry in taken), Reason.DROPPED_FULL)
                     buf.settle_locked(len(taken), sum(entry[2] for entry in taken), self.lowest_held())
             raise
 
@@ -280,7 +280,7 @@ class Intake:
                 sizes += size
                 objects += 1
                 mean = sizes // objects
-                if size > 2 * buf.estimate and mean > buf.estimate:
+                if size > 2 * buf.holdings.estimate and mean > buf.holdings.estimate:
                     self._reprice_now(mean)
             if size > limit:
                 self._too_large(seq, size, ser.body, event, lost, dead)
@@ -310,10 +310,10 @@ class Intake:
         with buf.lock:
             if buf.finalized:
                 return []
-            if untaken and not buf.untake_locked(untaken):
+            if untaken and not buf.holdings.untake_locked(untaken):
                 lost.setdefault(Reason.DROPPED_FULL, []).extend(entry[0] for entry in untaken)
                 lost_bytes += sum(entry[2] for entry in untaken)
-            buf.reprice_in_flight_locked(adjust)
+            buf.holdings.reprice_in_flight_locked(adjust)
             if mean_object:
                 buf.learn_locked(mean_object)
             # An estimate that was short: back within max_bytes by the policy, from the queue;
@@ -327,7 +327,7 @@ class Intake:
             if lost:
                 for reason, seqs in lost.items():
                     buf.count_locked(reason, len(seqs))
-                    buf.note_each_locked(seqs, reason)
+                    buf.holdings.note_each_locked(seqs, reason)
                 lowest = min(self.lowest_held(), ready[0].seq if ready else _INF)
                 buf.settle_locked(sum(map(len, lost.values())), lost_bytes, lowest)
         return ready

@@ -472,7 +472,11 @@ def _account_locked(
 def _on_disk(spill: Spill | None, buf: Buffer) -> int:
     """Of the events ``buf`` holds, how many ``spill`` holds on disk (handed on, not lost):
     for a report made without the worker, under the buffer's lock."""
-    return spill.on_disk(buf.journal.entries if buf.journal is not None else None) if spill is not None else 0
+    return (
+        spill.on_disk(buf.holdings.journal.entries if buf.holdings.journal is not None else None)
+        if spill is not None
+        else 0
+    )
 
 
 #: Counted in ``dropped`` but not lost: lineage was turned off (``OPENLINEAGE_DISABLED``).

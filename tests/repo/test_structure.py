@@ -219,15 +219,16 @@ _MUTATORS = {
 
 
 def buffer_writes(path: Path, source: str) -> list[str]:
-    """Where ``source`` writes a buffer's field (``buf.x = ...``, ``buffer.x += ...``,
-    ``self.buffer.x[k] = ...``, ``buf.queue.append(...)``): outside the buffer's own modules,
-    its methods are the only way to change its accounts.  A write through a local alias
-    (``queue = buf.queue; queue.append(...)``) is not seen: a reviewer's to catch."""
+    """Where ``source`` writes a field of a buffer or of its holdings (``buf.x = ...``,
+    ``buffer.x += ...``, ``self.buffer.x[k] = ...``, ``buf.holdings.queue.append(...)``): outside
+    the buffer's own modules, their methods are the only way to change its accounts.  A write
+    through a local alias (``queue = buf.holdings.queue; queue.append(...)``) is not seen: a
+    reviewer's to catch."""
 
     def is_field(node: ast.AST) -> bool:
         owner = node.value if isinstance(node, ast.Attribute) else None
-        return (isinstance(owner, ast.Name) and owner.id in ("buf", "buffer")) or (
-            isinstance(owner, ast.Attribute) and owner.attr == "buffer"
+        return (isinstance(owner, ast.Name) and owner.id in ("buf", "buffer", "held", "holdings")) or (
+            isinstance(owner, ast.Attribute) and owner.attr in ("buffer", "holdings")
         )
 
     found = []
@@ -254,8 +255,11 @@ def test_the_buffer_write_finder_finds_each_kind_of_write():
         "buf.room_events, buf.room_bytes = 0, -1\n"
         "buf.dropped['x'] -= 1\n"
         "buffer.queue.append(e)\n"
+        "buf.holdings.in_flight -= 1\n"
+        "held.sizes[0] = 3\n"
         "buf.count_locked('x', 1)\n"  # a method: allowed
         "n = buf.in_flight\n"  # a read: allowed
+        "n = buf.holdings.in_flight\n"  # a read: allowed
     )
     assert buffer_writes(Path("w.py"), source) == [
         "w.py:1: writes buf.beyond",
@@ -263,13 +267,15 @@ def test_the_buffer_write_finder_finds_each_kind_of_write():
         "w.py:3: writes buf.room_events",
         "w.py:3: writes buf.room_bytes",
         "w.py:4: writes buf.dropped['x']",
-        "w.py:5: calls buffer.queue.append",
+        "w.py:6: writes buf.holdings.in_flight",
+        "w.py:7: writes held.sizes[0]",
+        "w.py:5: calls buffer.queue.append",  # (a call is a statement's child: found after)
     ]
 
 
 def test_only_the_buffer_writes_its_fields():
     """#21: the worker, the outbox, the sidecar and the spill change the buffer's accounts
-    through its methods only (``Buffer`` and its base ``Holdings``), which keep them whole."""
+    through the methods of the buffer and of its part ``Holdings`` only, which keep them whole."""
     own = {"_buffer.py", "_holdings.py"}
     paths = [path for path in sorted(ROOT.rglob("*.py")) if path.name not in own]
     assert len(paths) > 40  # it read the library
@@ -424,20 +430,13 @@ def test_the_architecture_page_names_every_module_in_its_folders_section():
     assert missing == [], missing
 
 
-#: Classes still split across two modules by inheritance, and why.  ``Buffer(Holdings)``: the
-#: spill (``outbox/_spill/``, changed in parallel with #38) calls some twenty of the holdings'
-#: methods on the buffer object itself, so the holdings become a part the buffer has once the
-#: spill calls them there.  Not for emit's sake: reading the four holdings slots ``put`` reads
-#: through a second object costs about 13 instructions per call with one local alias (105
-#: without), against some 4,000 per ``emit`` (callgrind, docs/architecture.md).
-ONE_OBJECT = {"outbox._buffer._buffer.Buffer"}
-
-
 def test_no_library_class_with_its_bases_over_the_limit():
     paths = [path for path in sorted(ROOT.rglob("*.py")) if "tools" not in path.relative_to(ROOT).parts]
     sizes = classes_with_bases(paths)
-    assert sizes["outbox._buffer._buffer.Buffer"] > MAX_CLASS_LINES  # it followed a base class
-    found = {key: size for key, size in sizes.items() if size > MAX_CLASS_LINES and key not in ONE_OBJECT}
+    # It followed base classes, across modules: _TimedOutboxRun (4 lines) is also its bases
+    # _OutboxRun (_outbox.py) and TimedRun (_run/_run.py).
+    assert sizes["outbox._outbox._TimedOutboxRun"] > 200
+    found = {key: size for key, size in sizes.items() if size > MAX_CLASS_LINES}
     assert found == {}, found
 
 

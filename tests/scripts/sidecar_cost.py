@@ -66,7 +66,7 @@ def once() -> float:
     )
     slicer.on_handoff = intake.sample
     started = time.thread_time()
-    while buf.queue:
+    while buf.holdings.queue:
         backlog.add(intake.take(1000, 1 << 20, 1 << 20))
         lane = backlog.take_lane(0.0, 1000, 1 << 20)
         settled = backlog.settle(lane, [DELIVERED] * len(lane), 0.0, lambda *_: 0.0)

@@ -658,8 +658,8 @@ class Chaos:
         )
         buf = parts.buffer(outbox)
         with buf.lock:
-            held = len(buf.queue) + buf.in_flight
-            held_bytes = buf.queued_bytes + buf.in_flight_bytes
+            held = len(buf.holdings.queue) + buf.holdings.in_flight
+            held_bytes = buf.holdings.queued_bytes + buf.holdings.in_flight_bytes
         check(
             held <= self.settings["max_events"],
             f"{held} events held, max_events {self.settings['max_events']}",
@@ -679,7 +679,10 @@ class Chaos:
         for name, member in fanout.members.items() if fanout is not None else ():
             mbuf = member.buffer
             with mbuf.lock:
-                held, held_bytes = len(mbuf.queue) + mbuf.in_flight, mbuf.queued_bytes + mbuf.in_flight_bytes
+                held, held_bytes = (
+                    len(mbuf.holdings.queue) + mbuf.holdings.in_flight,
+                    mbuf.holdings.queued_bytes + mbuf.holdings.in_flight_bytes,
+                )
             check(held <= self.settings["max_events"], f"member {name} holds {held} events")
             check(held_bytes <= self.settings["max_bytes"], f"member {name} holds {held_bytes} bytes")
             msidecar = member.sidecar

@@ -19,12 +19,12 @@ def buffer(box: Outbox) -> Any:
 def held(box: Outbox) -> int:
     """The events the buffer holds: queued, and taken by the worker but not yet settled."""
     buf = box._buffer
-    return len(buf.queue) + buf.in_flight
+    return len(buf.holdings.queue) + buf.holdings.in_flight
 
 
 def in_window(box: Outbox) -> int:
     """With a spill: the events the buffer's memory window holds."""
-    return len(box._buffer.window.events)
+    return len(box._buffer.holdings.window.events)
 
 
 def sidecar(box: Outbox) -> Any:

@@ -117,7 +117,7 @@ def test_a_shed_retires_its_numbers_and_no_successor_hands_the_shed_events_on(tm
         assert buf.shed_locked(1) > 0  # the newest (n=4) is shed: its number (4) is retired
         assert buf.put_locked(run_event(n=40), 0)
         assert buf.put_locked(run_event(n=41), 0)
-        assert buf.next_seq == 7  # 0-3, the shed 4, then 5 and 6: no number given twice
+        assert buf.holdings.next_seq == 7  # 0-3, the shed 4, then 5 and 6: no number given twice
     spill.tick(buf, None, 1.0, force=True)
     # What a successor would hand on: n=4 is settled (dropped_full), the new ones have numbers
     # of their own.

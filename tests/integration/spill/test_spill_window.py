@@ -64,9 +64,9 @@ def held_in_memory(box: Outbox) -> tuple[int, int]:
     """(events, bytes) the buffer holds in memory: its queue, in flight, the overflow."""
     buf = parts.buffer(box)
     with buf.lock:
-        window = buf.window
-        events = len(buf.queue) + buf.in_flight + len(window.events)
-        return events, buf.held_bytes_locked() + window.bytes(buf.estimate)
+        window = buf.holdings.window
+        events = len(buf.holdings.queue) + buf.holdings.in_flight + len(window.events)
+        return events, buf.holdings.held_bytes_locked() + window.bytes(buf.holdings.estimate)
 
 
 @pytest.mark.slow
@@ -343,7 +343,7 @@ def test_events_queued_while_the_sidecar_writes_are_on_disk_before_the_overflow_
     slicer = _EmitAtHandOff(buf, [run_event(n=n) for n in range(3, 15)])
     spill.tick(buf, slicer, 0.0, force=True)
     with buf.lock:
-        assert (len(buf.queue), buf.beyond) == (10, 5)
+        assert (len(buf.holdings.queue), buf.holdings.beyond) == (10, 5)
     assert spill.close(buf)  # "every event held is on disk"
     on_disk = [(seq, orjson.loads(e.body)["n"]) for _, seq, e in waiting(tmp_path)]
     assert on_disk == [(n, n) for n in range(15)]
@@ -391,16 +391,16 @@ def test_a_stretch_waiting_for_byte_room_leaves_the_sidecar_idle_and_emit_within
         for n in range(32):
             assert box.emit(text(n))
         # All of it taken from the queue, held by the backend: the window's bytes are in flight.
-        assert wait_until(lambda: not buf.queue and buf.in_flight_bytes == 32 * held), (
-            len(buf.queue),
-            buf.in_flight_bytes,
+        assert wait_until(lambda: not buf.holdings.queue and buf.holdings.in_flight_bytes == 32 * held), (
+            len(buf.holdings.queue),
+            buf.holdings.in_flight_bytes,
         )
         for n in range(32, 52):
             assert box.emit(text(n))
         assert wait_until(lambda: box.stats().spill["stretch_events"] == 20), box.stats().spill
         # The window has room by count, not by bytes.
-        assert buf.in_flight < 50
-        assert not buf.queue
+        assert buf.holdings.in_flight < 50
+        assert not buf.holdings.queue
         # Emits are judged in the time the process ran (the chaos test's Pulse): beside load
         # it can be off the CPU for half a second in the middle of one.
         pulse = Pulse(slow_emit=float("inf"))
@@ -472,7 +472,10 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
 
         monkeypatch.setattr(Run, "read", failing_read)
         transport.gate.set()  # the queue and what is in flight are delivered: room to read back
-        assert wait_until(lambda: not buf.queue and not buf.in_flight and reads >= 1), (reads, len(buf.queue))
+        assert wait_until(lambda: not buf.holdings.queue and not buf.holdings.in_flight and reads >= 1), (
+            reads,
+            len(buf.holdings.queue),
+        )
         began, cpu = time.monotonic(), sidecar_cpu(box)
         time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
         used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began

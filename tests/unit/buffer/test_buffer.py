@@ -156,9 +156,9 @@ def _buffer(policy: Policy = Policy.DROP_OLDEST, **kw) -> Buffer:
 def _accounts_add_up(buf: Buffer) -> None:
     # Refused while closed by choice (after close, disabled) was never emitted into it.
     lost = sum(n for reason, n in buf.dropped.items() if reason not in (Reason.AFTER_CLOSE, Reason.DISABLED))
-    held = len(buf.queue) + buf.in_flight
+    held = len(buf.holdings.queue) + buf.holdings.in_flight
     assert buf.emitted == buf.delivered + lost + held, (buf.emitted, buf.delivered, buf.dropped, held)
-    assert buf.held_bytes_locked() <= buf.max_bytes
+    assert buf.holdings.held_bytes_locked() <= buf.holdings.max_bytes
 
 
 def test_put_counts_an_offer_once_however_often_a_blocked_emit_tries_again():
@@ -167,9 +167,9 @@ def test_put_counts_an_offer_once_however_often_a_blocked_emit_tries_again():
         assert buf.put_locked(b'{"a":1}', 7)
         assert not buf.put_locked(b'{"a":2}', 7)  # full: the caller applies the policy
         assert not buf.put_locked(b'{"a":2}', 7)  # the same emit, again: nothing counted yet
-        assert (buf.emitted, buf.accepted) == (1, 1)
+        assert (buf.emitted, buf.holdings.accepted) == (1, 1)
         buf.drop_offered_locked(Reason.DROPPED_FULL)  # it gives up: counted once
-        assert (buf.emitted, buf.accepted) == (2, 1)
+        assert (buf.emitted, buf.holdings.accepted) == (2, 1)
         _accounts_add_up(buf)
 
 
@@ -178,11 +178,20 @@ def test_taken_and_settled_events_leave_the_accounts_exact():
     with buf.lock:
         for _ in range(5):
             buf.put_locked(b"x" * 100, 100)
-        entries = buf.take_locked(3, 10_000)
-        assert (len(entries), buf.in_flight, buf.in_flight_bytes, len(buf.queue)) == (3, 3, 300, 2)
+        entries = buf.holdings.take_locked(3, 10_000)
+        assert (
+            len(entries),
+            buf.holdings.in_flight,
+            buf.holdings.in_flight_bytes,
+            len(buf.holdings.queue),
+        ) == (3, 3, 300, 2)
         buf.record_answer_locked(3, 0)
-        buf.settle_locked(3, 300, buf.head_seq)
-        assert (buf.in_flight, buf.in_flight_bytes, buf.held_bytes_locked()) == (0, 0, 200)
+        buf.settle_locked(3, 300, buf.holdings.head_seq)
+        assert (buf.holdings.in_flight, buf.holdings.in_flight_bytes, buf.holdings.held_bytes_locked()) == (
+            0,
+            0,
+            200,
+        )
         _accounts_add_up(buf)
 
 
@@ -191,10 +200,10 @@ def test_a_grown_estimate_reprices_every_queued_object_and_sheds_by_the_policy()
     with buf.lock:
         for _ in range(8):
             assert buf.put_locked({"eventType": "START"}, 0)  # objects: at the estimate
-        assert buf.held_bytes_locked() == 8 * buf.estimate
+        assert buf.holdings.held_bytes_locked() == 8 * buf.holdings.estimate
         buf.learn_locked(30_000)  # they weigh 30 KB each: 240 KB held for a 100 KB bound
-        assert buf.estimate == 30_000
-        assert len(buf.queue) == 3  # the oldest five shed (drop_oldest)
+        assert buf.holdings.estimate == 30_000
+        assert len(buf.holdings.queue) == 3  # the oldest five shed (drop_oldest)
         assert buf.dropped == {Reason.DROPPED_FULL: 5}
         _accounts_add_up(buf)
 
@@ -222,7 +231,7 @@ def test_flush_and_wake_requests_go_through_the_buffer():
         buf.ask_flush_locked(5)
         buf.ask_flush_locked(3)  # an earlier flush never lowers the target
         assert buf.flush_target == 5
-        buf.wake_at_locked(2, float("inf"))
+        buf.holdings.wake_at_locked(2, float("inf"))
         assert buf.put_locked(b"{}", 2) == 1
         assert buf.put_locked(b"{}", 2) == 2  # the second event wakes the worker
 
@@ -234,21 +243,25 @@ def test_the_spill_windows_changes_to_the_accounts_go_through_the_buffer():
     buf = _buffer(max_events=100, max_bytes=100_000)
     with buf.lock:
         buf.learn_locked(100)  # objects measured: the fast path is open
-        assert buf.object_room == 100
-        buf.set_room_locked(0, -1)  # overflowing: objects go the slow way, behind the overflow
-        assert buf.object_room <= 0
-        buf.went_beyond_locked(3)
-        assert (buf.accepted, buf.next_seq, len(buf.queue)) == (3, 3, 0)
-        assert buf.retire_beyond_locked(1, Reason.DROPPED_FULL) == 0  # the first is lost
+        assert buf.holdings.object_room == 100
+        buf.holdings.set_room_locked(0, -1)  # overflowing: objects go the slow way, behind the overflow
+        assert buf.holdings.object_room <= 0
+        buf.holdings.went_beyond_locked(3)
+        assert (buf.holdings.accepted, buf.holdings.next_seq, len(buf.holdings.queue)) == (3, 3, 0)
+        assert buf.holdings.retire_beyond_locked(1, Reason.DROPPED_FULL) == 0  # the first is lost
         buf.count_locked(Reason.DROPPED_FULL)
-        assert (buf.beyond, buf.next_seq, buf.dropped) == (2, 3, {"dropped_full": 1})
-        buf.rejoin_locked([b'{"a":1}', {"eventType": "START"}], [7, 0])  # a text, an object
-        assert (buf.beyond, buf.accepted, list(buf.sizes)) == (0, 3, [7, 0])
-        assert [buf.numbers.seq_at(i) for i in range(2)] == [1, 2]  # number 0 is not given again
-        assert (buf.exact_count, buf.estimated, buf.queued_bytes) == (1, 1, 7 + 100)
-        assert buf.object_room <= 0  # recomputed, still within the room set
-        buf.set_room_locked(50, 50_000)
-        assert buf.object_room == 50  # by count: 50 may be held, 2 are queued, none in flight
+        assert (buf.holdings.beyond, buf.holdings.next_seq, buf.dropped) == (2, 3, {"dropped_full": 1})
+        buf.holdings.rejoin_locked([b'{"a":1}', {"eventType": "START"}], [7, 0])  # a text, an object
+        assert (buf.holdings.beyond, buf.holdings.accepted, list(buf.holdings.sizes)) == (0, 3, [7, 0])
+        assert [buf.holdings.numbers.seq_at(i) for i in range(2)] == [1, 2]  # number 0 is not given again
+        assert (buf.holdings.exact_count, buf.holdings.estimated, buf.holdings.queued_bytes) == (
+            1,
+            1,
+            7 + 100,
+        )
+        assert buf.holdings.object_room <= 0  # recomputed, still within the room set
+        buf.holdings.set_room_locked(50, 50_000)
+        assert buf.holdings.object_room == 50  # by count: 50 may be held, 2 are queued, none in flight
         _accounts_add_up(buf)
 
 
@@ -262,11 +275,11 @@ def test_what_a_refusal_counts_as_who_measures_and_who_waits_are_the_buffers_to_
         assert buf.full_reason == Reason.DROPPED_SPILL_FULL
         buf.spill_full_locked(False)
         assert buf.full_reason == Reason.DROPPED_FULL
-        assert not buf.claim_measure_here_locked()  # nobody asked
+        assert not buf.holdings.claim_measure_here_locked()  # nobody asked
         for _ in range(MEASURE_HERE_AFTER):
             buf.put_locked({"eventType": "START"}, 0)  # objects the sidecar has not measured
-        assert buf.claim_measure_here_locked()  # the emitter measures one ...
-        assert not buf.claim_measure_here_locked()  # ... once
+        assert buf.holdings.claim_measure_here_locked()  # the emitter measures one ...
+        assert not buf.holdings.claim_measure_here_locked()  # ... once
         buf.count_locked(Reason.DROPPED_SHUTDOWN, 5)
         buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, 2)
         assert buf.dropped == {Reason.DROPPED_SHUTDOWN: 3, Reason.WORKER_STOPPED: 2}
@@ -294,26 +307,28 @@ def test_an_object_past_the_sidecars_last_look_asks_its_emitter_to_measure(full)
 
     buf = _buffer(max_events=10 if full else 10_000, max_bytes=10**9)
     with buf.lock:
-        buf.reestimate_locked(500)  # the first measure: a look, from the next number on
-        buf.wake_at_locked(_INF, _INF)  # no batch due: the worker woken only to look
-        assert buf.look_end == UNLOOKED_MOST
+        buf.holdings.reestimate_locked(500)  # the first measure: a look, from the next number on
+        buf.holdings.wake_at_locked(_INF, _INF)  # no batch due: the worker woken only to look
+        assert buf.holdings.look_end == UNLOOKED_MOST
     answers = [buf.put({}, 0) for _ in range(UNLOOKED_MOST)]
     if full:  # (the queue's length stays: the worker looks on its own, every 10 ms)
         assert set(answers) == {Admission.ACCEPTED}
     else:  # woken once, when three quarters of UNLOOKED_MOST are used
         assert answers.count(Admission.WAKE) == 1
         assert answers.index(Admission.WAKE) == UNLOOKED_MOST * 3 // 4 - 1
-    assert buf.measure_here is Measure.SIDECAR
+    assert buf.holdings.measure_here is Measure.SIDECAR
     assert buf.put({}, 0) == Admission.WAKE  # number UNLOOKED_MOST: past the look
-    assert buf.measure_here is Measure.DUE
+    assert buf.holdings.measure_here is Measure.DUE
     assert buf.put({}, 0) == Admission.ACCEPTED  # asked once
     with buf.lock:
-        assert buf.claim_measure_here_locked()
-        assert not buf.claim_measure_here_locked()
-        buf.looked_locked(buf.next_seq)  # the emitter's measure (or the sidecar's) is a look
-        assert buf.measure_here is Measure.SIDECAR
+        assert buf.holdings.claim_measure_here_locked()
+        assert not buf.holdings.claim_measure_here_locked()
+        buf.holdings.looked_locked(
+            buf.holdings.next_seq
+        )  # the emitter's measure (or the sidecar's) is a look
+        assert buf.holdings.measure_here is Measure.SIDECAR
     assert buf.put({}, 0) == Admission.ACCEPTED
-    assert len(buf.queue) == (10 if full else UNLOOKED_MOST + 3)
+    assert len(buf.holdings.queue) == (10 if full else UNLOOKED_MOST + 3)
     assert buf.dropped.get(Reason.DROPPED_FULL, 0) == (UNLOOKED_MOST + 3 - 10 if full else 0)
     _accounts_add_up(buf)
 
@@ -375,20 +390,23 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
     lowered = False
     for op, arg in ops:
         with buf.lock:
-            queued = len(buf.queue)
-            fits = buf.has_room_locked(0)
+            queued = len(buf.holdings.queue)
+            fits = buf.holdings.has_room_locked(0)
             # The fast path never takes an object that does not fit (after a recompute its
             # number is exact; text lowers it conservatively in between).
-            if queued < buf.object_room:
-                assert fits, (queued, buf.object_room)
-            text_fits = buf.has_room_locked(arg) if op == "text" else False
-            price = arg if op == "text" else buf.estimate
+            if queued < buf.holdings.object_room:
+                assert fits, (queued, buf.holdings.object_room)
+            text_fits = buf.holdings.has_room_locked(arg) if op == "text" else False
+            price = arg if op == "text" else buf.holdings.estimate
             # The worker's byte threshold is of queued bytes (a batch to take), in flight apart.
-            woken = queued + 1 >= buf.wake_at_events or buf.queued_bytes + price >= buf.wake_at_bytes
-            refusing = buf.closed
+            woken = (
+                queued + 1 >= buf.holdings.wake_at_events
+                or buf.holdings.queued_bytes + price >= buf.holdings.wake_at_bytes
+            )
+            refusing = buf.holdings.closed
         if op == "object":
             result = buf.put({"eventType": "START"}, 0)
-            if buf.measured and not refusing and fits:  # accepted as the full check would
+            if buf.holdings.measured and not refusing and fits:  # accepted as the full check would
                 assert result in ((2,) if woken else (1, 2) if lowered else (1,))
             lowered = lowered and result == 1
         elif op == "text":
@@ -404,7 +422,7 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
             # taken as a recompute by the model, and the object after it woke early).
             with buf.lock:
                 if op == "take":
-                    took = buf.take_locked(arg, 4_000)
+                    took = buf.holdings.take_locked(arg, 4_000)
                     taken += took
                     lowered = lowered and not took
                 elif op == "settle" and taken:
@@ -416,16 +434,16 @@ def test_the_fast_path_accepts_refuses_and_wakes_exactly_as_the_full_check(ops, 
                     buf.learn_locked(arg)
                     lowered = False
                 elif op == "wake_at":
-                    buf.wake_at_locked(arg, 1_000 * arg)
+                    buf.holdings.wake_at_locked(arg, 1_000 * arg)
                     lowered = False
-                elif op == "replace" and buf.queue and buf.sizes[0] == 0:
-                    buf.replace_locked(0, SerializedEvent(b"y" * arg, None, None))
+                elif op == "replace" and buf.holdings.queue and buf.holdings.sizes[0] == 0:
+                    buf.holdings.replace_locked(0, SerializedEvent(b"y" * arg, None, None))
                     lowered = False
                 elif op == "close":
                     buf.close_locked()  # (objects take the full check from now on)
         with buf.lock:
             _accounts_add_up(buf)
-            assert len(buf.queue) + buf.in_flight <= buf.max_events
+            assert len(buf.holdings.queue) + buf.holdings.in_flight <= buf.holdings.max_events
 
 
 def test_text_lowers_what_objects_may_take_and_wakes_on_time():
@@ -436,16 +454,16 @@ def test_text_lowers_what_objects_may_take_and_wakes_on_time():
     accepted = sum(bool(buf.put({"eventType": "START"}, 0)) for _ in range(10))
     with buf.lock:
         assert accepted == 4  # 5,500 + 4 x 1,000 <= 10,000 < 5,500 + 5 x 1,000
-        assert buf.held_bytes_locked() == 9_500
+        assert buf.holdings.held_bytes_locked() == 9_500
         _accounts_add_up(buf)
 
     buf = _buffer(max_events=100, max_bytes=10_000)
     with buf.lock:
-        buf.wake_at_locked(2, float("inf"))
+        buf.holdings.wake_at_locked(2, float("inf"))
     assert buf.put(b"{}", 2) == 1
     assert buf.put(b"{}", 2) == 2  # the second event wakes the worker
     with buf.lock:
-        buf.wake_at_locked(float("inf"), 10)
+        buf.holdings.wake_at_locked(float("inf"), 10)
     assert buf.put(b"12345", 5) == 1  # 9 bytes queued
     assert buf.put(b"1", 1) == 2  # 10: the worker is woken
 
@@ -462,8 +480,8 @@ def test_a_batch_of_queued_bytes_wakes_the_worker_whatever_is_in_flight(kind):
         buf.learn_locked(500)  # objects weigh 500 bytes
         for _ in range(200):
             buf.put_locked(b"x" * 500, 500)
-        buf.take_locked(200, 10**9)  # 100 KB in flight
-        buf.wake_at_locked(100, 20_000)  # a batch: 100 events, or 20 KB queued
+        buf.holdings.take_locked(200, 10**9)  # 100 KB in flight
+        buf.holdings.wake_at_locked(100, 20_000)  # a batch: 100 events, or 20 KB queued
     if kind == "objects":
         results = [buf.put({"eventType": "START"}, 0) for _ in range(60)]
     else:
@@ -482,14 +500,14 @@ def test_a_buffer_full_of_events_in_flight_refuses_an_object_without_raising(pol
 
     buf = Buffer(max_events=4, max_bytes=1 << 20, policy=BufferPolicy(policy), block_timeout=0.1)
     with buf.lock:
-        buf.reestimate_locked(100)
+        buf.holdings.reestimate_locked(100)
     for n in range(4):
         assert buf.put({"n": n}, 0)
     with buf.lock:
-        assert len(buf.take_locked(4, 1 << 20)) == 4
+        assert len(buf.holdings.take_locked(4, 1 << 20)) == 4
     for n in range(3):
         assert buf.put({"n": 4 + n}, 0) == 0
     assert buf.dropped == {"dropped_full": 3}
     assert buf.refused == 3
-    assert len(buf.queue) == 0
-    assert buf.in_flight == 4
+    assert len(buf.holdings.queue) == 0
+    assert buf.holdings.in_flight == 4

@@ -124,7 +124,7 @@ def _looked(outbox: Outbox, ahead: int = UNLOOKED_MOST - 128) -> bool:
     sidecar has looked at the newest objects recently (it does every 10 ms while they come)."""
     buf = parts.buffer(outbox)
     with buf.lock:
-        return buf.look_end - buf.next_seq >= ahead
+        return buf.holdings.look_end - buf.holdings.next_seq >= ahead
 
 
 def _paced(outbox: Outbox, events: list[Any], emit: Any = None) -> tuple[list[Any], CallRecorder]:
@@ -295,10 +295,10 @@ def test_a_burst_of_large_objects_before_the_sidecar_measures_is_measured_by_the
     assert stats.queued_bytes <= max_bytes, stats
     assert stats.queued_events <= max_bytes // size + 1, stats
     assert stats.dropped["dropped_full"] >= 300 - max_bytes // size - 1, stats
-    assert parts.buffer(outbox).estimate >= size * 0.99
+    assert parts.buffer(outbox).holdings.estimate >= size * 0.99
     assert calls.modules.get("outbox._run._serde", 0) >= 1  # measured here...
     assert calls.modules["namedtuple_SerializedEvent"] == 1  # ... once (one object serialized)
-    assert parts.buffer(outbox).measure_here is Measure.SIDECAR  # (and done)
+    assert parts.buffer(outbox).holdings.measure_here is Measure.SIDECAR  # (and done)
     transport.release.set()
     report = outbox.close(10)
     assert not report.timed_out
@@ -319,7 +319,7 @@ def test_objects_that_grow_while_the_sidecar_cannot_run_stay_within_the_bound_by
     outbox = Outbox(transport, max_bytes=max_bytes, policy=policy, linger=0, close_at_exit=False)
     assert outbox.emit(run_event())  # a small object: the sidecar measures it, then sends it
     assert transport.entered.wait(10)  # and its loop is stuck from here on
-    small = parts.buffer(outbox).estimate
+    small = parts.buffer(outbox).holdings.estimate
     events = _large_events(3_000)
     size = len(orjson.dumps(events[-1]))
     with CallRecorder() as calls:
@@ -327,7 +327,7 @@ def test_objects_that_grow_while_the_sidecar_cannot_run_stay_within_the_bound_by
             outbox.emit(event)
     stats = outbox.stats()
     assert small < 1_000
-    assert parts.buffer(outbox).estimate >= size * 0.99, stats
+    assert parts.buffer(outbox).holdings.estimate >= size * 0.99, stats
     assert stats.queued_events <= max_bytes // size + UNLOOKED_MOST, stats  # (3,000 before)
     assert stats.dropped["dropped_full"] >= 3_000 - max_bytes // size - UNLOOKED_MOST, stats
     assert 1 <= calls.modules["namedtuple_SerializedEvent"] <= 3_000 // UNLOOKED_MOST + 1, calls.modules
@@ -344,12 +344,12 @@ def test_a_sidecar_that_runs_measures_the_first_object_itself():
     outbox, transport = _stuck()
     outbox.emit(run_event())
     assert transport.send_started.wait(10)
-    assert wait_until(lambda: parts.buffer(outbox).measured, 10)
+    assert wait_until(lambda: parts.buffer(outbox).holdings.measured, 10)
     with CallRecorder() as calls:
         for i in range(3 * MEASURE_HERE_AFTER):
             outbox.emit(run_event(n=i))
     assert calls.serializing() == {}, calls.modules
-    assert parts.buffer(outbox).measure_here is Measure.SIDECAR
+    assert parts.buffer(outbox).holdings.measure_here is Measure.SIDECAR
     outbox.close(0.1)
 
 
@@ -407,6 +407,7 @@ class _Buffer:
         self.emitted = 0
         self.queue: list[Any] = []
         self.in_flight = 0
+        self.holdings = self  # (the queue and in_flight are the holdings')
 
 
 class _Clock:
@@ -483,7 +484,7 @@ def test_slices_grow_while_the_sidecar_is_behind_a_handler_that_computes():
     buffer, clock = _Buffer(), _SlowClock(late=5e-3)
     slicer = _slicer(buffer, clock, behind_above=10)
     buffer.emitted = 1
-    buffer.queue = [None] * 50
+    buffer.holdings.queue = [None] * 50
     budgets = []
     slicer.begin()
     for _ in range(12):
@@ -494,13 +495,13 @@ def test_slices_grow_while_the_sidecar_is_behind_a_handler_that_computes():
     assert budgets[0] == 2 * SLICE
     assert budgets[-1] == LONGEST_SLICE
     assert all(b <= LONGEST_SLICE for b in budgets)
-    buffer.queue = []  # caught up
+    buffer.holdings.queue = []  # caught up
     for _ in range(12):
         buffer.emitted += 1  # handlers still emit
         clock.now += slicer.budget * 1.01
         slicer.checkpoint()
     assert slicer.budget == SLICE
-    buffer.queue = [None] * 50  # behind again, then the handlers stop: short slices again
+    buffer.holdings.queue = [None] * 50  # behind again, then the handlers stop: short slices again
     for _ in range(4):
         buffer.emitted += 1
         clock.now += slicer.budget * 1.01
@@ -519,7 +520,7 @@ def test_slices_grow_while_a_batch_in_hand_waits_behind_a_handler_that_computes(
     buffer, clock = _Buffer(), _SlowClock(late=5e-3)
     slicer = _slicer(buffer, clock, behind_above=10)
     buffer.emitted = 1
-    buffer.queue, buffer.in_flight = [None] * 3, 40
+    buffer.holdings.queue, buffer.holdings.in_flight = [None] * 3, 40
     slicer.begin()
     for _ in range(12):
         buffer.emitted += 1
@@ -527,7 +528,7 @@ def test_slices_grow_while_a_batch_in_hand_waits_behind_a_handler_that_computes(
         slicer.checkpoint()
     assert slicer.budget == LONGEST_SLICE
     assert slicer.contended  # (the worker then gives a new request no wait on the wire)
-    buffer.in_flight = 0
+    buffer.holdings.in_flight = 0
     for _ in range(12):
         buffer.emitted += 1
         clock.now += slicer.budget * 1.01
@@ -544,7 +545,7 @@ def test_no_growth_when_hand_offs_come_back_at_once():
     buffer, clock = _Buffer(), _Clock()
     slicer = _slicer(buffer, clock, behind_above=10)
     buffer.emitted = 1
-    buffer.queue = [None] * 50
+    buffer.holdings.queue = [None] * 50
     slicer.begin()
     for _ in range(10):
         buffer.emitted += 1
@@ -625,7 +626,7 @@ def _in_an_outage(policy: str, backlog: int) -> tuple[Outbox, Any]:
     fill = backlog - 1_000 if policy == "block" else backlog + 10
     for _ in range(fill):
         outbox.emit(event)
-    assert wait_until(lambda: parts.buffer(outbox).measured)
+    assert wait_until(lambda: parts.buffer(outbox).holdings.measured)
     return outbox, event
 
 
@@ -640,7 +641,7 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
         assert wait_until(functools.partial(_looked, outbox, 600))  # (500 emits: no emitter measures)
         buf = parts.buffer(outbox)
         with buf.lock:
-            held = len(buf.queue) + buf.in_flight
+            held = len(buf.holdings.queue) + buf.holdings.in_flight
         assert held >= backlog - 1_000
         before = outbox.stats().dropped.get("dropped_full", 0)
         with FunctionRecorder() as recorder:
@@ -650,8 +651,8 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
         slow.pop("outbox._outbox.emit")
         slow.pop("outbox._buffer._buffer.put")
         # (a queued event the sidecar sampled, now evicted at its exact size: the room recomputed)
-        assert slow.get("outbox._buffer._holdings._recompute_locked", 0) <= 8, slow
-        slow.pop("outbox._buffer._holdings._recompute_locked", None)
+        assert slow.get("outbox._buffer._holdings.recompute_locked", 0) <= 8, slow
+        slow.pop("outbox._buffer._holdings.recompute_locked", None)
         assert slow.pop("outbox._buffer._numbering.end", 0) <= 8, slow  # (the recompute's)
         assert slow == {}, slow  # nothing else: no slow path, no wake-up of the sidecar
         calls[backlog] = recorder.events
@@ -670,7 +671,7 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     job = LineageJob("tests", "job")
     with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):  # (the first object: measured)
         pass
-    assert wait_until(lambda: parts.buffer(outbox).measured)
+    assert wait_until(lambda: parts.buffer(outbox).holdings.measured)
     spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 64, 1, is_remote=False)) for i in range(200)]
     contexts = [trace.set_span_in_context(span) for span in spans]
     tokens = [None]
@@ -688,7 +689,7 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     assert "outbox._run._run.__init__" not in ours
     assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
     with parts.buffer(outbox).lock:
-        queued = list(parts.buffer(outbox).queue)[-2:]
+        queued = list(parts.buffer(outbox).holdings.queue)[-2:]
     assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
     assert [record[1] for record in queued] == ["START", "COMPLETE"]
     outbox.close(0.1)
@@ -713,7 +714,7 @@ def test_a_run_keeps_two_gc_tracked_objects_its_two_records():
             pass
         context.detach(token)
     with parts.buffer(outbox).lock:
-        start, complete = list(parts.buffer(outbox).queue)[-2:]
+        start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
     kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
     per_run = [o for o in kept.values() if gc.is_tracked(o) and o is not job]
     assert len(per_run) == 2, per_run
@@ -723,7 +724,7 @@ def test_a_run_keeps_two_gc_tracked_objects_its_two_records():
     with outbox.run(job, inputs=[s3_dataset("bucket", "key", table=table)]):
         pass
     with parts.buffer(outbox).lock:
-        start, complete = list(parts.buffer(outbox).queue)[-2:]
+        start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
     kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
     assert len([o for o in kept.values() if gc.is_tracked(o) and o is not job]) == 3
     assert start[4] is complete[4] == s3_dataset("bucket", "key", table=table)

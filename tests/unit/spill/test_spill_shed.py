@@ -59,7 +59,7 @@ def test_events_queued_between_a_shed_and_the_take_get_new_numbers_and_are_writt
     fresh = [20, 30]  # an emitter gets in before the take
     for n in fresh:
         assert buf.put(text(n), len(text(n)))
-    assert buf.next_seq == 6 + len(fresh)  # (the shed ones' numbers are not given again)
+    assert buf.holdings.next_seq == 6 + len(fresh)  # (the shed ones' numbers are not given again)
     items = intake.take(100, 10**7, 10**7)
     assert [item.seq for item in items][: len(kept)] == list(range(len(kept)))
     spill.cover(buf, items)

@@ -68,7 +68,7 @@ def test_a_shed_of_events_on_disk_is_settled_in_the_room_kept_for_settlements(tm
     assert spill.stats()["written"] == 6
     shed = buf.dropped.get("dropped_full", 0)
     assert 0 < shed < 5, buf.dropped
-    kept = [orjson.loads(event.body)["n"] for event in buf.queue]
+    kept = [orjson.loads(event.body)["n"] for event in buf.holdings.queue]
     on_disk = spill.close(buf)  # counted spilled_at_close by the outbox, the rest lost
     assert not spill.disk.unsettled  # written
     # Before the log: [0, 1, 2, 3, 4, 5] handed on, the shed ones counted dropped_full too.
@@ -104,7 +104,7 @@ def test_drop_oldest_evicting_written_events_behind_one_in_flight_settles_them(t
         assert buf.put(text(n), len(text(n)))
     spill.tick(buf, None, 0.0, force=True)
     with buf.lock:
-        assert [seq for seq, _, _ in buf.take_locked(2, 10**7)] == [0, 1]
+        assert [seq for seq, _, _ in buf.holdings.take_locked(2, 10**7)] == [0, 1]
     for n in range(3, 7):
         assert buf.put(text(n), len(text(n)))
     assert not buf.put(text(7), len(text(7)))

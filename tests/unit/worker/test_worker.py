@@ -465,10 +465,10 @@ class TakesAheadWhileOnTheWire:
             assert self.outbox is not None
             buf = parts.buffer(self.outbox)
             for _ in range(500):
-                if buf.in_flight > len(batch):
+                if buf.holdings.in_flight > len(batch):
                     break
                 await asyncio.sleep(0.01)
-            self.took_ahead = buf.in_flight > len(batch)
+            self.took_ahead = buf.holdings.in_flight > len(batch)
         return [DELIVERED] * len(batch)
 
     async def aclose(self):
