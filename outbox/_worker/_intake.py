@@ -62,7 +62,7 @@ def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float
     for ``budget`` seconds at most), then put each in its place at its exact size, if it is
     still queued (``Buffer.serialized_in_place_locked``).  An event that cannot be serialized
     is left as it is: taking it counts it as ``invalid_event``.  Either is a look at the newest
-    objects queued before number ``end`` (``Buffer.looked_locked``).  The one way queued events
+    objects queued before number ``end`` (``Holdings.looked_locked``).  The one way queued events
     are serialized in place: an emitter's measure, the intake's sampling."""
     done: list[tuple[int, Any, SerializedEvent]] = []
     started = time.perf_counter()
