@@ -200,11 +200,21 @@ class Buffer(Holdings):
         them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
         events in place: the intake's sampling, an emitter's measure, the spill.  Returns how
         many took their place."""
-        numbers, queue, sizes = self.numbers, self.queue, self.sizes
+        numbers, queue, sizes, window = self.numbers, self.queue, self.sizes, self.window
         placed = objects = total = 0
         for seq, event, ser in done:
             index = numbers.index_of(seq, len(queue))
-            if index is None or queue[index] is not event:
+            if index is None:
+                if window is None:
+                    continue
+                # (beyond the queue: in the spill's overflow, if still there as it was)
+                size = window.replace(self.next_seq - window.held(), seq, event, ser)
+                if size:
+                    placed += 1
+                    objects += 1
+                    total += size
+                continue
+            if queue[index] is not event:
                 continue
             was_object = not sizes[index]
             size = self.replace_locked(index, ser)
@@ -215,6 +225,28 @@ class Buffer(Holdings):
         if objects:
             self.learn_locked(total // objects)
         return placed
+
+    def unmeasured_locked(self) -> int:
+        """Objects held in memory at the estimate: queued, or in the spill's overflow."""
+        window = self.window
+        return self.estimated + (window.unmeasured() if window is not None else 0)
+
+    def newest_objects_locked(self, most: int, span: int) -> list[tuple[int, Any]]:
+        """``(number, object)`` of the newest objects held at the estimate, newest first: at
+        most ``most`` among the last ``span`` events of the spill's overflow (the newest
+        events, while it holds any) and of the queue.  What a look measures."""
+        window = self.window
+        picked: list[tuple[int, Any]] = []
+        if window is not None and window.held():
+            picked = window.newest_objects(self.next_seq - window.held(), most, span)
+        queue, sizes, seq_at = self.queue, self.sizes, self.numbers.seq_at
+        index = len(queue) - 1
+        stop = max(-1, index - span)
+        while index > stop and len(picked) < most:
+            if not sizes[index]:
+                picked.append((seq_at(index), queue[index]))
+            index -= 1
+        return picked
 
     def looked_locked(self, end: int) -> None:
         """The sidecar (or an emitter) has measured the newest objects queued before number

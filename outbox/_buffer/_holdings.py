@@ -107,6 +107,20 @@ class Overflow(Protocol):
     def restore(self, buf: Any) -> None:
         """Set the fast paths' bounds (``set_room_locked``) for its state."""
 
+    def held(self) -> int:
+        """Events it holds in memory (the newest accepted: numbered up to ``next_seq``)."""
+
+    def unmeasured(self) -> int:
+        """Objects it holds in memory at the estimate (not serialized yet)."""
+
+    def newest_objects(self, start: int, most: int, span: int) -> list[tuple[int, Any]]:
+        """``(number, object)`` of its newest objects held at the estimate, newest first: at
+        most ``most`` among its last ``span`` events (numbered from ``start``)."""
+
+    def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
+        """Put ``ser`` in the place of ``event``, number ``seq``, if it is still held there
+        (numbered from ``start``): returns its exact size, or 0."""
+
 
 def is_exact(event: Any) -> bool:
     """Whether an event's size is known exactly (text, or serialized by the sidecar), rather

@@ -37,7 +37,8 @@ DeadRecord = tuple[str, str, bytes | None, Any]
 
 
 def measure_here(buf: Buffer) -> None:
-    """Measure the newest queued object on the emitter's thread (``buf.measure_here`` is due:
+    """Measure the newest object held (queued, or in the spill's overflow) on the emitter's
+    thread (``buf.measure_here`` is due:
     an object queued ``UNLOOKED_MOST`` events past the sidecar's last look, which it could not
     take; see ``_buffer._holdings``): serialized outside the lock, put in its place at its
     exact size, the estimate learnt from it and the byte bound enforced.  A sidecar that
@@ -47,14 +48,11 @@ def measure_here(buf: Buffer) -> None:
         if not buf.claim_measure_here_locked():
             return
         end = buf.next_seq
-        sizes = buf.sizes
-        index = len(sizes) - 1
-        while index >= 0 and sizes[index]:
-            index -= 1
-        if index < 0:
+        newest = buf.newest_objects_locked(1, end)
+        if not newest:
             buf.looked_locked(end)
             return
-        seq, event = buf.numbers.seq_at(index), buf.queue[index]
+        ((seq, event),) = newest
     done = []
     with contextlib.suppress(Exception):  # (left as it is: taking it counts it as invalid_event)
         done.append((seq, event, serialize(event)))
@@ -162,7 +160,7 @@ class Intake:
         behind = buf.next_seq >= buf.look_end - UNLOOKED_MOST // 2
         if not (fresh or behind) and (
             (buf.measured and now < self._sampled_at + SAMPLE_INTERVAL)
-            or not buf.estimated
+            or not buf.unmeasured_locked()
             or buf.next_seq - 1 == self._sampled_seq
         ):
             # Read without the lock first: the slices call this between events, mostly for
@@ -171,22 +169,16 @@ class Intake:
         picked: list[tuple[int, Any]] = []
         with buf.lock:
             end = buf.next_seq
-            if not buf.estimated:
+            if not buf.unmeasured_locked():
                 buf.looked_locked(end)  # nothing waits unmeasured
                 return
             if buf.measured and not (fresh or behind) and now < self._sampled_at + SAMPLE_INTERVAL:
                 return
-            queue, sizes = buf.queue, buf.sizes
             newest = end - 1
             if newest == self._sampled_seq:
                 return
             self._sampled_at, self._sampled_seq = now, newest
-            index = len(queue) - 1
-            stop = max(-1, index - SAMPLE_SPAN)
-            while index > stop and len(picked) < SAMPLE_MOST:
-                if not sizes[index]:
-                    picked.append((buf.numbers.seq_at(index), queue[index]))
-                index -= 1
+            picked = buf.newest_objects_locked(SAMPLE_MOST, SAMPLE_SPAN)
         # In one stretch, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.

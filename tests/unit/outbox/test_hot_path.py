@@ -794,3 +794,36 @@ def test_every_turn_of_the_sidecars_loop_is_in_its_slice():
         assert clock.sleeps == [HANDOFF]
     finally:
         selector.close()
+
+
+def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_stay_bounded(tmp_path):
+    """With a spill, once the queue's window is full (here of text) every object goes to the
+    overflow, in memory until the sidecar writes it: the newest objects are there, not in the
+    queue.  The emitter measures the newest object *held*, so objects that grow there while the
+    sidecar cannot run hold beyond max_bytes UNLOOKED_MOST of them at most (before: all 3,000
+    of 100 KB, 290 MiB, in the overflow of a buffer of 8 MiB, priced at the small estimate)."""
+    transport = _LoopBlockingTransport()
+    max_bytes = 8 * 1024 * 1024
+    outbox = Outbox(transport, max_bytes=max_bytes, linger=0, spill_dir=tmp_path, close_at_exit=False)
+    assert outbox.emit(run_event())  # a small object: the sidecar measures it, then sends it
+    assert transport.entered.wait(10)  # and its loop is stuck from here on
+    buf = parts.buffer(outbox)
+    text = orjson.dumps({"eventType": "START", "x": "y" * 100_000}).decode()
+    while not buf.window.active:  # the queue's window full of text: what follows overflows
+        assert outbox.emit(text)
+    pad = "x" * 100_000
+    events = []
+    for i in range(3_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        events.append(event)
+    size = len(orjson.dumps(events[-1]))
+    for event in events:
+        outbox.emit(event)
+    held_objects = [e for e in [*buf.queue, *buf.window.events] if isinstance(e, dict)]
+    assert len(held_objects) <= max_bytes // size + UNLOOKED_MOST, outbox.stats()  # (3,000 before)
+    assert buf.estimate >= size * 0.99, outbox.stats()
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered + sum(report.undelivered.values()) == report.emitted, report
