@@ -43,7 +43,11 @@ def measure_here(buf: Buffer) -> None:
     take; see ``_buffer._holdings``): serialized outside the lock, put in its place at its
     exact size, the estimate learnt from it and the byte bound enforced.  A sidecar that
     looked meanwhile makes this a no-op; an event that cannot be serialized is left for the
-    sidecar to count."""
+    sidecar to count.  Not re-entrantly (a signal handler's emit on a thread interrupted inside
+    the outbox, its lock held and the accounts half-changed): the emitter that made the measure
+    due makes it, once that thread goes on."""
+    if buf.owned():
+        return
     with buf.lock:
         if not buf.claim_measure_here_locked():
             return

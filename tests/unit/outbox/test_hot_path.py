@@ -23,6 +23,7 @@ from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER, UNLOOKED_
 from outbox._buffer._holdings import Measure
 from outbox._run._serde import serialize, weight
 from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+from outbox._worker._intake import measure_here
 
 from support import parts
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -827,3 +828,36 @@ def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_s
     report = outbox.close(10)
     assert not report.timed_out
     assert report.delivered + sum(report.undelivered.values()) == report.emitted, report
+
+
+def test_a_re_entrant_emit_leaves_a_due_measure_to_the_next_emitter():
+    """A signal handler that emits on a thread interrupted inside the outbox (its lock held,
+    the accounts half-changed) parks the event in the side queue and touches nothing else:
+    not even the measure another emitter left due (its ``put`` returned, its measure not yet
+    claimed).  Before, the re-entrant emit measured under the lock it re-entered: serialized
+    on the signal's way, re-priced the queue and could shed under the interrupted code."""
+    transport = _LoopBlockingTransport()
+    outbox = Outbox(transport, max_bytes=8 * 1024 * 1024, linger=0, close_at_exit=False)
+    assert outbox.emit(run_event())  # measured by the sidecar, then its loop is stuck
+    assert transport.entered.wait(10)
+    buf = parts.buffer(outbox)
+    n = 0
+    while buf.measure_here is not Measure.DUE:  # another thread's emit, between put and measure
+        assert buf.put(run_event(n=n), 0)
+        n += 1
+    with buf.lock:  # the interrupted thread's hold
+        queue, sizes, estimate = list(buf.queue), list(buf.sizes), buf.estimate
+        with CallRecorder() as calls:
+            assert outbox.emit(run_event(n=n))  # the signal handler's
+        assert calls.serializing() == {}, calls.modules
+        assert list(buf.queue) == queue
+        assert list(buf.sizes) == sizes
+        assert buf.estimate == estimate
+        assert buf.measure_here is Measure.DUE
+    measure_here(buf)  # the emitter that made it due measures, once the lock is free
+    assert buf.measure_here is Measure.SIDECAR
+    assert buf.exact_count == 1  # (the newest object, measured in its place)
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered == report.emitted, report
