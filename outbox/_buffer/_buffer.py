@@ -257,6 +257,7 @@ class Buffer(Holdings):
         if end > self.look_end:
             self.look_end = end
             self._recompute_locked()
+            self.progress.notify_all()  # (an emitter under block waits at twice the budget)
 
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
@@ -393,6 +394,11 @@ class Buffer(Holdings):
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
+        if not nbytes and self.next_seq >= self.look_end + UNLOOKED_MOST:
+            # Twice ``UNLOOKED_MOST`` past the last look: an emitter measures (outside the lock:
+            # a large object takes a while) and other threads' objects have queued meanwhile.
+            # No more until the look: evicting the oldest would not bound the unmeasured.
+            return REFUSED
         window = self.window
         if window is None:
             result = self.queue_locked(event, nbytes)

@@ -48,7 +48,9 @@ FIRST_ESTIMATE = 4096
 #: none waits unmeasured) before the emitter of the next object measures the newest itself
 #: (``Measure``): what keeps ``max_bytes`` when objects grow while the sidecar cannot run (a
 #: starved thread measures nothing, and objects are priced at what it last saw).  So objects
-#: hold beyond ``max_bytes`` at most this many of them, whatever they weigh.  The sidecar looks
+#: hold beyond ``max_bytes`` at most this many of them, whatever they weigh (twice as many with
+#: several emitting threads: while one measures, the others' objects are refused from twice
+#: this many past the look, ``Buffer.put_locked``).  The sidecar looks
 #: at every batch it takes and every 10 ms while objects wait (at once when it runs with half of
 #: these used), and is woken to look when three quarters are used if no batch is due before
 #: (``wake_at_locked``), so an emitter measures only where the sidecar cannot keep up: starved,

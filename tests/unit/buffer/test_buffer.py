@@ -318,6 +318,42 @@ def test_an_object_past_the_sidecars_last_look_asks_its_emitter_to_measure(full)
     _accounts_add_up(buf)
 
 
+@pytest.mark.parametrize("policy", list(Policy))
+def test_objects_stop_at_twice_the_budget_past_the_look_while_an_emitter_measures(policy):
+    """While one emitter measures (outside the lock: a large object takes milliseconds), the
+    other threads' objects queue past the look on the slow path; before, without end (4,025
+    past it with 8 threads of 5 MB objects, where 1,024 are claimed).  Now no object is
+    accepted 2 x UNLOOKED_MOST events past the sidecar's last look: it is refused, counted
+    dropped_full whatever the policy (evicting the oldest would not bound the unmeasured);
+    text, exact, still goes in.  The look (the measure done) lets objects in again."""
+    from outbox._buffer._buffer import UNLOOKED_MOST, Admission
+    from outbox._buffer._holdings import Measure
+
+    buf = _buffer(policy, max_events=10_000, max_bytes=10**9)
+    with buf.lock:
+        buf.reestimate_locked(500)  # the first measure: a look
+        buf.wake_at_locked(_INF, _INF)
+    for _ in range(UNLOOKED_MOST):
+        assert buf.put({}, 0)
+    assert buf.put({}, 0) == Admission.WAKE
+    with buf.lock:
+        end = buf.next_seq
+        assert buf.claim_measure_here_locked()  # an emitter measures, outside the lock
+    for _ in range(UNLOOKED_MOST - 1):  # the other threads meanwhile
+        assert buf.put({}, 0) == Admission.ACCEPTED
+    assert buf.next_seq == 2 * UNLOOKED_MOST
+    assert buf.put({}, 0) == Admission.REFUSED
+    assert buf.put({}, 0) == Admission.REFUSED
+    assert buf.dropped == {Reason.DROPPED_FULL: 2}
+    assert buf.put(b"{}", 2)  # text is exact: not held back by the look
+    with buf.lock:
+        buf.looked_locked(end)  # the measure done
+        assert buf.measure_here is Measure.SIDECAR
+    assert buf.put({}, 0) == Admission.WAKE  # past the new look at once: due again
+    assert len(buf.queue) == 2 * UNLOOKED_MOST + 2
+    _accounts_add_up(buf)
+
+
 def test_block_never_waits_on_the_sidecars_thread():
     buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
     assert buf.put(b'{"a":1}', 7)

@@ -802,7 +802,7 @@ def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_s
     overflow, in memory until the sidecar writes it: the newest objects are there, not in the
     queue.  The emitter measures the newest object *held*, so objects that grow there while the
     sidecar cannot run hold beyond max_bytes UNLOOKED_MOST of them at most (before: all 3,000
-    of 100 KB, 290 MiB, in the overflow of a buffer of 8 MiB, priced at the small estimate)."""
+    of 100 KB, 287 MiB, in the overflow of a buffer of 8 MiB, priced at the small estimate)."""
     transport = _LoopBlockingTransport()
     max_bytes = 8 * 1024 * 1024
     outbox = Outbox(transport, max_bytes=max_bytes, linger=0, spill_dir=tmp_path, close_at_exit=False)
