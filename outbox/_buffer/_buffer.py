@@ -248,6 +248,14 @@ class Buffer(Holdings):
             index -= 1
         return picked
 
+    def held_back_locked(self, nbytes: int) -> bool:
+        """Whether an event (``nbytes``; 0: an object) waits for the look, whatever the room:
+        an object twice ``UNLOOKED_MOST`` past the last look, as an emitter measures (outside
+        the lock: a large object takes a while) and other threads' objects queued meanwhile.
+        None until the look (:meth:`looked_locked`): evicting the oldest would not bound the
+        unmeasured."""
+        return not nbytes and self.next_seq >= self.look_end + UNLOOKED_MOST
+
     def looked_locked(self, end: int) -> None:
         """The sidecar (or an emitter) has measured the newest objects queued before number
         ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
@@ -257,7 +265,7 @@ class Buffer(Holdings):
         if end > self.look_end:
             self.look_end = end
             self._recompute_locked()
-            self.progress.notify_all()  # (an emitter under block waits at twice the budget)
+            self.notify_locked()  # (an emitter under block waits for it: ``held_back_locked``)
 
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
@@ -394,10 +402,7 @@ class Buffer(Holdings):
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
-        if not nbytes and self.next_seq >= self.look_end + UNLOOKED_MOST:
-            # Twice ``UNLOOKED_MOST`` past the last look: an emitter measures (outside the lock:
-            # a large object takes a while) and other threads' objects have queued meanwhile.
-            # No more until the look: evicting the oldest would not bound the unmeasured.
+        if self.held_back_locked(nbytes):
             return REFUSED
         window = self.window
         if window is None:

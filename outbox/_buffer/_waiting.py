@@ -32,7 +32,11 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
             buf.drop_offered_locked(Reason.TOO_LARGE)
             return REFUSED
     while not result:
-        await wait_async(buf, lambda: buf.closed or buf.has_room_locked(nbytes), deadline)
+        await wait_async(
+            buf,
+            lambda: buf.closed or (buf.has_room_locked(nbytes) and not buf.held_back_locked(nbytes)),
+            deadline,
+        )
         with buf.lock:
             if buf.closed:
                 buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN)

@@ -4,11 +4,13 @@ one of them measures.  Counts what is held, not RSS: the events share their padd
 
     python tests/scripts/grow_past_the_look.py spill                       # 3,000 of 100 KB
     python tests/scripts/grow_past_the_look.py threads [N] [SIZE] [EACH]   # default: 8 5000000 1000
+    python tests/scripts/grow_past_the_look.py mix [PERIOD] [PHASE]        # default: 2 0
 
 (With ``PYTHONPATH=<a checkout>`` for another tree.)  ``spill``: the queue's window filled with
 text, then the objects, all in the overflow; prints the objects held at the estimate and what they
 weigh.  ``threads``: prints the most events accepted past the last look by the time of a look
-(``UNLOOKED_MOST`` claimed) and what is held at the end.
+(``UNLOOKED_MOST`` claimed) and what is held at the end.  ``mix``: one thread, one small object
+in PERIOD (from PHASE), the others of 100 KB; prints the large ones held and what they weigh.
 """
 
 import sys
@@ -115,9 +117,26 @@ def threads(n: int, size: int, each: int) -> None:
     _close(outbox, transport)
 
 
+def mix(period: int, phase: int) -> None:
+    outbox, transport = _stuck_outbox(max_bytes=MAX_BYTES)
+    buf = parts.buffer(outbox)
+    large, small = _padded(1, "x" * 100_000)[0], run_event()
+    size = len(orjson.dumps(large))
+    for i in range(60_000):
+        outbox.emit(large if (i + phase) % period else small)
+    held = sum(1 for e in buf.queue if e is large)
+    print(
+        f"one small object in {period}, the others of {size:,} bytes: {held:,} of them held at the "
+        f"estimate ({buf.estimate:,}), {held * size / 2**20:.1f} MiB, max_bytes {MAX_BYTES / 2**20:.0f} MiB"
+    )
+    _close(outbox, transport)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["spill"]:
         spill()
+    elif sys.argv[1:2] == ["mix"]:
+        mix(*(int(a) for a in (sys.argv[2:] + ["2", "0"][len(sys.argv[2:]) :])))
     else:
         n, size, each = (int(a) for a in (sys.argv[2:] + ["8", "5000000", "1000"][len(sys.argv[2:]) :]))
         threads(n, size, each)

@@ -354,6 +354,44 @@ def test_objects_stop_at_twice_the_budget_past_the_look_while_an_emitter_measure
     _accounts_add_up(buf)
 
 
+async def test_emit_async_under_block_waits_at_twice_the_budget_for_the_look_without_blocking_its_loop():
+    """``put_async`` (``emit_async`` under block) at twice the budget past the look waits for
+    the look on its loop, as for room: the buffer has room, so before the look it must not
+    take "room" for an answer and offer again at once (a spin that held its loop to the
+    deadline, and the look that would let it in could not come from that loop)."""
+    import asyncio
+
+    from outbox._buffer._buffer import UNLOOKED_MOST
+    from outbox._buffer._holdings import Measure
+    from outbox._buffer._waiting import put_async
+
+    buf = Buffer(policy=Policy.BLOCK, block_timeout=5.0, max_events=10_000, max_bytes=10**9)
+    with buf.lock:
+        buf.reestimate_locked(500)
+        buf.wake_at_locked(_INF, _INF)
+    while buf.measure_here is not Measure.DUE:  # past the look: the emitter's measure due ...
+        assert buf.put({}, 0)
+    with buf.lock:
+        end = buf.next_seq
+        assert buf.claim_measure_here_locked()  # ... and under way
+    while buf.next_seq < buf.look_end + UNLOOKED_MOST:  # the other threads' objects meanwhile
+        assert buf.put({}, 0)
+
+    async def look() -> None:
+        await asyncio.sleep(0.05)
+        with buf.lock:
+            buf.looked_locked(end)  # the measure done
+
+    looking = asyncio.create_task(look())
+    started = time.monotonic()
+    assert await put_async(buf, {}, 0, started + 2.0)
+    assert time.monotonic() - started < 1.0
+    await looking
+    assert Reason.DROPPED_FULL not in buf.dropped
+    with buf.lock:
+        _accounts_add_up(buf)
+
+
 def test_block_never_waits_on_the_sidecars_thread():
     buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
     assert buf.put(b'{"a":1}', 7)
