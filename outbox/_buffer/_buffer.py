@@ -254,17 +254,22 @@ class Buffer(Holdings):
         the lock: a large object takes a while) and other threads' objects queued meanwhile.
         None until the look (:meth:`looked_locked`): evicting the oldest would not bound the
         unmeasured."""
-        return not nbytes and self.next_seq >= self.look_end + UNLOOKED_MOST
+        return not nbytes and self.next_seq >= self.held_from
 
-    def looked_locked(self, end: int) -> None:
+    def looked_locked(self, end: int, measured: bool = True) -> None:
         """The sidecar (or an emitter) has measured the newest objects queued before number
         ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
-        events beyond it, and no emitter is to measure one."""
+        events beyond it, and no emitter is to measure one.  Not ``measured``: an emitter's
+        measure that learnt nothing (the object cannot be serialized): the next one is due as
+        after any look, but objects still wait from where the last one that measured left
+        them (``held_back_locked``): what cannot be measured is not priced either."""
         self.measure_here = Measure.SIDECAR
         end += UNLOOKED_MOST if self.measured else MEASURE_HERE_AFTER  # (the estimate a guess)
         if end > self.look_end:
             self.look_end = end
             self._recompute_locked()
+        if measured and end + UNLOOKED_MOST > self.held_from:
+            self.held_from = end + UNLOOKED_MOST
             self.notify_locked()  # (an emitter under block waits for it: ``held_back_locked``)
 
     def enforce_bound_locked(self) -> int:

@@ -150,6 +150,7 @@ class Holdings:
         "full_at",
         "full_fast",
         "full_until",
+        "held_from",
         "in_flight",
         "in_flight_bytes",
         "in_flight_low",
@@ -226,6 +227,10 @@ class Holdings:
         # (``UNLOOKED_MOST``; ``looked_locked``), and the full path's form of it: the head's
         # number at which an eviction stops taking the fast path (each one moves both by one).
         self.look_end = MEASURE_HERE_AFTER
+        # The number from which objects wait for the next look whatever the room
+        # (``Buffer.held_back_locked``): ``UNLOOKED_MOST`` past ``look_end`` as the last look
+        # that measured (or the sidecar's) left it.
+        self.held_from = MEASURE_HERE_AFTER + UNLOOKED_MOST
         self.full_until: float = _INF
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
         # serializes every object it sends, and samples the newest queued ones while it is
@@ -244,6 +249,7 @@ class Holdings:
         before = self.estimate
         if not self.measured:  # the first measure: a look (``UNLOOKED_MOST``) by whoever made it
             self.look_end = max(self.look_end, self.next_seq + UNLOOKED_MOST)
+            self.held_from = max(self.held_from, self.look_end + UNLOOKED_MOST)
         grew = not self.measured or observed >= before
         estimate = observed if grew else (before * 7 + observed) // 8
         # Within max_bytes, so that an object always fits an empty buffer.

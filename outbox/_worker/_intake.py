@@ -62,7 +62,7 @@ def measure_here(buf: Buffer) -> None:
         done.append((seq, event, serialize(event)))
     with buf.lock:
         buf.serialized_in_place_locked(done)
-        buf.looked_locked(end)
+        buf.looked_locked(end, measured=bool(done))
 
 
 class Intake:

@@ -1,10 +1,13 @@
 """Objects that grow while the sidecar cannot run (its loop stuck in a send), two ways past the
 sidecar's last look (#39 item 3): through the spill's overflow, and from several threads while
-one of them measures.  Counts what is held, not RSS: the events share their padding.
+one of them measures.  ``spill`` and ``invalid`` (objects that cannot be
+serialized) print the peak RSS growth too; ``threads`` and ``mix`` count
+what is held (their events share their padding).
 
     python tests/scripts/grow_past_the_look.py spill                       # 3,000 of 100 KB
     python tests/scripts/grow_past_the_look.py threads [N] [SIZE] [EACH]   # default: 8 5000000 1000
     python tests/scripts/grow_past_the_look.py mix [PERIOD] [PHASE]        # default: 2 0
+    python tests/scripts/grow_past_the_look.py invalid                     # 5,000 of 100 KB
 
 (With ``PYTHONPATH=<a checkout>`` for another tree.)  ``spill``: the queue's window filled with
 text, then the objects, all in the overflow; prints the objects held at the estimate and what they
@@ -13,6 +16,7 @@ weigh.  ``threads``: prints the most events accepted past the last look by the t
 in PERIOD (from PHASE), the others of 100 KB; prints the large ones held and what they weigh.
 """
 
+import resource
 import sys
 import tempfile
 import threading
@@ -78,14 +82,19 @@ def spill() -> None:
     text = orjson.dumps({"eventType": "START", "x": "y" * 100_000}).decode()
     while not buf.window.active:
         outbox.emit(text)
-    events = _padded(3_000, "x" * 100_000)
-    size = len(orjson.dumps(events[-1]))
-    for event in events:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    size = 0
+    for i in range(3_000):  # each its own padding: the process's growth is what is held
+        (event,) = _padded(1, f"{i:06d}" * 16_667)
+        size = len(orjson.dumps(event))
         outbox.emit(event)
+        del event
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     held = sum(1 for e in [*buf.queue, *buf.window.events] if isinstance(e, dict))
     print(
         f"objects of {size:,} bytes held at the estimate ({buf.estimate:,}): {held:,}, "
-        f"{held * size / 2**20:.1f} MiB, max_bytes {MAX_BYTES / 2**20:.0f} MiB"
+        f"{held * size / 2**20:.1f} MiB, max_bytes {MAX_BYTES / 2**20:.0f} MiB; "
+        f"the process grew {grown:.0f} MiB"
     )
     _close(outbox, transport)
 
@@ -117,6 +126,23 @@ def threads(n: int, size: int, each: int) -> None:
     _close(outbox, transport)
 
 
+def invalid() -> None:
+    outbox, transport = _stuck_outbox(max_bytes=MAX_BYTES)
+    buf = parts.buffer(outbox)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for i in range(5_000):
+        (event,) = _padded(1, f"{i:06d}" * 16_667)
+        event["run"]["facets"]["bad"] = {1, 2}  # cannot be serialized
+        outbox.emit(event)
+        del event
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(
+        f"5,000 objects of 100 KB that cannot be serialized: {len(buf.queue):,} held, "
+        f"max_bytes {MAX_BYTES / 2**20:.0f} MiB; the process grew {grown:.0f} MiB"
+    )
+    _close(outbox, transport)
+
+
 def mix(period: int, phase: int) -> None:
     outbox, transport = _stuck_outbox(max_bytes=MAX_BYTES)
     buf = parts.buffer(outbox)
@@ -135,6 +161,8 @@ def mix(period: int, phase: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["spill"]:
         spill()
+    elif sys.argv[1:2] == ["invalid"]:
+        invalid()
     elif sys.argv[1:2] == ["mix"]:
         mix(*(int(a) for a in (sys.argv[2:] + ["2", "0"][len(sys.argv[2:]) :])))
     else:

@@ -861,3 +861,30 @@ def test_a_re_entrant_emit_leaves_a_due_measure_to_the_next_emitter():
     report = outbox.close(10)
     assert not report.timed_out
     assert report.delivered == report.emitted, report
+
+
+def test_objects_that_cannot_be_serialized_stop_at_twice_the_budget_while_the_sidecar_cannot_run():
+    """An object the emitter cannot measure (it cannot be serialized: counted invalid_event when
+    the sidecar takes it) teaches nothing: before, its failed measure counted as a look, and
+    such objects of 100 KB queued up to max_events at the small estimate (5,000 held, the
+    process grew 484 MiB for 8).  Now objects stop 2 x UNLOOKED_MOST past the last look that
+    measured (``dropped_full``) until the sidecar looks again; every event is accounted for."""
+    transport = _LoopBlockingTransport()
+    outbox = Outbox(transport, max_bytes=8 * 1024 * 1024, linger=0, close_at_exit=False)
+    assert outbox.emit(run_event())  # measured by the sidecar, then its loop is stuck
+    assert transport.entered.wait(10)
+    buf = parts.buffer(outbox)
+    pad = "x" * 100_000
+    for i in range(5_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        event["run"]["facets"]["bad"] = {1, 2}  # cannot be serialized
+        outbox.emit(event)
+    stats = outbox.stats()
+    assert stats.queued_events <= 2 * UNLOOKED_MOST + 1, stats  # (5,000 before)
+    assert stats.dropped["dropped_full"] >= 5_000 - 2 * UNLOOKED_MOST - 1, stats
+    assert buf.measure_here is Measure.SIDECAR
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered + sum(report.undelivered.values()) == report.emitted == 5_001, report
