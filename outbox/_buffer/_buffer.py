@@ -202,24 +202,26 @@ class Buffer:
         was (not taken, evicted, shed or put in its place meanwhile); what the objects among
         them weigh teaches the estimate (:meth:`learn_locked`).  The one way to serialize queued
         events in place: the intake's sampling, an emitter's measure, the spill's writes (one
-        serialized already, its own serialized form, stays as it is).  Returns how many took
-        their place."""
+        serialized already, its own serialized form, stays as it is), in the queue or in the
+        spill's overflow.  Returns how many took their place."""
         held = self.holdings
-        numbers, queue, sizes = held.numbers, held.queue, held.sizes
         placed = objects = total = 0
         for seq, event, ser in done:
-            index = numbers.index_of(seq, len(queue)) if event is not ser else None
-            if index is None or queue[index] is not event:
-                continue
-            was_object = not sizes[index]
-            size = held.replace_locked(index, ser)
-            placed += 1
-            if was_object:
-                objects += 1
-                total += size
+            size = held.place_locked(seq, event, ser)
+            if size >= 0:
+                placed += 1
+                if size:
+                    objects += 1
+                    total += size
         if objects:
             self.learn_locked(total // objects)
         return placed
+
+    def looked_locked(self, end: int, measured: bool = True) -> None:
+        """:meth:`Holdings.looked_locked`, and emitters waiting under ``block`` for the look
+        (``Holdings.held_back_locked``) are told when it lets objects in again."""
+        if self.holdings.looked_locked(end, measured):
+            self.notify_locked()
 
     def enforce_bound_locked(self) -> int:
         """Shed queued events by the policy until what is held fits ``max_bytes`` again (after
@@ -358,18 +360,16 @@ class Buffer:
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
-        window = self.holdings.window
+        held = self.holdings
+        if held.held_back_locked(nbytes):
+            return REFUSED
+        window = held.window
         if window is None:
             result = self.queue_locked(event, nbytes)
         else:
             result = window.put(self, event, nbytes)
-            if (
-                not result
-                and self.policy is Policy.DROP_OLDEST
-                and self._evict_for(nbytes or self.holdings.estimate)
-            ):
+            if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or held.estimate):
                 result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
-        held = self.holdings
         if result and not nbytes and held.next_seq >= held.look_end and held.measure_here is Measure.SIDECAR:
             # An object queued as far past the sidecar's last look as may be (``UNLOOKED_MOST``;
             # it cannot run, or not often enough): its emitter measures the newest object

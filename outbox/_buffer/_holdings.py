@@ -48,7 +48,9 @@ FIRST_ESTIMATE = 4096
 #: none waits unmeasured) before the emitter of the next object measures the newest itself
 #: (``Measure``): what keeps ``max_bytes`` when objects grow while the sidecar cannot run (a
 #: starved thread measures nothing, and objects are priced at what it last saw).  So objects
-#: hold beyond ``max_bytes`` at most this many of them, whatever they weigh.  The sidecar looks
+#: hold beyond ``max_bytes`` at most this many of them, whatever they weigh (twice as many with
+#: several emitting threads: while one measures, the others' objects are refused from twice
+#: this many past the look, ``Buffer.put_locked``).  The sidecar looks
 #: at every batch it takes and every 10 ms while objects wait (at once when it runs with half of
 #: these used), and is woken to look when three quarters are used if no batch is due before
 #: (``wake_at_locked``), so an emitter measures only where the sidecar cannot keep up: starved,
@@ -107,6 +109,20 @@ class Overflow(Protocol):
     def restore(self, buf: Any) -> None:
         """Set the fast paths' bounds (``set_room_locked``) for its state."""
 
+    def held(self) -> int:
+        """Events it holds in memory (the newest accepted: numbered up to ``next_seq``)."""
+
+    def unmeasured(self) -> int:
+        """Objects it holds in memory at the estimate (not serialized yet)."""
+
+    def newest_objects(self, start: int, most: int, span: int) -> list[tuple[int, Any]]:
+        """``(number, object)`` of its newest objects held at the estimate, newest first: at
+        most ``most`` among its last ``span`` events (numbered from ``start``)."""
+
+    def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
+        """Put ``ser`` in the place of ``event``, number ``seq``, if it is still held there
+        (numbered from ``start``): returns its exact size, or 0."""
+
 
 def is_exact(event: Any) -> bool:
     """Whether an event's size is known exactly (text, or serialized by the sidecar), rather
@@ -134,6 +150,7 @@ class Holdings:
         "full_at",
         "full_fast",
         "full_until",
+        "held_from",
         "in_flight",
         "in_flight_bytes",
         "in_flight_low",
@@ -186,10 +203,8 @@ class Holdings:
         self.exact_count = 0
         self.in_flight = 0
         self.in_flight_bytes = 0
-        # Lowest sequence number among in-flight events (inf when none).
-        self.in_flight_low: float = _INF
-        # Closed: no room for anything more.
-        self.closed = False
+        self.in_flight_low: float = _INF  # the lowest number in flight (inf when none)
+        self.closed = False  # no room for anything more
         # The worker asks to be woken when the queue reaches these sizes.
         self.wake_at_events: float = 1
         self.wake_at_bytes: float = _INF
@@ -204,10 +219,12 @@ class Holdings:
         # Set only where ``full_fast`` (the policy has such an answer: not ``block``).
         self.full_at: float = -1
         self.full_fast = False
-        # Objects take the fast path below number ``look_end`` (``UNLOOKED_MOST`` past the sidecar's
-        # last look); past it, their emitter measures (``measure_here``).  ``full_until``: the
-        # head's number at which the full path's evictions reach it (each moves both by one).
+        # Objects take the fast path below number ``look_end`` (``UNLOOKED_MOST`` past the last
+        # look), their emitter measures past it, and they wait from ``held_from`` (``held_back_
+        # locked``).  ``full_until``: the head's number at which the full path's evictions reach
+        # ``look_end`` (each moves both by one).
         self.look_end = MEASURE_HERE_AFTER
+        self.held_from = MEASURE_HERE_AFTER + UNLOOKED_MOST
         self.full_until: float = _INF
         # Running estimate of a serialized object event's size, learnt by the sidecar (which
         # serializes every object it sends, and samples the newest queued ones while it is
@@ -224,6 +241,7 @@ class Holdings:
         before = self.estimate
         if not self.measured:  # the first measure: a look (``UNLOOKED_MOST``) by whoever made it
             self.look_end = max(self.look_end, self.next_seq + UNLOOKED_MOST)
+            self.held_from = max(self.held_from, self.look_end + UNLOOKED_MOST)
         grew = not self.measured or observed >= before
         estimate = observed if grew else (before * 7 + observed) // 8
         # Within max_bytes, so that an object always fits an empty buffer.
@@ -232,15 +250,48 @@ class Holdings:
         self.recompute_locked()
         return before
 
-    def looked_locked(self, end: int) -> None:
-        """The sidecar (or an emitter) has measured the newest objects queued before number
-        ``end``, or found none unmeasured: objects take the fast path up to ``UNLOOKED_MOST``
-        events beyond it, and no emitter is to measure one."""
+    def looked_locked(self, end: int, measured: bool = True) -> bool:
+        """The newest objects held before number ``end`` were measured (or none is unmeasured):
+        objects take the fast path up to ``UNLOOKED_MOST`` events beyond, no emitter measures.
+        Not ``measured`` (an emitter's that learnt nothing: unserializable), objects still wait
+        where the last look that measured left them.  Returns whether waiting ones may come."""
         self.measure_here = Measure.SIDECAR
         end += UNLOOKED_MOST if self.measured else MEASURE_HERE_AFTER  # (the estimate a guess)
         if end > self.look_end:
             self.look_end = end
             self.recompute_locked()
+        if measured and end + UNLOOKED_MOST > self.held_from:
+            self.held_from = end + UNLOOKED_MOST
+            return True
+        return False
+
+    def held_back_locked(self, nbytes: int) -> bool:
+        """Whether an event (``nbytes``; 0: an object) waits for the look whatever the room: an
+        object twice ``UNLOOKED_MOST`` past it (other threads' while an emitter measures): evicting
+        the oldest would not bound the unmeasured."""
+        return not nbytes and self.next_seq >= self.held_from
+
+    def unmeasured_locked(self) -> int:
+        """Objects held in memory at the estimate: queued, or in the spill's overflow."""
+        window = self.window
+        return self.estimated + (window.unmeasured() if window is not None else 0)
+
+    def newest_objects_locked(self, most: int, span: int) -> list[tuple[int, Any]]:
+        """``(number, object)`` of the newest objects held at the estimate, newest first: at
+        most ``most`` among the last ``span`` events of the spill's overflow (the newest
+        events, while it holds any) and of the queue.  What a look measures."""
+        window = self.window
+        picked: list[tuple[int, Any]] = []
+        if window is not None and window.held():
+            picked = window.newest_objects(self.next_seq - window.held(), most, span)
+        queue, sizes, seq_at = self.queue, self.sizes, self.numbers.seq_at
+        index = len(queue) - 1
+        stop = max(-1, index - span)
+        while index > stop and len(picked) < most:
+            if not sizes[index]:
+                picked.append((seq_at(index), queue[index]))
+            index -= 1
+        return picked
 
     def claim_measure_here_locked(self) -> bool:
         """Whether the emitter is to measure the newest queued object now (see
@@ -368,6 +419,22 @@ class Holdings:
         self.exact_count += len(sizes) - sizes.count(0)
         self.beyond -= len(sizes)
         self.recompute_locked()
+
+    def place_locked(self, seq: int, event: Any, ser: SerializedEvent) -> int:
+        """Put ``ser`` (serialized outside the lock) in the place of ``event``, number ``seq``,
+        if still held there as it was (queued, or in the spill's overflow; an event given as its
+        own serialized form stays): an object's exact size, 0 for an exact event, -1 if gone."""
+        index = self.numbers.index_of(seq, len(self.queue)) if event is not ser else None
+        if index is None:
+            window = self.window
+            if window is None or event is ser:
+                return -1
+            return window.replace(self.next_seq - window.held(), seq, event, ser) or -1
+        if self.queue[index] is not event:
+            return -1
+        was_object = not self.sizes[index]
+        size = self.replace_locked(index, ser)
+        return size if was_object else 0
 
     def replace_locked(self, index: int, ser: SerializedEvent) -> int:
         """Put the serialized form of the queued object at ``index`` in its place, at its

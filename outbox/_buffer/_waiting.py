@@ -32,7 +32,14 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
             buf.drop_offered_locked(Reason.TOO_LARGE)
             return REFUSED
     while not result:
-        await wait_async(buf, lambda: buf.holdings.closed or buf.holdings.has_room_locked(nbytes), deadline)
+        await wait_async(
+            buf,
+            lambda: (
+                buf.holdings.closed
+                or (buf.holdings.has_room_locked(nbytes) and not buf.holdings.held_back_locked(nbytes))
+            ),
+            deadline,
+        )
         with buf.lock:
             if buf.holdings.closed:
                 buf.drop_offered_locked(Reason.DROPPED_SHUTDOWN)

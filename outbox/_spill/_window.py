@@ -134,6 +134,34 @@ class Window:
         # going while the overflow holds that many): not on every emit of an outage.
         return 2 if n == 1 or n % self.wake_at == 0 else 1
 
+    def held(self) -> int:
+        return len(self.events)
+
+    def unmeasured(self) -> int:
+        return len(self.events) - self.exact_count
+
+    def newest_objects(self, start: int, most: int, span: int) -> list[tuple[int, Any]]:
+        events, sizes = self.events, self.sizes
+        picked: list[tuple[int, Any]] = []
+        index = len(events) - 1
+        stop = max(-1, index - span)
+        while index > stop and len(picked) < most:
+            if not sizes[index]:
+                picked.append((start + index, events[index]))
+            index -= 1
+        return picked
+
+    def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
+        index = seq - start
+        if not 0 <= index < len(self.events) or self.events[index] is not event or self.sizes[index]:
+            return 0
+        size = weight(ser)
+        self.events[index] = ser
+        self.sizes[index] = size
+        self.exact_bytes += size
+        self.exact_count += 1
+        return size
+
     def clear(self) -> int:
         n = len(self.events) + self.disk
         self.events.clear()

@@ -36,34 +36,38 @@ DeadRecord = tuple[str, str, bytes | None, Any]
 
 
 def measure_here(buf: Buffer) -> None:
-    """Measure the newest queued object on the emitter's thread (``buf.measure_here`` is due:
+    """Measure the newest object held (queued, or in the spill's overflow) on the emitter's
+    thread (``buf.measure_here`` is due:
     an object queued ``UNLOOKED_MOST`` events past the sidecar's last look, which it could not
     take; see ``_buffer._holdings``): serialized outside the lock, put in its place at its
     exact size, the estimate learnt from it and the byte bound enforced.  A sidecar that
     looked meanwhile makes this a no-op; an event that cannot be serialized is left for the
-    sidecar to count."""
+    sidecar to count.  Not re-entrantly (a signal handler's emit on a thread interrupted inside
+    the outbox, its lock held and the accounts half-changed): the emitter that made the measure
+    due makes it, once that thread goes on."""
+    if buf.owned():
+        return
     with buf.lock:
         if not buf.holdings.claim_measure_here_locked():
             return
         end = buf.holdings.next_seq
-        sizes = buf.holdings.sizes
-        index = len(sizes) - 1
-        while index >= 0 and sizes[index]:
-            index -= 1
-        if index < 0:
-            buf.holdings.looked_locked(end)
+        picked = buf.holdings.newest_objects_locked(1, end)
+        if not picked:
+            buf.looked_locked(end)
             return
-        picked = [(buf.holdings.numbers.seq_at(index), buf.holdings.queue[index])]
     serialize_in_place(buf, picked, _INF, end)
 
 
-def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float, end: int) -> None:
-    """Serialize queued objects outside the buffer's lock (``picked``: sequence number and event,
+def serialize_in_place(
+    buf: Buffer, picked: list[tuple[int, Any]], budget: float, end: int, sidecar: bool = False
+) -> None:
+    """Serialize held objects outside the buffer's lock (``picked``: sequence number and event,
     for ``budget`` seconds at most), then put each in its place at its exact size, if it is
-    still queued (``Buffer.serialized_in_place_locked``).  An event that cannot be serialized
-    is left as it is: taking it counts it as ``invalid_event``.  Either is a look at the newest
-    objects queued before number ``end`` (``Holdings.looked_locked``).  The one way queued events
-    are serialized in place: an emitter's measure, the intake's sampling."""
+    still held there (``Buffer.serialized_in_place_locked``).  An event that cannot be
+    serialized is left as it is: taking it counts it as ``invalid_event``.  Either is a look at
+    the newest objects held before number ``end`` (``Holdings.looked_locked``; an emitter's that
+    serialized nothing learnt nothing, the ``sidecar``'s always counts).  The one way held
+    events are serialized in place: an emitter's measure, the intake's sampling."""
     done: list[tuple[int, Any, SerializedEvent]] = []
     started = time.perf_counter()
     for seq, event in picked:
@@ -76,7 +80,7 @@ def serialize_in_place(buf: Buffer, picked: list[tuple[int, Any]], budget: float
     with buf.lock:
         if done:
             buf.serialized_in_place_locked(done)
-        buf.holdings.looked_locked(end)
+        buf.looked_locked(end, measured=sidecar or bool(done))
 
 
 class Intake:
@@ -178,7 +182,7 @@ class Intake:
         behind = buf.holdings.next_seq >= buf.holdings.look_end - UNLOOKED_MOST // 2
         if not (fresh or behind) and (
             (buf.holdings.measured and now < self._sampled_at + SAMPLE_INTERVAL)
-            or not buf.holdings.estimated
+            or not buf.holdings.unmeasured_locked()
             or buf.holdings.next_seq - 1 == self._sampled_seq
         ):
             # Read without the lock first: the slices call this between events, mostly for
@@ -187,26 +191,20 @@ class Intake:
         picked: list[tuple[int, Any]] = []
         with buf.lock:
             end = buf.holdings.next_seq
-            if not buf.holdings.estimated:
-                buf.holdings.looked_locked(end)  # nothing waits unmeasured
+            if not buf.holdings.unmeasured_locked():
+                buf.looked_locked(end)  # nothing waits unmeasured
                 return
             if buf.holdings.measured and not (fresh or behind) and now < self._sampled_at + SAMPLE_INTERVAL:
                 return
-            queue, sizes = buf.holdings.queue, buf.holdings.sizes
             newest = end - 1
             if newest == self._sampled_seq:
                 return
             self._sampled_at, self._sampled_seq = now, newest
-            index = len(queue) - 1
-            stop = max(-1, index - SAMPLE_SPAN)
-            while index > stop and len(picked) < SAMPLE_MOST:
-                if not sizes[index]:
-                    picked.append((buf.holdings.numbers.seq_at(index), queue[index]))
-                index -= 1
+            picked = buf.holdings.newest_objects_locked(SAMPLE_MOST, SAMPLE_SPAN)
         # In one go, without hand-offs (a few events: its length is bounded by what they
         # weigh), so that the estimate is learnt from them at once: a flood of grown events
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.
-        serialize_in_place(buf, picked, SLICE, end)
+        serialize_in_place(buf, picked, SLICE, end, sidecar=True)
 
     # -- taking ----------------------------------------------------------------------------
 

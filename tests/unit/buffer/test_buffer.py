@@ -333,6 +333,82 @@ def test_an_object_past_the_sidecars_last_look_asks_its_emitter_to_measure(full)
     _accounts_add_up(buf)
 
 
+@pytest.mark.parametrize("policy", list(Policy))
+def test_objects_stop_at_twice_the_budget_past_the_look_while_an_emitter_measures(policy):
+    """While one emitter measures (outside the lock: a large object takes milliseconds), the
+    other threads' objects queue past the look on the slow path; before, without end (4,025
+    past it with 8 threads of 5 MB objects, where 1,024 are claimed).  Now no object is
+    accepted 2 x UNLOOKED_MOST events past the sidecar's last look: it is refused, counted
+    dropped_full whatever the policy (evicting the oldest would not bound the unmeasured);
+    text, exact, still goes in.  The look (the measure done) lets objects in again."""
+    from outbox._buffer._buffer import UNLOOKED_MOST, Admission
+    from outbox._buffer._holdings import Measure
+
+    buf = _buffer(policy, max_events=10_000, max_bytes=10**9)
+    with buf.lock:
+        buf.holdings.reestimate_locked(500)  # the first measure: a look
+        buf.holdings.wake_at_locked(_INF, _INF)
+    for _ in range(UNLOOKED_MOST):
+        assert buf.put({}, 0)
+    assert buf.put({}, 0) == Admission.WAKE
+    with buf.lock:
+        end = buf.holdings.next_seq
+        assert buf.holdings.claim_measure_here_locked()  # an emitter measures, outside the lock
+    for _ in range(UNLOOKED_MOST - 1):  # the other threads meanwhile
+        assert buf.put({}, 0) == Admission.ACCEPTED
+    assert buf.holdings.next_seq == 2 * UNLOOKED_MOST
+    assert buf.put({}, 0) == Admission.REFUSED
+    assert buf.put({}, 0) == Admission.REFUSED
+    assert buf.dropped == {Reason.DROPPED_FULL: 2}
+    assert buf.put(b"{}", 2)  # text is exact: not held back by the look
+    with buf.lock:
+        buf.looked_locked(end)  # the measure done
+        assert buf.holdings.measure_here is Measure.SIDECAR
+    assert buf.put({}, 0) == Admission.WAKE  # past the new look at once: due again
+    assert len(buf.holdings.queue) == 2 * UNLOOKED_MOST + 2
+    _accounts_add_up(buf)
+
+
+async def test_emit_async_under_block_waits_at_twice_the_budget_for_the_look_without_blocking_its_loop():
+    """``put_async`` (``emit_async`` under block) at twice the budget past the look waits for
+    the look on its loop, as for room: the buffer has room, so before the look it must not
+    take "room" for an answer and offer again at once (a spin that held its loop to the
+    deadline, and the look that would let it in could not come from that loop)."""
+    import asyncio
+
+    from outbox._buffer._buffer import UNLOOKED_MOST
+    from outbox._buffer._holdings import Measure
+    from outbox._buffer._waiting import put_async
+
+    buf = Buffer(policy=Policy.BLOCK, block_timeout=5.0, max_events=10_000, max_bytes=10**9)
+    with buf.lock:
+        buf.holdings.reestimate_locked(500)
+        buf.holdings.wake_at_locked(_INF, _INF)
+    while buf.holdings.measure_here is not Measure.DUE:  # past the look: the emitter's measure due ...
+        assert buf.put({}, 0)
+    with buf.lock:
+        end = buf.holdings.next_seq
+        assert buf.holdings.claim_measure_here_locked()  # ... and under way
+    while (
+        buf.holdings.next_seq < buf.holdings.look_end + UNLOOKED_MOST
+    ):  # the other threads' objects meanwhile
+        assert buf.put({}, 0)
+
+    async def look() -> None:
+        await asyncio.sleep(0.05)
+        with buf.lock:
+            buf.looked_locked(end)  # the measure done
+
+    looking = asyncio.create_task(look())
+    started = time.monotonic()
+    assert await put_async(buf, {}, 0, started + 2.0)
+    assert time.monotonic() - started < 1.0
+    await looking
+    assert Reason.DROPPED_FULL not in buf.dropped
+    with buf.lock:
+        _accounts_add_up(buf)
+
+
 def test_block_never_waits_on_the_sidecars_thread():
     buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
     assert buf.put(b'{"a":1}', 7)

@@ -23,6 +23,7 @@ from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER, UNLOOKED_
 from outbox._buffer._holdings import Measure
 from outbox._run._serde import serialize, weight
 from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+from outbox._worker._intake import measure_here
 
 from support import parts
 from support.helpers import ScriptedTransport, run_event, wait_until
@@ -796,3 +797,96 @@ def test_every_turn_of_the_sidecars_loop_is_in_its_slice():
         assert clock.sleeps == [HANDOFF]
     finally:
         selector.close()
+
+
+def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_stay_bounded(tmp_path):
+    """With a spill, once the queue's window is full (here of text) every object goes to the
+    overflow, in memory until the sidecar writes it: the newest objects are there, not in the
+    queue.  The emitter measures the newest object *held*, so objects that grow there while the
+    sidecar cannot run hold beyond max_bytes UNLOOKED_MOST of them at most (before: all 3,000
+    of 100 KB, 287 MiB, in the overflow of a buffer of 8 MiB, priced at the small estimate)."""
+    transport = _LoopBlockingTransport()
+    max_bytes = 8 * 1024 * 1024
+    outbox = Outbox(transport, max_bytes=max_bytes, linger=0, spill_dir=tmp_path, close_at_exit=False)
+    assert outbox.emit(run_event())  # a small object: the sidecar measures it, then sends it
+    assert transport.entered.wait(10)  # and its loop is stuck from here on
+    buf = parts.buffer(outbox)
+    text = orjson.dumps({"eventType": "START", "x": "y" * 100_000}).decode()
+    while not buf.holdings.window.active:  # the queue's window full of text: what follows overflows
+        assert outbox.emit(text)
+    pad = "x" * 100_000
+    events = []
+    for i in range(3_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        events.append(event)
+    size = len(orjson.dumps(events[-1]))
+    for event in events:
+        outbox.emit(event)
+    held_objects = [e for e in [*buf.holdings.queue, *buf.holdings.window.events] if isinstance(e, dict)]
+    assert len(held_objects) <= max_bytes // size + UNLOOKED_MOST, outbox.stats()  # (3,000 before)
+    assert buf.holdings.estimate >= size * 0.99, outbox.stats()
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered + sum(report.undelivered.values()) == report.emitted, report
+
+
+def test_a_re_entrant_emit_leaves_a_due_measure_to_the_next_emitter():
+    """A signal handler that emits on a thread interrupted inside the outbox (its lock held,
+    the accounts half-changed) parks the event in the side queue and touches nothing else:
+    not even the measure another emitter left due (its ``put`` returned, its measure not yet
+    claimed).  Before, the re-entrant emit measured under the lock it re-entered: serialized
+    on the signal's way, re-priced the queue and could shed under the interrupted code."""
+    transport = _LoopBlockingTransport()
+    outbox = Outbox(transport, max_bytes=8 * 1024 * 1024, linger=0, close_at_exit=False)
+    assert outbox.emit(run_event())  # measured by the sidecar, then its loop is stuck
+    assert transport.entered.wait(10)
+    buf = parts.buffer(outbox)
+    n = 0
+    while buf.holdings.measure_here is not Measure.DUE:  # another thread's emit, between put and measure
+        assert buf.put(run_event(n=n), 0)
+        n += 1
+    with buf.lock:  # the interrupted thread's hold
+        queue, sizes, estimate = list(buf.holdings.queue), list(buf.holdings.sizes), buf.holdings.estimate
+        with CallRecorder() as calls:
+            assert outbox.emit(run_event(n=n))  # the signal handler's
+        assert calls.serializing() == {}, calls.modules
+        assert list(buf.holdings.queue) == queue
+        assert list(buf.holdings.sizes) == sizes
+        assert buf.holdings.estimate == estimate
+        assert buf.holdings.measure_here is Measure.DUE
+    measure_here(buf)  # the emitter that made it due measures, once the lock is free
+    assert buf.holdings.measure_here is Measure.SIDECAR
+    assert buf.holdings.exact_count == 1  # (the newest object, measured in its place)
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered == report.emitted, report
+
+
+def test_objects_that_cannot_be_serialized_stop_at_twice_the_budget_while_the_sidecar_cannot_run():
+    """An object the emitter cannot measure (it cannot be serialized: counted invalid_event when
+    the sidecar takes it) teaches nothing: before, its failed measure counted as a look, and
+    such objects of 100 KB queued up to max_events at the small estimate (5,000 held, the
+    process grew 484 MiB for 8).  Now objects stop 2 x UNLOOKED_MOST past the last look that
+    measured (``dropped_full``) until the sidecar looks again; every event is accounted for."""
+    transport = _LoopBlockingTransport()
+    outbox = Outbox(transport, max_bytes=8 * 1024 * 1024, linger=0, close_at_exit=False)
+    assert outbox.emit(run_event())  # measured by the sidecar, then its loop is stuck
+    assert transport.entered.wait(10)
+    buf = parts.buffer(outbox)
+    pad = "x" * 100_000
+    for i in range(5_000):
+        event = run_event(n=i)
+        event["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": pad}
+        event["run"]["facets"]["bad"] = {1, 2}  # cannot be serialized
+        outbox.emit(event)
+    stats = outbox.stats()
+    assert stats.queued_events <= 2 * UNLOOKED_MOST + 1, stats  # (5,000 before)
+    assert stats.dropped["dropped_full"] >= 5_000 - 2 * UNLOOKED_MOST - 1, stats
+    assert buf.holdings.measure_here is Measure.SIDECAR
+    transport.release.set()
+    report = outbox.close(10)
+    assert not report.timed_out
+    assert report.delivered + sum(report.undelivered.values()) == report.emitted == 5_001, report
