@@ -6,6 +6,9 @@ the buffer calls the buffer's methods.)"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from outbox import Outbox, Transport
@@ -30,6 +33,25 @@ def in_window(box: Outbox) -> int:
 def sidecar(box: Outbox) -> Any:
     """The sidecar that runs the worker (its thread, its loop, its tasks)."""
     return box._sidecar
+
+
+@contextlib.contextmanager
+def sidecar_held(box: Outbox) -> Iterator[None]:
+    """The sidecar's loop held by a call that waits (a sidecar starved of the GIL): until the
+    block ends it takes nothing from the queue and looks at nothing in it, so a test can see
+    what ``emit`` left there however busy the machine."""
+    running, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        running.set()
+        release.wait(60)
+
+    box._sidecar.loop.call_soon_threadsafe(hold)
+    assert running.wait(30), "the sidecar's loop never ran the hold"
+    try:
+        yield
+    finally:
+        release.set()
 
 
 def worker(box: Outbox) -> Any:

@@ -676,12 +676,14 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 64, 1, is_remote=False)) for i in range(200)]
     contexts = [trace.set_span_in_context(span) for span in spans]
     tokens = [None]
-    with FunctionRecorder() as recorder:
+    with parts.sidecar_held(outbox), FunctionRecorder() as recorder:  # (it takes nothing meanwhile)
         for ctx in contexts:
             tokens[0] = context.attach(ctx)
             with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
                 pass
             context.detach(tokens[0])
+        with parts.buffer(outbox).lock:
+            queued = list(parts.buffer(outbox).holdings.queue)[-2:]
     ours = {name: n for name, n in recorder.functions.items() if name.startswith("outbox.")}
     # s3_dataset, Outbox.run (Run.__init__ in line), run_id_of_span, __enter__, put, __exit__,
     # put (and now and then the sidecar's wake-up, when a batch's worth is queued)
@@ -689,8 +691,6 @@ def test_the_run_helpers_record_what_changes_in_few_python_calls():
     assert calls <= 7 * len(contexts), ours
     assert "outbox._run._run.__init__" not in ours
     assert "outbox._outbox.emit" not in ours  # (the class check is for what a caller hands emit)
-    with parts.buffer(outbox).lock:
-        queued = list(parts.buffer(outbox).holdings.queue)[-2:]
     assert [record.__class__ for record in queued] == [tuple, tuple]  # one allocation each
     assert [record[1] for record in queued] == ["START", "COMPLETE"]
     outbox.close(0.1)
@@ -709,23 +709,25 @@ def test_a_run_keeps_two_gc_tracked_objects_its_two_records():
     with outbox.run(job, inputs=[s3_dataset("bucket", "warm-up")]):
         pass
     spans = [trace.NonRecordingSpan(trace.SpanContext(i + 1 << 80, 1, is_remote=False)) for i in range(3)]
-    for span in spans:
-        token = context.attach(trace.set_span_in_context(span))
-        with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
-            pass
-        context.detach(token)
-    with parts.buffer(outbox).lock:
-        start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
+    with parts.sidecar_held(outbox):  # (so that the records are still queued as the run left them)
+        for span in spans:
+            token = context.attach(trace.set_span_in_context(span))
+            with outbox.run(job, inputs=[s3_dataset("bucket", "key")]):
+                pass
+            context.detach(token)
+        with parts.buffer(outbox).lock:
+            start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
     kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
     per_run = [o for o in kept.values() if gc.is_tracked(o) and o is not job]
     assert len(per_run) == 2, per_run
     assert (start[4], start[7]) == (complete[4], complete[7]) == ("s3://bucket", "key")
     # And with facets (a table's symlink), the DatasetRef alone: three.
     table = DatasetRef("trino://h:8080", "c.s.t")
-    with outbox.run(job, inputs=[s3_dataset("bucket", "key", table=table)]):
-        pass
-    with parts.buffer(outbox).lock:
-        start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
+    with parts.sidecar_held(outbox):
+        with outbox.run(job, inputs=[s3_dataset("bucket", "key", table=table)]):
+            pass
+        with parts.buffer(outbox).lock:
+            start, complete = list(parts.buffer(outbox).holdings.queue)[-2:]
     kept = {id(o): o for record in (start, complete) for o in (record, *gc.get_referents(record))}
     assert len([o for o in kept.values() if gc.is_tracked(o) and o is not job]) == 3
     assert start[4] is complete[4] == s3_dataset("bucket", "key", table=table)
