@@ -64,7 +64,7 @@ def held_in_memory(box: Outbox) -> tuple[int, int]:
     """(events, bytes) the buffer holds in memory: its queue, in flight, the overflow."""
     buf = parts.buffer(box)
     with buf.lock:
-        window = buf.holdings.window
+        window = buf.holdings.overflow
         events = len(buf.holdings.queue) + buf.holdings.in_flight + len(window.events)
         return events, buf.holdings.held_bytes_locked() + window.bytes(buf.holdings.estimate)
 
@@ -212,6 +212,7 @@ def test_per_run_order_across_a_restart_when_what_is_recovered_exceeds_the_buffe
         first = Outbox(HttpTransport(proxy.url, timeout=5), spill_dir=spill, shutdown_timeout=0.5)
         for n in range(3000):
             assert first.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: first.stats().spill["written"] == 3000), first.stats().spill
         assert first.close().undelivered == {"spilled_at_close": 3000}
         proxy.mode = "pass"
         second = Outbox(HttpTransport(proxy.url), spill_dir=spill, max_events=200)
