@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._run._serde import SerializedEvent
+from .._run._serde import SerializedEvent, serialize
 from ._holdings import (
     _INF,
     FIRST_ESTIMATE,
@@ -96,6 +96,29 @@ class Reason:
     #: With a spill, an event held on disk only (the memory window's stretch) whose record was
     #: found damaged when read back, or whose files were removed under the running outbox.
     SPILL_LOST = "spill_lost"
+
+
+def serialize_held(
+    picked: list[tuple[int, Any]], checkpoint: Callable[[], object] | None = None, budget: float = _INF
+) -> list[tuple[int, Any, SerializedEvent | None]]:
+    """The one way held events are serialized, outside the lock, for their place in the queue
+    (:meth:`Buffer.serialized_in_place_locked`) and the spill's disk: ``(number, event, its
+    serialized form)`` of each of ``picked`` (number and event), None for one that cannot be
+    (taking it counts it ``invalid_event``); one serialized already is its own form.
+    ``checkpoint`` runs before each (the sidecar's slices hand the GIL back between two);
+    after ``budget`` seconds the rest is left out."""
+    out: list[tuple[int, Any, SerializedEvent | None]] = []
+    started = time.perf_counter()
+    for seq, event in picked:
+        if checkpoint is not None:
+            checkpoint()
+        try:
+            out.append((seq, event, event if event.__class__ is SerializedEvent else serialize(event)))
+        except Exception:
+            out.append((seq, event, None))
+        if budget < _INF and time.perf_counter() - started > budget:
+            break
+    return out
 
 
 class Buffer:
@@ -235,7 +258,7 @@ class Buffer:
 
     # -- emitters' side ----------------------------------------------------------------
 
-    def put(self, event: Any, nbytes: int) -> int:
+    def put(self, event: Any, nbytes: int) -> Admission:
         """``emit``'s whole visit to the buffer (it takes the lock): offer one event of ``nbytes``
         bytes (0: an object, at the estimate).  Returns an :class:`Admission` (``ACCEPTED``;
         ``WAKE``: accepted, and the worker must be woken; ``REFUSED``: counted; an int, as an
@@ -296,7 +319,7 @@ class Buffer:
         finally:
             lock.release()
 
-    def _put_text_locked(self, event: Any, nbytes: int, n: int) -> int:
+    def _put_text_locked(self, event: Any, nbytes: int, n: int) -> Admission:
         """:meth:`put` for text (its exact size known): checked against the accounts as they
         are, then the fast path's numbers lowered without recomputing them."""
         held = self.holdings
@@ -321,7 +344,7 @@ class Buffer:
             return WAKE
         return ACCEPTED
 
-    def _put_slow_locked(self, event: Any, nbytes: int) -> int:
+    def _put_slow_locked(self, event: Any, nbytes: int) -> Admission:
         """:meth:`put` when the fast path does not apply: closed, full, or the first object
         (whose size the sidecar has yet to measure)."""
         if self.holdings.closed:
@@ -337,7 +360,7 @@ class Buffer:
                 self.drop_offered_locked(self.full_reason)
         return result
 
-    def _wait_for_room_locked(self, event: Any, nbytes: int) -> int:
+    def _wait_for_room_locked(self, event: Any, nbytes: int) -> Admission:
         """Wait (the lock released) up to ``block_timeout`` for room for an event offered; counts
         it ``dropped_full`` (``dropped_shutdown`` if closed meanwhile) if none comes."""
         deadline = time.monotonic() + self.block_timeout
@@ -354,22 +377,23 @@ class Buffer:
                 if result:
                     return result
 
-    def put_locked(self, event: Any, nbytes: int) -> int:
+    def put_locked(self, event: Any, nbytes: int) -> Admission:
         """Try to add one event of ``nbytes`` bytes (0: an object, at the estimate), making room
-        under drop_oldest (with a spill: to the queue's window, or to the overflow, ``_spill._window``).
+        under drop_oldest (with a spill: to the queue within its share, else to the overflow,
+        ``_spill._window``).
         Returns ``ACCEPTED``, ``WAKE`` (the worker must be woken too) or ``REFUSED`` if there is
         no room (nothing counted: the caller applies the policy, and counts with
         :meth:`drop_offered_locked`)."""
         held = self.holdings
         if held.held_back_locked(nbytes):
             return REFUSED
-        window = held.window
-        if window is None:
+        overflow = held.overflow
+        if overflow is None:
             result = self.queue_locked(event, nbytes)
         else:
-            result = window.put(self, event, nbytes)
+            result = overflow.put(self, event, nbytes)
             if not result and self.policy is Policy.DROP_OLDEST and self._evict_for(nbytes or held.estimate):
-                result = window.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
+                result = overflow.put(self, event, nbytes)  # (evicted from the queue: room in the overflow)
         if result and not nbytes and held.next_seq >= held.look_end and held.measure_here is Measure.SIDECAR:
             # An object queued as far past the sidecar's last look as may be (``UNLOOKED_MOST``;
             # it cannot run, or not often enough): its emitter measures the newest object
@@ -378,7 +402,7 @@ class Buffer:
             result = WAKE
         return result
 
-    def queue_locked(self, event: Any, nbytes: int) -> int:
+    def queue_locked(self, event: Any, nbytes: int) -> Admission:
         """:meth:`put_locked` to the queue itself."""
         held = self.holdings
         queue = held.queue
@@ -572,6 +596,6 @@ def _counters(buf: Buffer) -> dict[str, Any]:
         "queued_events": len(buf.holdings.queue) + len(side) + buf.holdings.beyond,
         "queued_bytes": buf.holdings.queued_bytes
         + sum(side)
-        + (buf.holdings.window.bytes(buf.holdings.estimate) if buf.holdings.window is not None else 0),
+        + (buf.holdings.overflow.bytes(buf.holdings.estimate) if buf.holdings.overflow is not None else 0),
         "in_flight": buf.holdings.in_flight,
     }

@@ -65,7 +65,7 @@ _TEXT = (str, bytes, bytearray)
 
 class Admission(enum.IntEnum):
     """What the buffer answers for one event offered (``Buffer.put``, ``put_locked``, an
-    overflow's ``put``).  An ``int``, so that an overflow may answer with the bare value."""
+    overflow's ``put``).  An ``int``: ``REFUSED`` is false."""
 
     #: Not accepted: refused, and counted under its reason (or the policy is to apply).
     REFUSED = 0
@@ -93,9 +93,8 @@ class Overflow(Protocol):
     """What the buffer asks of an overflow (the spill's memory window, ``_spill._window``):
     admission beyond the queue's share, and what it holds."""
 
-    def put(self, buf: Any, event: Any, nbytes: int) -> int:
-        """``put_locked``'s answer for one event (``Admission.REFUSED``, or 0: no room, the
-        policy applies)."""
+    def put(self, buf: Any, event: Any, nbytes: int) -> Admission:
+        """``put_locked``'s answer for one event (``REFUSED``: no room, the policy applies)."""
 
     def has_room(self, buf: Any, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` (0: an object) would be accepted now."""
@@ -162,6 +161,7 @@ class Holdings:
         "measured",
         "numbers",
         "object_room",
+        "overflow",
         "queue",
         "room_bytes",
         "room_events",
@@ -170,7 +170,6 @@ class Holdings:
         "wake_at_bytes",
         "wake_at_events",
         "wake_at_objects",
-        "window",
     )
 
     def __init__(self, *, max_events: int, max_bytes: int) -> None:
@@ -181,7 +180,7 @@ class Holdings:
         # overflow, or released to disk).
         self.room_events = max_events
         self.room_bytes = max_bytes
-        self.window: Overflow | None = None
+        self.overflow: Overflow | None = None
         self.beyond = 0
         # -- (end of the window's part)
         # The queue is two parallel deques rather than one of tuples, so that emit allocates
@@ -273,17 +272,17 @@ class Holdings:
 
     def unmeasured_locked(self) -> int:
         """Objects held in memory at the estimate: queued, or in the spill's overflow."""
-        window = self.window
-        return self.estimated + (window.unmeasured() if window is not None else 0)
+        overflow = self.overflow
+        return self.estimated + (overflow.unmeasured() if overflow is not None else 0)
 
     def newest_objects_locked(self, most: int, span: int) -> list[tuple[int, Any]]:
         """``(number, object)`` of the newest objects held at the estimate, newest first: at
         most ``most`` among the last ``span`` events of the spill's overflow (the newest
         events, while it holds any) and of the queue.  What a look measures."""
-        window = self.window
+        overflow = self.overflow
         picked: list[tuple[int, Any]] = []
-        if window is not None and window.held():
-            picked = window.newest_objects(self.next_seq - window.held(), most, span)
+        if overflow is not None and overflow.held():
+            picked = overflow.newest_objects(self.next_seq - overflow.held(), most, span)
         queue, sizes, seq_at = self.queue, self.sizes, self.numbers.seq_at
         index = len(queue) - 1
         stop = max(-1, index - span)
@@ -349,8 +348,8 @@ class Holdings:
 
     def has_room_locked(self, nbytes: int) -> bool:
         """Whether an event of ``nbytes`` bytes (0: an object, at the estimate) fits now."""
-        if self.window is not None:
-            return bool(self.window.has_room(self, nbytes))
+        if self.overflow is not None:
+            return bool(self.overflow.has_room(self, nbytes))
         held = self.held_bytes_locked()
         return len(self.queue) + self.in_flight < self.max_events and (
             held + (nbytes or self.estimate) <= self.max_bytes
@@ -373,7 +372,7 @@ class Holdings:
             unlooked = self.look_end - self.numbers.end(n) - self.beyond
             self.object_room = min(by_count, room, n + unlooked)
             # Full by count alone, with a queued event to go: one out makes room for one in.
-            full = by_count == n > 0 and room > n and self.full_fast and self.window is None
+            full = by_count == n > 0 and room > n and self.full_fast and self.overflow is None
             self.full_at = n if full else -1
             self.full_until = self.numbers.head + unlooked
         wake = self.wake_at_events
@@ -387,7 +386,7 @@ class Holdings:
 
     def attach_overflow(self, overflow: Overflow) -> None:
         """Admission goes through ``overflow`` (``Buffer.put_locked`` hands it every event)."""
-        self.window = overflow
+        self.overflow = overflow
 
     def set_room_locked(self, room_events: int, room_bytes: int) -> None:
         """The fast paths' bounds: the window's share of the buffer, or none (0, -1) while
@@ -426,10 +425,10 @@ class Holdings:
         own serialized form stays): an object's exact size, 0 for an exact event, -1 if gone."""
         index = self.numbers.index_of(seq, len(self.queue)) if event is not ser else None
         if index is None:
-            window = self.window
-            if window is None or event is ser:
+            overflow = self.overflow
+            if overflow is None or event is ser:
                 return -1
-            return window.replace(self.next_seq - window.held(), seq, event, ser) or -1
+            return overflow.replace(self.next_seq - overflow.held(), seq, event, ser) or -1
         if self.queue[index] is not event:
             return -1
         was_object = not self.sizes[index]
@@ -552,9 +551,9 @@ class Holdings:
         """Forget everything held (queued and in flight); returns how many events that was."""
         held = len(self.queue) + self.in_flight + self.beyond
         self.numbers.clear(len(self.queue), self.beyond)
-        if self.window is not None:
-            self.window.clear()
-            self.window.restore(self)
+        if self.overflow is not None:
+            self.overflow.clear()
+            self.overflow.restore(self)
         self.beyond = 0
         self.queue.clear()
         self.sizes.clear()

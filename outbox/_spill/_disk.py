@@ -19,14 +19,13 @@ from itertools import accumulate
 from typing import Any
 
 from .._observability._log import RateLimitedLog, never_silent
-from .._run._serde import SerializedEvent, serialize
-from .._runtime._slices import Slicer
+from .._run._serde import SerializedEvent
 from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
 from ._owners import RESERVE, Home, prune
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
 
-__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk", "serialized"]
+__all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk"]
 
 #: A segment is closed (and a new one begun) past this size (or an eighth of max_spill_bytes).
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -46,24 +45,6 @@ _FIXES = {
     errno.EROFS: "the filesystem is read-only: point spill_dir at a writable one",
     errno.EIO: "an I/O error: check the disk",
 }
-
-
-def serialized(
-    events: list[tuple[int, Any]], slicer: Slicer | None
-) -> list[tuple[int, Any, SerializedEvent | None]]:
-    """``(number, event, its serialized form)`` of each, None for one that cannot be: in slices
-    (the GIL handed back to the application's threads between two, ``_slices``)."""
-    if slicer is not None:
-        slicer.begin()
-    out: list[tuple[int, Any, SerializedEvent | None]] = []
-    for seq, event in events:
-        if slicer is not None:
-            slicer.checkpoint()
-        try:
-            out.append((seq, event, event if event.__class__ is SerializedEvent else serialize(event)))
-        except Exception:
-            out.append((seq, event, None))
-    return out
 
 
 class Disk:

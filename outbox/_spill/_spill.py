@@ -17,13 +17,13 @@ import os
 import time
 from typing import Any
 
-from .._buffer._buffer import Buffer
+from .._buffer._buffer import Buffer, serialize_held
 from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, logger, never_silent
 from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
-from ._disk import RETRY_AFTER, Disk, serialized
+from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
 from ._owners import Home, dead_owners, segment_paths
 from ._ranges import Ranges
@@ -145,7 +145,7 @@ class Spill:
     def due(self, buf: Buffer, now: float) -> float:
         """Seconds until :meth:`tick` has something to do (read without the lock)."""
         window = self.window
-        if self._closed or buf.holdings.window is not window:
+        if self._closed or buf.holdings.overflow is not window:
             return _INF
         if window.active and (
             (len(window.events) >= window.wake_at and not window.stuck)
@@ -173,7 +173,7 @@ class Spill:
         delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
         failure of ours is logged and the outbox goes on in memory."""
         window = self.window
-        if self._closed or buf.holdings.window is not window:
+        if self._closed or buf.holdings.overflow is not window:
             return
         try:
             if window.active:
@@ -254,7 +254,11 @@ class Spill:
             over = [] if buf.finalized else list(window.events)
             first = held.next_seq - len(over)
         most = room // HEADER + 1 if room > 0 else 0
-        done = [(seq, event, ser) for seq, event, ser in serialized(todo[:most], slicer) if ser is not None]
+        checkpoint = None
+        if slicer is not None:
+            slicer.begin()
+            checkpoint = slicer.checkpoint
+        done = [(seq, e, ser) for seq, e, ser in serialize_held(todo[:most], checkpoint) if ser is not None]
         batch = [(seq, ser) for seq, _, ser in done if self.disk.holds(ser)]
         if len(batch) < len(done):
             self.disk.not_spilled["spill_full"] += len(done) - len(batch)
@@ -262,7 +266,7 @@ class Spill:
             over = []  # (the overflow waits for the queued events below it)
         overflow = [
             (seq, window.writable(ser, self.disk))
-            for seq, _, ser in serialized(list(enumerate(over, first)), slicer)
+            for seq, _, ser in serialize_held(list(enumerate(over, first)), checkpoint)
         ]
         wrote = self._append(buf, batch + overflow)
         with buf.lock:

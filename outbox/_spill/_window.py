@@ -31,7 +31,7 @@ from itertools import islice
 from typing import Any
 
 from .._buffer._buffer import Buffer, Reason
-from .._buffer._holdings import Holdings
+from .._buffer._holdings import Admission, Holdings
 from .._observability._log import RateLimitedLog
 from .._run._serde import SerializedEvent, weight
 from ._disk import Disk
@@ -113,16 +113,17 @@ class Window:
             )
         return self._fits(held, nbytes or held.estimate)
 
-    def put(self, buf: Buffer, event: Any, nbytes: int) -> int:
+    def put(self, buf: Buffer, event: Any, nbytes: int) -> Admission:
         """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
-        overflow.  Returns 1, 2 (wake the worker) or 0 (no room: the buffer applies its policy)."""
+        overflow.  Returns ``ACCEPTED``, ``WAKE`` (wake the worker) or ``REFUSED`` (no room: the
+        buffer applies its policy)."""
         held = buf.holdings
         if not self.active:
             if self._fits_queue(held, nbytes) or not self.usable:
                 return buf.queue_locked(event, nbytes)
             self.activate(held)
         if not self._fits(held, nbytes or held.estimate):
-            return 0
+            return Admission.REFUSED
         self.events.append(event)
         self.sizes.append(nbytes)
         if nbytes:
@@ -132,7 +133,7 @@ class Window:
         n = len(self.events)
         # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
         # going while the overflow holds that many): not on every emit of an outage.
-        return 2 if n == 1 or n % self.wake_at == 0 else 1
+        return Admission.WAKE if n == 1 or n % self.wake_at == 0 else Admission.ACCEPTED
 
     def held(self) -> int:
         return len(self.events)

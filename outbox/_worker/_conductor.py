@@ -56,7 +56,7 @@ _LOOK_AGAIN = 0.05
 _ON_THE_WIRE = 0.001
 # The fewest events the backlog takes ahead of the lanes (a batch size of 1 must not leave a
 # refused event the only thing to send).
-_MIN_WINDOW = 64
+_MIN_LOOKAHEAD = 64
 
 
 class Worker:
@@ -252,22 +252,23 @@ class Worker:
         self.backlog.promote(now)
         s, buf = self.settings, self.buffer
         lanes = 1 if self.dispatch.breaker.failing else self.dispatch.lanes.current
-        # What the free lanes can take now; and, while the buffer has room to spare, a window
-        # ahead of them (the next batches, serialized while the lanes are on the wire, ready
+        # What the free lanes can take now; and, while the buffer has room to spare, a lookahead
+        # of them (the next batches, serialized while the lanes are on the wire, ready
         # when one answers).  An event taken from the buffer can no longer be evicted by
         # drop_oldest: near full, its policy keeps the choice of what is dropped (closing, no
         # emit is accepted any more).  Keys refused wait for their own reasons
         # and do not count, nor do the later events of keys on the wire (no lane can take
-        # them); the backlog as a whole stays within twice the window (while the backend
+        # them); the backlog as a whole stays within twice the lookahead (while the backend
         # fails: two batches).
         free = lanes - len(self._in_flight)
-        window = max(_MIN_WINDOW, lanes * s.max_batch_events)
+        lookahead = max(_MIN_LOOKAHEAD, lanes * s.max_batch_events)
         backlog = self.backlog
-        if len(backlog) >= 2 * window:
+        if len(backlog) >= 2 * lookahead:
             self._due_in = _INF  # no room: the next answer (or retry, or close) wakes the loop
             return False
+        ahead_bytes = lanes * s.max_batch_bytes
         if (free <= 0 or (backlog.fresh >= free * s.max_batch_events and backlog.can_send(now))) and (
-            backlog.fresh >= window or not (self.closing or self._roomy(window, lanes * s.max_batch_bytes))
+            backlog.fresh >= lookahead or not (self.closing or self._roomy(lookahead, ahead_bytes))
         ):
             self._due_in = _INF
             return False
@@ -280,20 +281,20 @@ class Worker:
             if events <= 0 or nbytes <= 0:
                 self._due_in = _INF
                 return False
-        items = self.intake.take(events, nbytes, lanes * s.max_batch_bytes)
+        items = self.intake.take(events, nbytes, ahead_bytes)
         if self.spill is not None:  # on disk before any transport sees them
             self.spill.cover(buf, items)
         self.backlog.add(items)
         return True
 
-    def _roomy(self, window: int, window_bytes: int) -> bool:
-        """Whether the buffer has room to spare for a window taken ahead: less than half full,
-        or room for four windows more (read without the lock: an estimate of the fill, which
+    def _roomy(self, lookahead: int, lookahead_bytes: int) -> bool:
+        """Whether the buffer has room to spare for a lookahead taken: less than half full,
+        or room for four lookaheads more (read without the lock: an estimate of the fill, which
         only decides how far ahead)."""
         buf = self.buffer
         fill, held = len(buf.holdings.queue) + buf.holdings.in_flight, buf.holdings.held_bytes_locked()
-        return (2 * fill < buf.holdings.max_events or fill + 4 * window <= buf.holdings.max_events) and (
-            2 * held < buf.holdings.max_bytes or held + 4 * window_bytes <= buf.holdings.max_bytes
+        return (2 * fill < buf.holdings.max_events or fill + 4 * lookahead <= buf.holdings.max_events) and (
+            2 * held < buf.holdings.max_bytes or held + 4 * lookahead_bytes <= buf.holdings.max_bytes
         )
 
     # -- out: lanes -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._buffer._buffer import UNLOOKED_MOST, Buffer, Entry, Reason
+from .._buffer._buffer import UNLOOKED_MOST, Buffer, Entry, Reason, serialize_held
 from .._observability._deadletter import DeadLetter
 from .._observability._log import RateLimitedLog
 from .._run._run import RunRecord
@@ -66,17 +66,9 @@ def serialize_in_place(
     still held there (``Buffer.serialized_in_place_locked``).  An event that cannot be
     serialized is left as it is: taking it counts it as ``invalid_event``.  Either is a look at
     the newest objects held before number ``end`` (``Holdings.looked_locked``; an emitter's that
-    serialized nothing learnt nothing, the ``sidecar``'s always counts).  The one way held
-    events are serialized in place: an emitter's measure, the intake's sampling."""
-    done: list[tuple[int, Any, SerializedEvent]] = []
-    started = time.perf_counter()
-    for seq, event in picked:
-        try:
-            done.append((seq, event, serialize(event)))
-        except Exception:
-            continue
-        if time.perf_counter() - started > budget:
-            break
+    serialized nothing learnt nothing, the ``sidecar``'s always counts): an emitter's measure,
+    the intake's sampling (the spill's writes serialize with the same ``serialize_held``)."""
+    done = [(seq, event, ser) for seq, event, ser in serialize_held(picked, budget=budget) if ser is not None]
     with buf.lock:
         if done:
             buf.serialized_in_place_locked(done)
@@ -208,9 +200,9 @@ class Intake:
 
     # -- taking ----------------------------------------------------------------------------
 
-    def take(self, events: int, nbytes: int, window_bytes: int) -> list[Held]:
+    def take(self, events: int, nbytes: int, lookahead_bytes: int) -> list[Held]:
         """Up to ``events`` events and ``nbytes`` bytes (at least one event) from the queue,
-        serialized, at most ``window_bytes`` bytes of them once their exact sizes are known (what
+        serialized, at most ``lookahead_bytes`` bytes of them once their exact sizes are known (what
         does not fit goes back to the queue, where the policy can shed it)."""
         self.sample(fresh=True)
         buf = self.buffer
@@ -221,7 +213,7 @@ class Intake:
         if not taken:
             return []
         try:
-            return self._serialize(taken, window_bytes)
+            return self._serialize(taken, lookahead_bytes)
         except Exception:
             # A bug of ours: back to the head of the queue first, so nothing taken is lost.
             with buf.lock:
@@ -232,7 +224,7 @@ class Intake:
                     buf.settle_locked(len(taken), sum(entry[2] for entry in taken), self.lowest_held())
             raise
 
-    def _serialize(self, batch: list[Entry], window_bytes: int) -> list[Held]:
+    def _serialize(self, batch: list[Entry], lookahead_bytes: int) -> list[Held]:
         """Serialize what was taken, in slices: between two events, the GIL goes to the
         application's threads once a slice has lasted its budget."""
         ready: list[Held] = []
@@ -245,11 +237,11 @@ class Intake:
         # (The slice goes on from the loop's turn that took the batch: it started when the
         # sidecar last waited, or handed the GIL over.)
         checkpoint, append = self.slicer.checkpoint, ready.append
-        count, twice = len(batch), 2 * window_bytes
+        count, twice = len(batch), 2 * lookahead_bytes
         mean = 0  # what the objects serialized so far weigh, on average
         for position, (seq, event, estimate) in enumerate(batch):
             checkpoint()
-            if total > window_bytes or (mean and total + (count - position) * mean > twice):
+            if total > lookahead_bytes or (mean and total + (count - position) * mean > twice):
                 # Taken by estimate, found larger (or about to be, at the weight of the objects
                 # serialized so far): the rest goes back to the queue unserialized, where the
                 # policy can shed it (serializing it now would hold it twice in memory).

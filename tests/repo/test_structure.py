@@ -475,3 +475,35 @@ def test_the_architecture_diagram_draws_every_part_in_its_layer_and_names_files_
     assert len(named) > 15  # it read the page's paths
     missing = [path for path in named if not (ROOT / path).exists() and not (ROOT.parent / path).exists()]
     assert missing == [], missing
+
+
+# -- one way to do each thing (#38 item 3) -----------------------------------------------------
+
+
+def callers_of(name: str) -> set[str]:
+    """``file:function`` of every call of ``name(...)`` (a bare name) in the library, the tools
+    left out (they stand on the public API)."""
+    found: set[str] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        if TOOLS in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+                    found.add(f"{path.relative_to(ROOT)}:{function.name}")
+    return found
+
+
+def test_events_are_serialized_in_two_places_the_intakes_batch_and_held_events():
+    # The intake serializes the batch it took (its events out of the buffer), and every event
+    # serialized while still held (the intake's sampling, an emitter's measure, the spill's
+    # writes) goes through ``serialize_held``, put in its place by
+    # ``Buffer.serialized_in_place_locked``.  A third loop of ``serialize`` with its own ``try``
+    # is what #38 found five of.
+    assert callers_of("serialize") == {"_worker/_intake.py:_serialize", "_buffer/_buffer.py:serialize_held"}
+    held = {"_worker/_intake.py:serialize_in_place", "_spill/_spill.py:_write"}
+    assert callers_of("serialize_held") == held
+    assert len(callers_of("isinstance")) > 10  # (the scan sees the calls of a bare name)

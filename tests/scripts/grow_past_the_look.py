@@ -80,7 +80,7 @@ def spill() -> None:
     outbox, transport = _stuck_outbox(max_bytes=MAX_BYTES, spill_dir=tempfile.mkdtemp())
     buf = parts.buffer(outbox)
     text = orjson.dumps({"eventType": "START", "x": "y" * 100_000}).decode()
-    while not buf.window.active:
+    while not buf.holdings.overflow.active:
         outbox.emit(text)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     size = 0
@@ -90,9 +90,9 @@ def spill() -> None:
         outbox.emit(event)
         del event
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    held = sum(1 for e in [*buf.queue, *buf.window.events] if isinstance(e, dict))
+    held = sum(1 for e in [*buf.holdings.queue, *buf.holdings.overflow.events] if isinstance(e, dict))
     print(
-        f"objects of {size:,} bytes held at the estimate ({buf.estimate:,}): {held:,}, "
+        f"objects of {size:,} bytes held at the estimate ({buf.holdings.estimate:,}): {held:,}, "
         f"{held * size / 2**20:.1f} MiB, max_bytes {MAX_BYTES / 2**20:.0f} MiB; "
         f"the process grew {grown:.0f} MiB"
     )
@@ -104,9 +104,10 @@ def threads(n: int, size: int, each: int) -> None:
     worst = [0]
     looked = Buffer.looked_locked
 
-    def looked_locked(self: Buffer, end: int) -> None:
-        worst[0] = max(worst[0], self.next_seq - (self.look_end - UNLOOKED_MOST))
-        looked(self, end)
+    def looked_locked(self: Buffer, end: int, measured: bool = True) -> None:
+        held = self.holdings
+        worst[0] = max(worst[0], held.next_seq - (held.look_end - UNLOOKED_MOST))
+        looked(self, end, measured)
 
     Buffer.looked_locked = looked_locked  # type: ignore[method-assign]
     events = _padded(each, "x" * size)
@@ -137,7 +138,7 @@ def invalid() -> None:
         del event
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     print(
-        f"5,000 objects of 100 KB that cannot be serialized: {len(buf.queue):,} held, "
+        f"5,000 objects of 100 KB that cannot be serialized: {len(buf.holdings.queue):,} held, "
         f"max_bytes {MAX_BYTES / 2**20:.0f} MiB; the process grew {grown:.0f} MiB"
     )
     _close(outbox, transport)
@@ -150,10 +151,11 @@ def mix(period: int, phase: int) -> None:
     size = len(orjson.dumps(large))
     for i in range(60_000):
         outbox.emit(large if (i + phase) % period else small)
-    held = sum(1 for e in buf.queue if e is large)
+    held = sum(1 for e in buf.holdings.queue if e is large)
     print(
         f"one small object in {period}, the others of {size:,} bytes: {held:,} of them held at the "
-        f"estimate ({buf.estimate:,}), {held * size / 2**20:.1f} MiB, max_bytes {MAX_BYTES / 2**20:.0f} MiB"
+        f"estimate ({buf.holdings.estimate:,}), {held * size / 2**20:.1f} MiB, "
+        f"max_bytes {MAX_BYTES / 2**20:.0f} MiB"
     )
     _close(outbox, transport)
 

@@ -27,7 +27,7 @@ def held(box: Outbox) -> int:
 
 def in_window(box: Outbox) -> int:
     """With a spill: the events the buffer's memory window holds."""
-    return len(box._buffer.holdings.window.events)
+    return len(box._buffer.holdings.overflow.events)
 
 
 def sidecar(box: Outbox) -> Any:

@@ -814,7 +814,7 @@ def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_s
     assert transport.entered.wait(10)  # and its loop is stuck from here on
     buf = parts.buffer(outbox)
     text = orjson.dumps({"eventType": "START", "x": "y" * 100_000}).decode()
-    while not buf.holdings.window.active:  # the queue's window full of text: what follows overflows
+    while not buf.holdings.overflow.active:  # the queue's window full of text: what follows overflows
         assert outbox.emit(text)
     pad = "x" * 100_000
     events = []
@@ -825,7 +825,7 @@ def test_objects_that_grow_in_the_spills_overflow_while_the_sidecar_cannot_run_s
     size = len(orjson.dumps(events[-1]))
     for event in events:
         outbox.emit(event)
-    held_objects = [e for e in [*buf.holdings.queue, *buf.holdings.window.events] if isinstance(e, dict)]
+    held_objects = [e for e in [*buf.holdings.queue, *buf.holdings.overflow.events] if isinstance(e, dict)]
     assert len(held_objects) <= max_bytes // size + UNLOOKED_MOST, outbox.stats()  # (3,000 before)
     assert buf.holdings.estimate >= size * 0.99, outbox.stats()
     transport.release.set()
