@@ -45,6 +45,7 @@ def dead_owner(spill: Path, first: int, count: int) -> None:
     box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(alone), shutdown_timeout=1)
     for n in range(first, first + count):
         assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == count), box.stats().spill
     assert box.close().undelivered == {"spilled_at_close": count}
     spill.mkdir(exist_ok=True)
     for owner in alone.iterdir():
@@ -306,6 +307,7 @@ def test_a_successor_smaller_than_what_it_adopts_delivers_it_before_its_own_newe
         event = run_event(run_id=RUNS[n % 4], n=n)
         event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": pad}}
         assert box.emit(event)
+    assert wait_until(lambda: box.stats().spill["written"] == 3000), box.stats().spill  # (then its 1 s close)
     assert box.close().undelivered == {"spilled_at_close": 3000}
     with Sink() as sink:
         successor = Outbox(

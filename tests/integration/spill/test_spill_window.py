@@ -280,6 +280,7 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
             event = run_event(run_id=RUNS[n % 4], n=n)
             event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": pad}}
             assert first.emit(event)
+        assert wait_until(lambda: first.stats().spill["written"] == count), first.stats().spill
         assert first.close().undelivered == {"spilled_at_close": count}
     on_disk = sum(p.stat().st_size for p in spill.rglob("*.seg"))
     # (Once, in CI beside busy processes and the e2e suite on 3.12, 3,200,420 bytes were found
