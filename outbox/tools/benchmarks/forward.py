@@ -92,9 +92,10 @@ class NullServer:
         counts: dict[str, Any] = httpx.get(f"{self.url}/count", timeout=30).json()
         return counts
 
-    def hold(self, who: str) -> None:
-        """From now on, take ``who``'s requests and never answer them."""
-        httpx.get(f"{self.url}/hold/{who}", timeout=30).raise_for_status()
+    def hold(self, who: str, after: int = 0) -> None:
+        """Once ``who``'s requests carried ``after`` events, take its requests and never answer
+        them (the server decides as each comes: none slips by between a look and the hold)."""
+        httpx.get(f"{self.url}/hold/{who}/{after}", timeout=30).raise_for_status()
 
     def arrivals(self) -> list[tuple[float, str, int]]:
         """Every event that arrived, in arrival order: (time, sender, its number ``n``)."""
@@ -337,14 +338,15 @@ def _kill_mid_stream(
     is dead: nobody owns its partitions until its session expires, so their committed
     offsets stay as it left them (the caller reads them then)."""
     share = sum(1 for p, _ in placed.values() if p in run.killed_partitions)
-    while server.count()["by"].get(victim, 0) < share / 3:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{victim} delivered under a third of its share in time")
-        time.sleep(0.01)
-    server.hold(victim)
+    # (Held by the server once a third has come: between a look here and a hold, the victim
+    # could send its last request, and the run would wait for one that never comes.)
+    server.hold(victim, after=-(-share // 3))
     while not server.count()["held"]:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{victim} sent nothing more in time")
+            delivered = server.count()["by"].get(victim, 0)
+            raise RuntimeError(
+                f"{victim} delivered {delivered:,} of its share of {share:,}, then nothing more in time"
+            )
         time.sleep(0.01)
     process.kill()
     process.wait()
@@ -459,6 +461,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the forwarders' group session in seconds (default 6, Kafka's least by default)",
     )
     parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a run may take once its group settled before it fails, naming what it waited for "
+        "(default 600)",
+    )
+    parser.add_argument(
         "--bootstrap-servers", help="a running Kafka (default: start Apache Kafka here, from its jars)"
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -510,7 +519,9 @@ def _report_throughput(args: argparse.Namespace, bootstrap: str, figures: dict[s
     for count in args.forwarders:
         runs = []
         for _ in range(args.repeat):
-            run = forward_run(bootstrap, count, args.events, args.partitions, args.session_timeout)
+            run = forward_run(
+                bootstrap, count, args.events, args.partitions, args.session_timeout, timeout=args.run_timeout
+            )
             failed += [f"{count} forwarder(s): {wrong}" for wrong in check(run)]
             runs.append(run)
         rates = [r.per_s for r in runs]
@@ -540,7 +551,13 @@ def _report_kill(args: argparse.Namespace, bootstrap: str, figures: dict[str, An
     failed, killed = [], []
     for _ in range(args.repeat):
         run = forward_run(
-            bootstrap, args.kill_forwarders, args.events, args.partitions, args.session_timeout, kill=True
+            bootstrap,
+            args.kill_forwarders,
+            args.events,
+            args.partitions,
+            args.session_timeout,
+            kill=True,
+            timeout=args.run_timeout,
         )
         killed.append(run)
         failed += [f"the kill: {wrong}" for wrong in check(run)]

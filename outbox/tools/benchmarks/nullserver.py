@@ -12,9 +12,11 @@ as the occurrences of ``"eventTime"`` in the bodies: a byte count, not a parse),
 same, by bearer token), ``first`` and ``last`` (``time.monotonic()`` of the first and last
 body), and ``GET /bodies`` answers
 one line per body, ``TIME<tab>WHO<tab>BODY`` (the bodies are JSON of one line).  After
-``GET /hold/WHO``, requests from WHO are read, counted and kept as usual, but never answered
-(``held`` in ``GET /count`` counts them): a backend that took the events and whose answer never
-came back, as a client killed while it waits sees it.
+``GET /hold/WHO`` (or ``GET /hold/WHO/N``: once WHO's earlier requests carried ``N`` events,
+decided here as each request comes, so that no request slips by between a look and the hold),
+requests from WHO are read, counted and kept as usual, but never answered (``held`` in ``GET
+/count`` counts them): a backend that took the events and whose answer never came back, as a
+client killed while it waits sees it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ async def _serve(host: str, port: int, keep: bool) -> None:
     if keep:
         counts.update(events=0, first=0.0, last=0.0, by={}, held=0)
     kept: list[bytes] = []
-    hold: set[bytes] = set()
+    hold: dict[bytes, int] = {}  # who: the events delivered after which their requests are held
 
     def answer(writer: asyncio.StreamWriter, body: bytes) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
@@ -55,7 +57,8 @@ async def _serve(host: str, port: int, keep: bool) -> None:
                 elif head.startswith(b"GET /bodies"):
                     answer(writer, b"".join(kept))
                 elif head.startswith(b"GET /hold/"):
-                    hold.add(head.split(b" ", 2)[1].removeprefix(b"/hold/"))
+                    target, _, after = head.split(b" ", 2)[1].removeprefix(b"/hold/").partition(b"/")
+                    hold[target] = int(after or 0)
                     answer(writer, b"")
                 else:
                     counts["requests"] += 1
@@ -64,11 +67,12 @@ async def _serve(host: str, port: int, keep: bool) -> None:
                         now = time.monotonic()
                         events = body.count(b'"eventTime"')
                         counts["events"] += events
-                        counts["by"][who.decode()] = counts["by"].get(who.decode(), 0) + events
+                        before = counts["by"].get(who.decode(), 0)
+                        counts["by"][who.decode()] = before + events
                         counts["first"] = counts["first"] or now
                         counts["last"] = now
                         kept.append(b"%r\t%s\t%s\n" % (now, who, body))
-                        if who in hold:
+                        if who in hold and before >= hold[who]:
                             counts["held"] += 1
                             await asyncio.Event().wait()  # taken, never answered
                     writer.write(_OK)
