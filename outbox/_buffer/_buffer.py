@@ -259,13 +259,10 @@ class Buffer:
     # -- emitters' side ----------------------------------------------------------------
 
     def put(self, event: Any, nbytes: int) -> Admission:
-        """``emit``'s whole visit to the buffer (it takes the lock): offer one event of ``nbytes``
-        bytes (0: an object, at the estimate).  Returns an :class:`Admission` (``ACCEPTED``;
-        ``WAKE``: accepted, and the worker must be woken; ``REFUSED``: counted; an int, as an
-        overflow's answer may be a bare value).  Never waits, except under ``block`` off
-        ``no_block_thread`` (the sidecar's), up to ``block_timeout``.  The hot path: an object with
-        room costs a comparison and two appends, and one in a buffer full by count (an outage:
-        ``full_at``) as much again."""
+        """``emit``'s visit: offer one event of ``nbytes`` bytes (0: an object, at the estimate).
+        Returns ``ACCEPTED``, ``WAKE`` (wake the worker) or ``REFUSED`` (counted); waits only under
+        ``block`` off the sidecar's thread.  An object with room costs a comparison and two
+        appends; in a full buffer (``full_at``) or into the spill's overflow, a few more."""
         lock = self.lock
         if lock._is_owned():  # type: ignore[attr-defined]  # (self.owned(), called the quicker way)
             # A signal handler or finalizer interrupted this very thread inside the outbox:
@@ -279,6 +276,9 @@ class Buffer:
             if nbytes:
                 return self._put_text_locked(event, nbytes, n)
             if n >= held.object_room:
+                over = held.overflow  # (the spill's, overflowing: its own fast path, ``_spill._window``)
+                if over is not None and len(over.events) < over.fast_room:
+                    return over.put_object(held, event)
                 numbers = held.numbers
                 first = numbers.head
                 if n != held.full_at or first >= held.full_until:  # (or past the sidecar's look)
@@ -508,6 +508,8 @@ class Buffer:
             self.refusal = refusal
         self.holdings.closed = True
         self.holdings.object_room, self.holdings.full_at = 0, -1
+        if self.holdings.overflow is not None:
+            self.holdings.overflow.fast_room = 0
 
     def ask_flush_locked(self, target: int) -> None:
         """Send every event up to sequence number ``target`` without lingering."""

@@ -93,6 +93,14 @@ class Overflow(Protocol):
     """What the buffer asks of an overflow (the spill's memory window, ``_spill._window``):
     admission beyond the queue's share, and what it holds."""
 
+    #: What it holds in memory, oldest first; while it overflows, the length below which an
+    #: object fits (``Buffer.put``'s fast path: then :meth:`put_object`), else 0.
+    events: Any
+    fast_room: int
+
+    def put_object(self, held: Any, event: Any) -> Admission:
+        """``Buffer.put``'s fast path: an object appended, within ``fast_room``."""
+
     def put(self, buf: Any, event: Any, nbytes: int) -> Admission:
         """``put_locked``'s answer for one event (``REFUSED``: no room, the policy applies)."""
 
@@ -121,6 +129,9 @@ class Overflow(Protocol):
     def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
         """Put ``ser`` in the place of ``event``, number ``seq``, if it is still held there
         (numbered from ``start``): returns its exact size, or 0."""
+
+    def recompute(self, held: Any) -> None:
+        """Its fast path's bound (``Buffer.put``), after anything changed the accounts."""
 
 
 def is_exact(event: Any) -> bool:
@@ -381,6 +392,8 @@ class Holdings:
             # batch by; bytes in flight are not the queue's): ceil(missing / estimate), at least 1.
             wake = min(wake, n + max(1, -(-(self.wake_at_bytes - queued) // estimate)))
         self.wake_at_objects = wake
+        if self.overflow is not None:
+            self.overflow.recompute(self)
 
     # -- the spill window's part (``_spill._window``): it changes the accounts only through these
 

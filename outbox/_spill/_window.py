@@ -11,9 +11,12 @@ overflow (what the disk did not take) joins the queue, and the overflow ends.  S
 queue < stretch < overflow by number, and each run's order holds.  Only when the overflow is
 full (the disk full or failing, or the sidecar behind by half the buffer) does the policy apply,
 counted ``dropped_spill_full`` when the disk holds ``max_spill_bytes``, else ``dropped_full``;
-``drop_oldest`` evicts the oldest queued events, never the stretch's.  The fast paths of
-``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1 while
-overflowing (every ``emit`` then takes the slow path, which comes here).
+``drop_oldest`` evicts the oldest queued events, never the stretch's.  The queue's fast paths
+in ``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1 while
+overflowing.  Then an object goes to the overflow by a fast path of its own while the overflow
+is shorter than ``fast_room`` (what fits by count, by bytes at the estimate, and before the
+sidecar's next look: ``recompute``, after every change of the accounts, as the queue's own
+bounds are); anything else takes the slow path, which comes here (``put``).
 
 The stretch is a queue of *runs* (``_streams.Run``): this owner's own events, written from the
 overflow, or a dead owner's, adopted and read in place.  Numbers given here to events of the
@@ -44,6 +47,7 @@ __all__ = ["READ_AGAIN_AFTER", "Window"]
 #: After a read of the stretch failed, seconds before the next try.
 READ_AGAIN_AFTER = 1.0
 _REASONS = {tomb.body: reason for reason, tomb in TOMBSTONES.items()}
+_ACCEPTED, _WAKE = Admission.ACCEPTED, Admission.WAKE
 
 
 @dataclass(slots=True)
@@ -71,6 +75,9 @@ class Window:
         self.exact_bytes = self.exact_count = 0
         #: Events of the stretch: on disk only, to be read back.
         self.disk = 0
+        #: While overflowing, the overflow's length below which an object fits: ``Buffer.put``
+        #: appends it here itself (:meth:`put_object`); 0 otherwise (:meth:`recompute`).
+        self.fast_room = 0
         self._new_stretch()
 
     def _new_stretch(self) -> None:
@@ -126,14 +133,40 @@ class Window:
             return Admission.REFUSED
         self.events.append(event)
         self.sizes.append(nbytes)
+        held.went_beyond_locked(1)
         if nbytes:
             self.exact_bytes += nbytes
             self.exact_count += 1
-        held.went_beyond_locked(1)
+            held.recompute_locked()  # (its exact size, not the estimate ``fast_room`` counts)
         n = len(self.events)
         # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
         # going while the overflow holds that many): not on every emit of an outage.
         return Admission.WAKE if n == 1 or n % self.wake_at == 0 else Admission.ACCEPTED
+
+    def put_object(self, held: Holdings, event: Any) -> Admission:
+        """``Buffer.put``'s fast path while overflowing: an object, within ``fast_room``."""
+        events = self.events
+        events.append(event)
+        self.sizes.append(0)
+        held.went_beyond_locked(1)
+        n = len(events)
+        return _WAKE if n == 1 or n % self.wake_at == 0 else _ACCEPTED
+
+    def recompute(self, held: Holdings) -> None:
+        """``fast_room``: the overflow's length below which an object fits by count, by bytes
+        at the estimate, and before the sidecar must look at the newest objects (as ``put``
+        and ``Buffer.put_locked`` would decide); 0 unless overflowing with a measured estimate."""
+        if not self.active or held.closed or not held.measured:
+            self.fast_room = 0
+            return
+        m, estimate, next_seq = len(self.events), held.estimate, held.next_seq
+        free = held.max_bytes - held.held_bytes_locked() - self.bytes(estimate)
+        self.fast_room = min(
+            held.max_events - len(held.queue) - held.in_flight,
+            m + free // estimate,
+            m + held.look_end - next_seq,
+            m + held.held_from - next_seq,
+        )
 
     def held(self) -> int:
         return len(self.events)
@@ -256,6 +289,7 @@ class Window:
                 self.exact_count -= 1
         self.disk += wrote
         self.foreign.add(start, start + wrote)
+        buf.holdings.recompute_locked()  # (room in the overflow: its fast path's bound)
         last, owner = self.runs[-1] if self.runs else None, disk.home.owner
         if last is not None and last.own and last.first + last.remaining == start:
             last.extend(owner, start, start + wrote, disk.last.path)
