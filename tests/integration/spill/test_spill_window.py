@@ -282,6 +282,9 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
             assert first.emit(event)
         assert wait_until(lambda: first.stats().spill["written"] == count), first.stats().spill
         assert first.close().undelivered == {"spilled_at_close": count}
+        # (A busy machine's close may end by its 0.5 s deadline with the sidecar abandoned: it
+        # lets go of the directory's lock when it ends, and only then can a successor adopt.)
+        assert wait_until(lambda: not parts.sidecar(first).thread.is_alive(), 30)
     on_disk = sum(p.stat().st_size for p in spill.rglob("*.seg"))
     # (Once, in CI beside busy processes and the e2e suite on 3.12, 3,200,420 bytes were found
     # here where 4.9 MB are written: exactly the size of seqs 0-373 and 1,250-2,499, as if the
@@ -478,10 +481,11 @@ def test_a_read_back_that_fails_is_tried_again_later_not_round_after_round(tmp_p
             reads,
             len(buf.holdings.queue),
         )
-        began, cpu = time.monotonic(), sidecar_cpu(box)
+        began, cpu, before = time.monotonic(), sidecar_cpu(box), reads
         time.sleep(1.5)  # (the outcome measured: what the sidecar did meanwhile)
         used, wall = sidecar_cpu(box) - cpu, time.monotonic() - began
-        assert reads <= 1 + wall / READ_AGAIN_AFTER + 1, reads
+        # (Reads from here on: a busy machine's wait above saw some already, a second apart.)
+        assert reads - before <= wall / READ_AGAIN_AFTER + 1, (reads, before)
         assert used < 0.2 * wall, f"the sidecar used {used:.3f} s of CPU in {wall:.3f} s, to read again"
         monkeypatch.setattr(Run, "read", real_read)
         accepted = box.stats().accepted
