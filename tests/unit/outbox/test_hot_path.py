@@ -131,11 +131,13 @@ def _looked(outbox: Outbox, ahead: int = UNLOOKED_MOST - 128) -> bool:
 def _paced(outbox: Outbox, events: list[Any], emit: Any = None) -> tuple[list[Any], CallRecorder]:
     """``events`` emitted 256 at a time, each chunk once the sidecar has looked (what a handler
     meets unless it outruns the sidecar: ``test_objects_that_grow_while_the_sidecar_cannot_run_
-    stay_within_the_bound_by_construction``), recorded; the waits are not."""
+    stay_within_the_bound_by_construction``), recorded; the waits are not.  The sidecar is
+    held during each chunk, so that what a chunk's emits do does not depend on when a busy
+    machine lets the sidecar run among them."""
     recorder, results = CallRecorder(), []
     for start in range(0, len(events), 256):
         assert wait_until(lambda: _looked(outbox), 10)
-        with recorder:
+        with parts.sidecar_held(outbox), recorder:
             results += [(emit or outbox.emit)(event) for event in events[start : start + 256]]
     return results, recorder
 
@@ -162,19 +164,20 @@ def test_emit_never_serializes_on_the_callers_thread():
     assert all(accepted)
     assert calls.serializing() == {}, calls.modules
     # What emit does call: the outbox's hot path, and C methods of builtins, deques and locks;
-    # and at most once a batch the sidecar's wake-up (call_soon_threadsafe: a byte to its
-    # self-pipe), when the queue reaches the size the worker asked to be woken at (on a loaded
-    # machine the worker is still arming it while these emits run).
+    # and the sidecar's wake-up (call_soon_threadsafe: a byte to its self-pipe) when the queue
+    # reaches the size the worker asked to be woken at.  A wake-up disarms the threshold until
+    # the worker runs again and arms it anew, which it cannot while held: at most one a chunk
+    # (emit woke it per event, 256 a chunk, before that rule).
     called = set(calls.modules) - {__name__, "sys"}  # this list comprehension; setprofile(None)
     hot = {"outbox._outbox", "outbox._buffer._buffer", "builtins", "collections", "_thread"}
     wake = {"outbox._worker._sidecar", "asyncio.events", "asyncio.base_events", "asyncio.selector_events"}
     assert called <= hot | wake | {"socket", "_contextvars"}, calls.modules
-    batches = len(events) // parts.settings(outbox).max_batch_events + 1
-    assert calls.modules["outbox._worker._sidecar"] <= batches
+    chunks = -(-len(events) // 256)
+    assert calls.modules["outbox._worker._sidecar"] <= chunks
     assert calls.modules["socket"] <= calls.modules["outbox._worker._sidecar"], calls.modules
-    # emit itself, once per event, and its ``_woken`` at most once a batch (the pacing lets the
-    # worker arm its wake-up between two chunks)
-    assert len(events) <= calls.modules["outbox._outbox"] <= len(events) + batches
+    # emit itself, once per event, and its ``_woken`` once per wake-up
+    woken = calls.modules["outbox._worker._sidecar"]
+    assert calls.modules["outbox._outbox"] == len(events) + woken, calls.modules
     stats = outbox.stats()
     assert stats.accepted == len(events) + len(first_of_each) + 1
     outbox.close(0.1)
@@ -639,7 +642,9 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
     calls = {}
     for backlog in (2_000, 40_000):
         outbox, event = _in_an_outage(policy, backlog)
-        assert wait_until(functools.partial(_looked, outbox, 600))  # (500 emits: no emitter measures)
+        # (500 emits: no emitter measures, nor do they reach the three quarters of the look at
+        # which the sidecar is woken to look again)
+        assert wait_until(functools.partial(_looked, outbox))
         buf = parts.buffer(outbox)
         with buf.lock:
             held = len(buf.holdings.queue) + buf.holdings.in_flight
