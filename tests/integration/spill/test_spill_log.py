@@ -146,18 +146,24 @@ def test_an_owner_that_died_while_adopting_hands_on_what_it_had_not_settled(tmp_
     settled (each event once)."""
     spill = tmp_path / "spill"
     dead_owner(spill, 0, 200)
-    behaviour = SinkBehaviour()
+    behaviour = SinkBehaviour(fail_status=503)  # (nothing delivered until the adoption is seen)
     with Sink(behaviour=behaviour) as sink:
         child = start_child(
             {"url": sink.url, "dir": str(spill), "mode": "stream", "pause": 0.05, "first": 10_000}
         )
         read_line(child, "")
+
+        def nested() -> list[Path]:
+            return [path for path in spill.rglob("*") if path.is_dir() and path.parent.parent == spill]
+
+        # (Looked at while nothing can be delivered: once all 200 are, the child deletes the
+        # adopted files and their directory, which a busy machine let it do before this look.)
+        assert wait_until(nested, 30), "the dead owner's directory was moved into the child's"
+        behaviour.fail_status = None
         assert sink.wait_for(30, 20)
         behaviour.fail_status = 503  # from now on nothing is delivered
-        delivered = set(ns(sink))
-        nested = [path for path in spill.rglob("*") if path.is_dir() and path.parent.parent == spill]
-        assert nested, "the dead owner's directory was moved into the child's"
         time.sleep(0.5)  # (the child's settlements of what was delivered are written each 0.1 s)
+        delivered = set(ns(sink))  # (after any request the sink was in the middle of)
         os.kill(child.pid, signal.SIGKILL)
         child.communicate()
         behaviour.fail_status = None
