@@ -66,6 +66,10 @@ class SpillChaos:
     def __init__(self, seed: int, generations: int) -> None:
         self.seed, self.generations = seed, generations
         self.rng = random.Random(seed)
+        # The run's shape (children, who is killed) from a generator of its own: the flapping
+        # loop draws as many times as the machine's speed lets it, and must not change who is
+        # killed (a busy machine once drew a run of 11 children with no kill at all).
+        self.plan = random.Random(seed + 1)
         self.folder = Path(tempfile.mkdtemp(prefix="spill-chaos-"))
         self.spill = self.folder / "spill"
         self.behaviour = SinkBehaviour()
@@ -161,12 +165,14 @@ class SpillChaos:
         rng = self.rng
         for generation in range(self.generations):
             self._backend()
-            children = [self._start() for _ in range(rng.choice([1, 2, 3]))]
+            children = [self._start() for _ in range(self.plan.choice([1, 2, 3]))]
+            kills = [child for child in children if self.plan.random() < 0.4]
+            if generation == self.generations - 1 and not kills and not any(c.killed for c in self.children):
+                kills = children[:1]  # (every run kills one owner at least)
             until = time.monotonic() + rng.uniform(0.8, 2.5)
             while time.monotonic() < until:
                 time.sleep(rng.uniform(0.1, 0.5))
                 self._backend()
-            kills = [child for child in children if rng.random() < 0.4]
             for child in kills:  # first: the others' closes adopt them
                 self._end(child, kill=True)
             self._backend()
