@@ -95,6 +95,9 @@ class SinkBehaviour:
     fail_status: int | None = None
     #: Fraction of requests that get ``fail_status``.
     fail_rate: float = 1.0
+    #: Once this many events are accepted, answer every request 503 (None: no such limit;
+    #: a test that must leave some events undelivered, whatever the machine's speed).
+    accept_most: int | None = None
     #: ``Retry-After`` value sent with ``fail_status``.
     retry_after: str | None = None
     #: ``Location`` sent with ``fail_status`` (a redirect, say).
@@ -244,14 +247,14 @@ class _Handler(BaseHTTPRequestHandler):
                     path, status, {"code": status, "message": "missing or wrong bearer token"}, reason=reason
                 )
                 return
-        if behaviour.fail_status is not None and random.random() < behaviour.fail_rate:
+        full = behaviour.accept_most is not None and len(sink._events) >= behaviour.accept_most
+        injected = 503 if full else behaviour.fail_status
+        if injected is not None and (full or random.random() < behaviour.fail_rate):
             headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after else {}
             if behaviour.location:
                 headers["Location"] = behaviour.location
-            body = {"code": behaviour.fail_status, "message": "injected"}
-            self._answer(
-                path, behaviour.fail_status, body, headers=headers, reason="injected (--fail-status)"
-            )
+            body = {"code": injected, "message": "injected"}
+            self._answer(path, injected, body, headers=headers, reason="injected (--fail-status)")
             return
         if behaviour.poison is not None and behaviour.poison.encode() in raw:
             self._answer(path, 500, {"code": 400, "message": "Unable to process JSON"}, reason="poison")

@@ -69,6 +69,7 @@ def main() -> None:
         spill_dir=cfg["dir"],
         spill_interval=cfg.get("interval", 0.1),
         max_events=200_000,
+        max_batch_events=cfg.get("max_batch_events", 1000),
         max_bytes=512 * 1024 * 1024,
         max_spill_bytes=cfg.get("max_spill_bytes", 1024**3),
         backoff_cap=0.2,

@@ -126,6 +126,19 @@ def test_slow_switch_delays_answers():
         assert time.monotonic() - started >= 0.2
 
 
+def test_accept_most_refuses_every_request_once_that_many_events_are_accepted():
+    with Sink() as sink:
+        sink.behaviour.accept_most = 3
+        batch = httpx.post(f"{sink.url}/api/v1/lineage/batch", json=[run_event(n=i) for i in range(2)])
+        single = httpx.post(f"{sink.url}/api/v1/lineage", json=run_event(n=2))
+        late = [httpx.post(f"{sink.url}/api/v1/lineage", json=run_event(n=3)) for _ in range(2)]
+        assert [batch.status_code, single.status_code] == [200, 200]
+        assert [answer.status_code for answer in late] == [503, 503]
+        assert [event["n"] for event in sink.events] == [0, 1, 2]
+        sink.behaviour.accept_most = None
+        assert httpx.post(f"{sink.url}/api/v1/lineage", json=run_event(n=4)).status_code == 200
+
+
 def test_fast_and_full_validation_agree():
     base = {"eventTime": "2026-12-02T10:00:00Z", "producer": "p", "schemaURL": "s"}
     cases = [
