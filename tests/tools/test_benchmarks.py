@@ -197,3 +197,15 @@ def test_the_minimal_emitter_keeps_its_bound_and_refuses_what_is_no_event():
     assert list(emitter.queue) == [{"n": 1}, {"n": 2}]  # the oldest went
     with pytest.raises(TypeError, match="not an event: str"):
         emitter.emit("x")
+
+
+def test_tail_refuses_more_invocations_than_its_full_rows_fit_with_a_clear_error(capsys):
+    from outbox.tools.benchmarks import tail
+
+    with pytest.raises(SystemExit) as exit_:
+        tail.main(["--rows", "full", "--invocations", str(tail.FULL_INVOCATIONS_MOST + 1)])
+    assert exit_.value.code == 2
+    assert (
+        f"--invocations {tail.FULL_INVOCATIONS_MOST + 1}: the full rows take at most"
+        in capsys.readouterr().err
+    )

@@ -542,8 +542,19 @@ def _work_rate(text: str) -> tuple[float, float]:
         raise argparse.ArgumentTypeError(f"expected WORK_US:RATE, got {text!r}") from None
 
 
+#: The most ``--invocations`` the full rows take: under ``block`` both phases' events stay held
+#: (the backend is down) beside the fill, in the default buffer of 10,000 events.
+FULL_INVOCATIONS_MOST = (10_000 - 64) // 4 - 10
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if "full" in args.rows and args.invocations > FULL_INVOCATIONS_MOST:
+        parser.error(
+            f"--invocations {args.invocations}: the full rows take at most {FULL_INVOCATIONS_MOST:,} "
+            "(both phases' events stay held in a buffer of 10,000); lower it, or leave out --rows full"
+        )
     if args.realtime:
         # This process and every one it starts (each row's handler and its sidecar thread, the
         # simulated backends) ahead of every ordinary process: on a shared machine, what is
