@@ -288,10 +288,10 @@ class Buffer:
                 if not self.evicts:  # drop_newest
                     self.refused += 1
                     return REFUSED
-                # drop_oldest: the oldest goes, this one takes its place (the accounts as they
-                # were, unless the oldest had its exact size: then recomputed, full_at with them).
-                # (The one eviction, ``Holdings.evict_oldest_locked``, inlined for emit's path.)
-                queue.popleft()
+                # drop_oldest: the oldest goes (freed by the sidecar: ``Holdings.evicted``), this
+                # one takes its place (the accounts as they were, unless the oldest had its exact
+                # size: then recomputed).  (``Holdings.evict_oldest_locked``, inlined for emit.)
+                held.evicted.append(queue.popleft())
                 queue.append(event)
                 sizes = held.sizes
                 size = sizes.popleft()

@@ -22,6 +22,7 @@ from .._run._serde import SerializedEvent, weight
 from ._numbering import Journal, Numbering
 
 __all__ = [
+    "EVICTED_MOST",
     "FIRST_ESTIMATE",
     "MEASURE_HERE_AFTER",
     "UNLOOKED_MOST",
@@ -60,6 +61,9 @@ UNLOOKED_MOST = 1024
 #: (``FIRST_ESTIMATE``) while the sidecar has yet to run (a flood of 100 KB dicts held 1,400 of
 #: them, 140 MiB in 64, before a sidecar under CI load ran).
 MEASURE_HERE_AFTER = 64
+#: Evicted events that wait for the sidecar to free them (``Holdings.evicted``), at most: this
+#: many, and a 32nd of ``max_bytes`` at the estimate.  Beyond, an eviction frees on its thread.
+EVICTED_MOST = 1024
 _TEXT = (str, bytes, bytearray)
 
 
@@ -155,6 +159,7 @@ class Holdings:
         "beyond",
         "closed",
         "estimate",
+        "evicted",
         "exact_bytes",
         "exact_count",
         "full_at",
@@ -193,7 +198,6 @@ class Holdings:
         self.room_bytes = max_bytes
         self.overflow: Overflow | None = None
         self.beyond = 0
-        # -- (end of the window's part)
         # The queue is two parallel deques rather than one of tuples, so that emit allocates
         # no object the garbage collector tracks (and never triggers a collection).  The
         # event at queue[i] has the sequence number ``numbers.seq_at(i)`` (``head_seq + i``
@@ -202,6 +206,8 @@ class Holdings:
         self.queue: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.numbers = Numbering()
+        # Evicted events, to be freed by the sidecar (``EVICTED_MOST``; from the first measure).
+        self.evicted: deque[Any] = deque(maxlen=0)
         # ``numbers.pos0`` at the last take: an untake is refused if anything left the head since.
         self.taken_at = -1
         # The numbers settled (delivered or lost), for the spill's durable log; None without one.
@@ -209,10 +215,8 @@ class Holdings:
         # Queued bytes = exact_bytes + estimated * estimate: when the estimate changes, every
         # queued object is re-priced at once, in O(1).  exact_count entries of the queue have
         # an exact size (exact_bytes in all); the others are objects (``estimated``).
-        self.exact_bytes = 0
-        self.exact_count = 0
-        self.in_flight = 0
-        self.in_flight_bytes = 0
+        self.exact_bytes = self.exact_count = 0
+        self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low: float = _INF  # the lowest number in flight (inf when none)
         self.closed = False  # no room for anything more
         # The worker asks to be woken when the queue reaches these sizes.
@@ -257,8 +261,16 @@ class Holdings:
         # Within max_bytes, so that an object always fits an empty buffer.
         self.estimate = min(max(64, estimate), self.max_bytes)
         self.measured = True
+        most = min(EVICTED_MOST, self.max_bytes // 32 // self.estimate)
+        if most != self.evicted.maxlen:
+            self.evicted = deque(self.evicted, maxlen=most)  # (the newest kept)
         self.recompute_locked()
         return before
+
+    def take_evicted_locked(self) -> deque[Any]:
+        """The evicted events waiting to be freed, for the sidecar to free outside the lock."""
+        gone, self.evicted = self.evicted, deque(maxlen=self.evicted.maxlen)
+        return gone
 
     def looked_locked(self, end: int, measured: bool = True) -> bool:
         """The newest objects held before number ``end`` were measured (or none is unmeasured):
@@ -304,8 +316,7 @@ class Holdings:
         return picked
 
     def claim_measure_here_locked(self) -> bool:
-        """Whether the emitter is to measure the newest queued object now (see
-        ``_worker._intake.measure_here``)."""
+        """Whether the emitter is to measure the newest queued object now (``_intake.measure_here``)."""
         if self.measure_here is not Measure.DUE:
             return False
         self.measure_here = Measure.CLAIMED
@@ -322,14 +333,12 @@ class Holdings:
         return self.numbers.head
 
     @property
-    def accepted(self) -> int:
-        """Events accepted so far: every one got the next sequence number, never reused."""
-        return self.numbers.end(len(self.queue)) + self.beyond
-
-    @property
     def next_seq(self) -> int:
         """The sequence number the next accepted event will get."""
         return self.numbers.end(len(self.queue)) + self.beyond
+
+    #: Events accepted so far: each got the next sequence number (from 0), never reused.
+    accepted = next_seq
 
     def keep_journal_locked(self) -> None:
         """From now on, note the numbers settled (for the spill's log)."""
@@ -464,33 +473,27 @@ class Holdings:
         return size
 
     def evict_oldest_locked(self, reason: str) -> int:
-        """Drop the oldest queued event (counted by the caller under ``reason``); returns the
-        bytes it counted for."""
-        self.queue.popleft()
-        size = self.sizes.popleft()
+        """Drop the oldest queued event (counted by the caller under ``reason``; freed by the
+        sidecar, ``evicted``); returns the bytes it counted for."""
+        self.evicted.append(self.queue.popleft())
         first = self.numbers.head
         self.numbers.advance(1)
-        if self.journal is not None:
-            self.journal.note(first, self.numbers.head, reason)
-        if size:
-            self.exact_bytes -= size
-            self.exact_count -= 1
-            return size
-        return self.estimate
+        return self._dropped_locked(first, self.numbers.head, self.sizes.popleft(), reason)
 
     def drop_newest_locked(self, reason: str) -> int:
         """Drop the newest queued event (counted by the caller under ``reason``: its number is
         retired, never given again); returns the bytes it counted for."""
         seq = self.numbers.retire_tail(len(self.queue))
         self.queue.pop()
-        size = self.sizes.pop()
-        if self.journal is not None:
-            self.journal.note(seq, seq + 1, reason)
-        if size:
-            self.exact_bytes -= size
-            self.exact_count -= 1
-            return size
-        return self.estimate
+        return self._dropped_locked(seq, seq + 1, self.sizes.pop(), reason)
+
+    def _dropped_locked(self, first: int, end: int, size: int, reason: str) -> int:
+        self.note_locked(first, end, reason)
+        if not size:
+            return self.estimate  # (an object)
+        self.exact_bytes -= size
+        self.exact_count -= 1
+        return size
 
     def take_locked(self, max_events: int, max_bytes: int) -> list[Entry]:
         """Move up to ``max_events`` events (and ``max_bytes``, but at least one) from the
@@ -570,6 +573,7 @@ class Holdings:
         self.beyond = 0
         self.queue.clear()
         self.sizes.clear()
+        self.evicted.clear()
         self.exact_bytes = self.exact_count = self.in_flight = self.in_flight_bytes = 0
         self.in_flight_low = _INF
         self.recompute_locked()

@@ -221,6 +221,7 @@ class Worker:
             if self.spill is not None:
                 self.spill.tick(self.buffer, self.slicer, now)
             self.intake.sample()
+            self.intake.free_evicted()
             if self._take(now):
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
                 continue

@@ -198,6 +198,19 @@ class Intake:
         # would otherwise go on at the old estimate while the sidecar waits for the GIL.
         serialize_in_place(buf, picked, SLICE, end, sidecar=True)
 
+    def free_evicted(self) -> None:
+        """Free the events ``drop_oldest`` evicted (``Holdings.evicted``) here, in slices,
+        rather than on the emitting thread: freeing an object costs microseconds."""
+        buf = self.buffer
+        if not buf.holdings.evicted:  # (read without the lock: a stale read waits a turn)
+            return
+        with buf.lock:
+            gone = buf.holdings.take_evicted_locked()
+        checkpoint, free = self.slicer.checkpoint, gone.popleft
+        for _ in range(len(gone)):
+            checkpoint()
+            free()
+
     # -- taking ----------------------------------------------------------------------------
 
     def take(self, events: int, nbytes: int, lookahead_bytes: int) -> list[Held]:

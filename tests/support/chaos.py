@@ -660,6 +660,13 @@ class Chaos:
         with buf.lock:
             held = len(buf.holdings.queue) + buf.holdings.in_flight
             held_bytes = buf.holdings.queued_bytes + buf.holdings.in_flight_bytes
+            # (evicted, waiting for the sidecar to free them: no longer held, but in memory)
+            evicted, estimate = len(buf.holdings.evicted), buf.holdings.estimate
+        check(
+            evicted * estimate <= self.settings["max_bytes"] // 32,
+            f"{evicted} evicted events of {estimate} bytes wait to be freed, max_bytes "
+            f"{self.settings['max_bytes']}",
+        )
         check(
             held <= self.settings["max_events"],
             f"{held} events held, max_events {self.settings['max_events']}",

@@ -587,3 +587,61 @@ def test_a_buffer_full_of_events_in_flight_refuses_an_object_without_raising(pol
     assert buf.refused == 3
     assert len(buf.holdings.queue) == 0
     assert buf.holdings.in_flight == 4
+
+
+# -- evicted events are freed by the sidecar, within a bound --------------------------------------
+
+
+class _Mortal:
+    """An object event that says which thread freed it."""
+
+    def __init__(self, freed_on: list[int]) -> None:
+        self.freed_on = freed_on
+
+    def __del__(self) -> None:
+        self.freed_on.append(threading.get_ident())
+
+
+def test_evicted_objects_wait_for_the_sidecar_up_to_a_32nd_of_max_bytes_then_free_on_their_thread():
+    from outbox._buffer._holdings import EVICTED_MOST
+
+    buf = _buffer(max_events=4, max_bytes=64_000)
+    assert buf.holdings.evicted.maxlen == 0  # unmeasured: no object is priced yet
+    freed_on: list[int] = []
+    with buf.lock:
+        buf.learn_locked(250)  # 64,000 / 32 / 250: at most 8 wait
+    assert buf.holdings.evicted.maxlen == 8
+    for _ in range(4 + 12):
+        buf.put(_Mortal(freed_on), 0)  # (no reference kept: each is the buffer's alone)
+    assert buf.dropped == {Reason.DROPPED_FULL: 12}
+    assert len(buf.holdings.evicted) == 8  # waiting for the sidecar
+    assert freed_on == [threading.get_ident()] * 4  # beyond the bound, freed by their emitter
+    with buf.lock:
+        gone = buf.holdings.take_evicted_locked()
+        assert not buf.holdings.evicted
+        assert buf.holdings.evicted.maxlen == 8
+        _accounts_add_up(buf)  # waiting to be freed is not held: already counted dropped_full
+    del gone
+    assert len(freed_on) == 12
+    with buf.lock:
+        buf.learn_locked(1_000)  # grown: a smaller bound, the newest kept
+        assert buf.holdings.evicted.maxlen == 2
+    big = _buffer(max_events=4, max_bytes=1 << 30)
+    with big.lock:
+        big.learn_locked(64)
+    assert big.holdings.evicted.maxlen == EVICTED_MOST
+
+
+def test_clearing_the_buffer_frees_what_waited_to_be_freed():
+    buf = _buffer(max_events=2, max_bytes=64_000)
+    freed_on: list[int] = []
+    with buf.lock:
+        buf.learn_locked(250)
+    for _ in range(5):
+        buf.put(_Mortal(freed_on), 0)
+    assert len(buf.holdings.evicted) == 3
+    assert not freed_on
+    with buf.lock:
+        assert buf.holdings.clear_locked() == 2
+    assert len(freed_on) == 5
+    assert not buf.holdings.evicted

@@ -12,6 +12,7 @@ import sys
 import threading
 import uuid
 import warnings
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -666,6 +667,37 @@ def test_emit_in_a_long_outage_does_no_work_that_grows_with_the_backlog(policy):
         assert dropped == (0 if policy == "block" else 500)  # each emit evicted or was refused
         outbox.close(0.1)
     assert abs(calls[40_000] - calls[2_000]) <= 16, calls  # (the same, but for those samples)
+
+
+def test_events_evicted_in_an_outage_are_freed_by_the_sidecar_never_by_the_handler():
+    # Freeing an openlineage-python event costs its emitter microseconds (`tail --rows full`):
+    # under drop_oldest, what emit evicts waits for the sidecar, which frees it, all of it.
+    from support.helpers import FailingTransport
+
+    outbox = Outbox(FailingTransport(), max_events=300, policy="drop_oldest", close_at_exit=False)
+    handler, freed_on = threading.get_ident(), []
+
+    def freed(_: Any) -> None:
+        freed_on.append(threading.get_ident())
+
+    filler = run_event()
+    outbox.emit(filler)
+    assert wait_until(lambda: parts.buffer(outbox).holdings.measured)
+    events = _openlineage_events(300)[:299]
+    refs = [weakref.ref(event, freed) for event in events]
+    for _ in range(13):
+        # Each chunk once the sidecar has looked (no emitter measures: it would free the object
+        # it serialized), and with the sidecar held (a batch it took would be freed by whoever
+        # drops the last reference: an emit in the middle of its call).
+        assert wait_until(lambda: _looked(outbox, 128))
+        with parts.sidecar_held(outbox):
+            for _ in range(100):
+                outbox.emit(events.pop() if events else filler)  # the outbox's alone once emitted
+    assert outbox.stats().dropped.get("dropped_full", 0) >= 600
+    assert wait_until(lambda: all(ref() is None for ref in refs)), sum(ref() is not None for ref in refs)
+    assert len(freed_on) == 299
+    assert handler not in freed_on
+    outbox.close(0.1)
 
 
 def test_the_run_helpers_record_what_changes_in_few_python_calls():
