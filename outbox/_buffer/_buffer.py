@@ -288,14 +288,12 @@ class Buffer:
                 if not self.evicts:  # drop_newest
                     self.refused += 1
                     return REFUSED
-                # drop_oldest: the oldest goes (freed by the sidecar: ``Holdings.evicted``), this
-                # one takes its place (the accounts as they were, unless the oldest had its exact
-                # size: then recomputed).  (``Holdings.evict_oldest_locked``, inlined for emit.)
-                held.evicted.append(queue.popleft())
+                # drop_oldest: the oldest goes, this one takes its place (the accounts as they were,
+                # unless the oldest had its exact size: recomputed).  (``evict_oldest_locked``, inlined.)
+                size = held.sizes.popleft()
+                gone = queue.popleft()
                 queue.append(event)
-                sizes = held.sizes
-                size = sizes.popleft()
-                sizes.append(0)
+                held.sizes.append(0)
                 if numbers.jumps:
                     numbers.advance(1)
                 else:
@@ -306,6 +304,8 @@ class Buffer:
                     held.exact_bytes -= size
                     held.exact_count -= 1
                     held.recompute_locked()
+                else:  # an object, at the estimate: freed by the sidecar (``Holdings.evicted``)
+                    held.evicted.append(gone)
                 if n < held.wake_at_objects:
                     return ACCEPTED
                 held.wake_at_events = held.wake_at_bytes = held.wake_at_objects = _INF

@@ -61,8 +61,9 @@ UNLOOKED_MOST = 1024
 #: (``FIRST_ESTIMATE``) while the sidecar has yet to run (a flood of 100 KB dicts held 1,400 of
 #: them, 140 MiB in 64, before a sidecar under CI load ran).
 MEASURE_HERE_AFTER = 64
-#: Evicted events that wait for the sidecar to free them (``Holdings.evicted``), at most: this
-#: many, and a 32nd of ``max_bytes`` at the estimate.  Beyond, an eviction frees on its thread.
+#: Dropped objects that wait for the sidecar to free them (``Holdings.evicted``), at most: this
+#: many, and a 32nd of ``max_bytes`` at the estimate.  Beyond, and events of an exact size (text,
+#: or objects serialized where they waited), the drop frees on its thread.
 EVICTED_MOST = 1024
 _TEXT = (str, bytes, bytearray)
 
@@ -206,7 +207,7 @@ class Holdings:
         self.queue: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.numbers = Numbering()
-        # Evicted events, to be freed by the sidecar (``EVICTED_MOST``; from the first measure).
+        # Dropped objects, to be freed by the sidecar (``EVICTED_MOST``; from the first measure).
         self.evicted: deque[Any] = deque(maxlen=0)
         # ``numbers.pos0`` at the last take: an untake is refused if anything left the head since.
         self.taken_at = -1
@@ -475,22 +476,22 @@ class Holdings:
     def evict_oldest_locked(self, reason: str) -> int:
         """Drop the oldest queued event (counted by the caller under ``reason``; freed by the
         sidecar, ``evicted``); returns the bytes it counted for."""
-        self.evicted.append(self.queue.popleft())
+        event, size = self.queue.popleft(), self.sizes.popleft()
         first = self.numbers.head
         self.numbers.advance(1)
-        return self._dropped_locked(first, self.numbers.head, self.sizes.popleft(), reason)
+        return self._dropped_locked(first, self.numbers.head, event, size, reason)
 
     def drop_newest_locked(self, reason: str) -> int:
         """Drop the newest queued event (counted by the caller under ``reason``: its number is
         retired, never given again); returns the bytes it counted for."""
         seq = self.numbers.retire_tail(len(self.queue))
-        self.queue.pop()
-        return self._dropped_locked(seq, seq + 1, self.sizes.pop(), reason)
+        return self._dropped_locked(seq, seq + 1, self.queue.pop(), self.sizes.pop(), reason)
 
-    def _dropped_locked(self, first: int, end: int, size: int, reason: str) -> int:
+    def _dropped_locked(self, first: int, end: int, event: Any, size: int, reason: str) -> int:
         self.note_locked(first, end, reason)
-        if not size:
-            return self.estimate  # (an object)
+        if not size:  # an object, at the estimate: freed by the sidecar
+            self.evicted.append(event)
+            return self.estimate
         self.exact_bytes -= size
         self.exact_count -= 1
         return size

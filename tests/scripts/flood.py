@@ -51,6 +51,8 @@ for i in range(count):
         body = body[-200:]  # small ones first: the estimate learnt from them is short
     if kind == "mix" and i % 4:
         body = body[-200:]  # three small ones for each large one
+    if kind == "textafter" and i < 500:
+        body = body[-200:]  # small objects first (measured: the estimate is short), then text
     run = {"runId": str(uuid.uuid4()), "facets": {"p": {"_producer": "p", "_schemaURL": "s", "x": body}}}
     event = {
         "eventType": "START",
@@ -60,9 +62,9 @@ for i in range(count):
         "run": run,
         "job": {"namespace": "n", "name": "j"},
     }
-    if kind in ("dict", "growing", "mix"):
+    if kind in ("dict", "growing", "mix") or (kind == "textafter" and i < 500):
         outbox.emit(event)
-    elif kind in ("str", "strsub"):
+    elif kind in ("str", "strsub", "textafter"):
         text = orjson.dumps(event).decode()
         outbox.emit(text if kind == "str" else Text(text))
     elif kind in ("bytes", "bytessub"):

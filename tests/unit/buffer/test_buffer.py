@@ -645,3 +645,23 @@ def test_clearing_the_buffer_frees_what_waited_to_be_freed():
         assert buf.holdings.clear_locked() == 2
     assert len(freed_on) == 5
     assert not buf.holdings.evicted
+
+
+def test_an_evicted_event_of_an_exact_size_is_freed_at_once_and_never_waits_beyond_the_bound():
+    # The bound counts what waits at the objects' estimate: a text (its exact size, 100 KB here,
+    # whatever the estimate) never waits, or 1,024 of them would hold 100 MB beyond max_bytes.
+    buf = _buffer(max_events=4, max_bytes=64 << 20)
+    with buf.lock:
+        buf.learn_locked(375)  # small objects measured: 1,024 objects may wait
+    assert buf.holdings.evicted.maxlen == 1024
+    freed_on: list[int] = []
+    big = "x" * 100_000
+    for i in range(4):
+        assert buf.put(big[:-1] + str(i), 100_000)
+    for _ in range(4):
+        buf.put(_Mortal(freed_on), 0)  # each evicts a text: freed here, at once
+    assert not buf.holdings.evicted
+    assert buf.dropped == {Reason.DROPPED_FULL: 4}
+    buf.put(_Mortal(freed_on), 0)  # evicts an object: it waits
+    assert len(buf.holdings.evicted) == 1
+    assert not freed_on
