@@ -967,6 +967,25 @@ def test_an_object_into_the_spills_overflow_takes_a_fast_path_of_two_calls(tmp_p
     outbox.close(10)
 
 
+def test_emit_into_the_spills_overflow_wakes_the_sidecar_for_a_burst_only(tmp_path):
+    # A wake-up costs the emitting thread a slice of the sidecar's work (the woken sidecar takes
+    # the CPU, and the GIL): waking it every 64 overflowed events was the spill's p99 in an
+    # outage (`tail --spill`).  The interval's write keeps up with an outage; emit wakes the
+    # sidecar once the overflow holds max_events/8 (a quarter of its room), and for the first.
+    outbox, transport = _overflowing(tmp_path / "spill", max_events=4_000)
+    window = parts.buffer(outbox).holdings.overflow
+    assert window.wake_at == 500
+    with FunctionRecorder() as recorder:
+        for i in range(1_200):
+            outbox.emit(run_event(n=i))
+    wakes = recorder.functions.get("outbox._outbox._woken", 0)
+    assert len(window.events) >= 1_200
+    # the first overflowed event, every 500 more, and at most one due measure (UNLOOKED_MOST)
+    assert 1 <= wakes <= 1_200 // 500 + 2, recorder.functions
+    transport.release.set()
+    outbox.close(10)
+
+
 @pytest.mark.parametrize("bound", ["events", "bytes", "look"])
 def test_the_overflows_fast_path_admits_exactly_what_its_slow_path_would(tmp_path, bound):
     # The same emits, text among the objects, into an overflow bounded by count, by bytes, or
