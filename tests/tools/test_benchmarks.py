@@ -183,6 +183,11 @@ def test_tail_times_the_whole_invocation_and_counts_what_a_busy_handler_loses(tm
     assert rows["1/helpers/whole-off-50-2000"]["p50"] >= 50
     assert rows["1/helpers/whole-on-50-2000"]["p50"] >= 50
     assert rows["1/helpers/whole-off-50-2000"]["delivered"] is None
+    # Of each sample, the wait to start once due (the GIL held elsewhere): a part of it.
+    for key in ("1/helpers/whole-off-50-2000", "1/helpers/whole-on-50-2000"):
+        waited = rows[key]["waited"]
+        assert 0 <= waited["p99"] <= waited["p99.9"] <= rows[key]["max"], rows[key]
+    assert out.stdout.count("of which waiting to start, once due: p99") == 2
     busy = rows["1/helpers/busy-50"]
     assert busy["delivered"] + busy["dropped"][0] == 602  # every event counted (2 of warm-up)
     assert "whole invocation at 4,000 events/s, p99.9 <= 1.5x lineage off + 20 µs" in out.stdout

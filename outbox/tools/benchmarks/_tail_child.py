@@ -148,7 +148,10 @@ def main() -> None:
     for w in workers:
         w.join()
     elapsed = time.monotonic() - started
-    print(json.dumps(_figures(kit.results, kit.firsts, elapsed, kit.outbox, spec.get("close_timeout", 2.0))))
+    figures = _figures(kit.results, kit.firsts, elapsed, kit.outbox, spec.get("close_timeout", 2.0))
+    if kit.whole:
+        figures["waited"] = percentiles([w for r in kit.waits for w in r])
+    print(json.dumps(figures))
 
 
 def _no_timer_slack() -> None:
@@ -204,12 +207,15 @@ class Kit:
         self.barrier = threading.Barrier(self.threads)
         self.results: list[list[int]] = [[] for _ in range(self.threads)]
         self.firsts: list[int] = [0] * self.threads
+        #: ``whole``: how long each invocation waited to start once due (its thread waiting for
+        #: the GIL another thread held), a part of its sample.
+        self.waits: list[list[int]] = [[] for _ in range(self.threads)]
 
 
 def handler(kit: Kit, t: int) -> None:
     """One handler thread's invocations, each timed (see the module's docstring)."""
     kind, whole, busy, cpu_work, warmup = kit.kind, kit.whole, kit.busy, kit.cpu_work, kit.warmup
-    pairs, samples, outbox = kit.lineage[t], kit.results[t], kit.outbox
+    pairs, samples, outbox, waits = kit.lineage[t], kit.results[t], kit.outbox, kit.waits[t]
     emit = kit.target  # (a local: the call costs what a handler's would)
     spans = kit.spans[t]
     if kind == "helpers":
@@ -254,6 +260,7 @@ def handler(kit: Kit, t: int) -> None:
             kit.firsts[t] = t1 - t0
         if i >= warmup:
             samples.append(t1 - t0)
+            waits.append(started - t0)  # (whole: the wait to start once due; reported there only)
         if busy:
             continue
         if whole:

@@ -137,6 +137,8 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         key: statistics.median([r[key] for r in runs]) for key in ("p50", "p99", "p99.9", "max", "first")
     }
     row["runs"] = runs
+    if all("waited" in r for r in runs):
+        row["waited"] = {key: statistics.median([r["waited"][key] for r in runs]) for key in ("p99", "p99.9")}
     row["delivered"] = runs[-1].get("delivered")
     row["lost"] = runs[-1].get("lost")
     return row
@@ -319,6 +321,12 @@ def print_whole(work_us: float, rate: float, on: bool, row: dict[str, Any], rows
         f"{row['first']:>10.1f}  {extra}  ({work_us:g} µs computing, {rate:,.0f} invocations/s,"
         f" {2 * rate:,.0f} events/s)"
     )
+    if "waited" in row:  # (the part of each sample spent waiting for the GIL once due)
+        waited = row["waited"]
+        print(
+            f"{'':>26}of which waiting to start, once due: p99 {waited['p99']:.1f} µs,"
+            f" p99.9 {waited['p99.9']:.1f} µs"
+        )
 
 
 def print_busy(work_us: float, row: dict[str, Any]) -> None:
