@@ -986,6 +986,31 @@ def test_emit_into_the_spills_overflow_wakes_the_sidecar_for_a_burst_only(tmp_pa
     outbox.close(10)
 
 
+def test_emit_wakes_the_sidecar_before_an_overflow_bound_by_bytes_is_full(tmp_path):
+    # The wake for a burst counts events (max_events/8), but the overflow may be bound by bytes
+    # first: max_bytes 1 MiB, the default 10,000 events, events of about 1.4 KB fill the
+    # overflow (half of max_bytes) at about 370, below 1,250.  Then no emit woke the sidecar
+    # after the first, and everything beyond the overflow waits for the interval's write or is
+    # dropped: at 8,000 events/s against a refused backend, 12,356 of 24,000 dropped_full where
+    # the tree before (a wake every 64) dropped none.  Emit must wake the sidecar before the
+    # overflow is full, whichever bound fills it.
+    outbox, transport = _overflowing(tmp_path / "spill", max_bytes=1024 * 1024, policy="drop_newest")
+    window = parts.buffer(outbox).holdings.overflow
+    pad = "x" * 1_000
+    events = [orjson.dumps({**run_event(n=i), "pad": pad}) for i in range(2_000)]
+    with FunctionRecorder() as recorder:
+        accepted = 0
+        for event in events:
+            if not outbox.emit(event):
+                break
+            accepted += 1
+    wakes = recorder.functions.get("outbox._outbox._woken", 0)
+    assert 0 < accepted < len(events), accepted  # the overflow filled, by bytes
+    assert wakes >= 1, f"{accepted} emits filled the overflow ({len(window.events)} events) without a wake"
+    transport.release.set()
+    outbox.close(10)
+
+
 @pytest.mark.parametrize("bound", ["events", "bytes", "look"])
 def test_the_overflows_fast_path_admits_exactly_what_its_slow_path_would(tmp_path, bound):
     # The same emits, text among the objects, into an overflow bounded by count, by bytes, or
