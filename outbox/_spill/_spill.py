@@ -148,7 +148,7 @@ class Spill:
         if self._closed or buf.holdings.overflow is not window:
             return _INF
         if window.active and (
-            (len(window.events) >= window.wake_at and not window.stuck)
+            window.wants_write()
             or (
                 window.disk
                 and not buf.holdings.queue
@@ -178,7 +178,7 @@ class Spill:
         try:
             if window.active:
                 window.refill(buf, self.log)
-                if len(window.events) >= window.wake_at and not window.stuck:
+                if window.wants_write():
                     self._write(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return

@@ -66,7 +66,7 @@ class Window:
     buffer's protocol runs with its lock held; so do the methods named ``_locked``."""
 
     def __init__(self) -> None:
-        self.share_events = self.share_bytes = self.wake_at = 0
+        self.share_events = self.share_bytes = self.wake_at = self.wake_bytes = 0
         self.active = False
         #: False while the disk fails or is full: then, unless overflowing, memory only.
         self.usable = True
@@ -97,11 +97,13 @@ class Window:
             max(1, held.max_events // 2),
             max(1, held.max_bytes // 2),
         )
-        # A quarter of the overflow's room at least: the interval's write keeps up with an
-        # ordinary outage and this wake is for a burst.  Waking costs the emitting thread
-        # (the sidecar takes the CPU, and the GIL, from it): every 64 events it was the
+        # An eighth of max_events and of max_bytes (a quarter of the overflow's room at least),
+        # whichever the overflow reaches first (``recompute``): the interval's write keeps up
+        # with an ordinary outage and this wake is for a burst.  Waking costs the emitting
+        # thread (the sidecar takes the CPU, and the GIL, from it): every 64 events it was the
         # spill's p99 in an outage (tail --spill: 1.3-2.8x; now 0.7-1.1x).
-        self.wake_at = max(1, held.max_events // 8)
+        self.wake_bytes = max(1, held.max_bytes // 8)
+        self.wake_at = max(1, min(held.max_events // 8, self.wake_bytes // held.estimate))
         held.attach_overflow(self)
         self.restore(held)
 
@@ -138,14 +140,18 @@ class Window:
         self.events.append(event)
         self.sizes.append(nbytes)
         held.went_beyond_locked(1)
+        n = len(self.events)
+        # The sidecar is woken for the first, and once every wake_at (at the estimate) or
+        # wake_bytes (of exact sizes), not on every emit of an outage (its ``due`` keeps it
+        # going while the overflow holds that much: ``wants_write``).
+        wake = n == 1 or n % self.wake_at == 0
         if nbytes:
+            before, step = self.exact_bytes, self.wake_bytes
+            wake = wake or before // step != (before + nbytes) // step
             self.exact_bytes += nbytes
             self.exact_count += 1
             held.recompute_locked()  # (its exact size, not the estimate ``fast_room`` counts)
-        n = len(self.events)
-        # The sidecar is woken for the first, and once every wake_at (its ``due`` keeps it
-        # going while the overflow holds that many): not on every emit of an outage.
-        return Admission.WAKE if n == 1 or n % self.wake_at == 0 else Admission.ACCEPTED
+        return Admission.WAKE if wake else Admission.ACCEPTED
 
     def put_object(self, held: Holdings, event: Any) -> Admission:
         """``Buffer.put``'s fast path while overflowing: an object, within ``fast_room``."""
@@ -160,10 +166,11 @@ class Window:
         """``fast_room``: the overflow's length below which an object fits by count, by bytes
         at the estimate, and before the sidecar must look at the newest objects (as ``put``
         and ``Buffer.put_locked`` would decide); 0 unless overflowing with a measured estimate."""
+        m, estimate, next_seq = len(self.events), held.estimate, held.next_seq
+        self.wake_at = max(1, min(held.max_events // 8, self.wake_bytes // estimate))
         if not self.active or held.closed or not held.measured:
             self.fast_room = 0
             return
-        m, estimate, next_seq = len(self.events), held.estimate, held.next_seq
         free = held.max_bytes - held.held_bytes_locked() - self.bytes(estimate)
         self.fast_room = min(
             held.max_events - len(held.queue) - held.in_flight,
@@ -174,6 +181,10 @@ class Window:
 
     def held(self) -> int:
         return len(self.events)
+
+    def wants_write(self) -> bool:
+        """Whether the overflow holds what wakes the sidecar (:meth:`put`): written at once."""
+        return (len(self.events) >= self.wake_at or self.exact_bytes >= self.wake_bytes) and not self.stuck
 
     def unmeasured(self) -> int:
         return len(self.events) - self.exact_count
