@@ -700,7 +700,11 @@ def test_outboxes_alive_at_exit_close_together_within_one_shutdown_timeout():
     # stall only lengthens (the time the child ran leaves the stalls out: 1.38 s of 2 in CI).
     assert wall > 1.5, (wall, ran)
     assert ran < 2 + 1, (wall, ran)  # not three: in the time the child ran
-    assert result.stderr.count("dropped_shutdown") == 3  # each loss is reported
+    # Each loss is reported, by its outbox's close (a sidecar abandoned at the deadline, beside
+    # load, may report it in its drops line too: not counted here).
+    closes = [line for line in result.stderr.splitlines() if "counts every loss by reason" in line]
+    assert len(closes) == 3, result.stderr
+    assert all("dropped_shutdown" in line for line in closes), closes
 
 
 # -- 7. close from several places -----------------------------------------------------------
