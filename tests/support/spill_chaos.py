@@ -10,7 +10,8 @@ what the backend received:
 - every accepted event not delivered is counted lost by a child's audit, or is one of the
   events a graceful close counted ``dropped_shutdown`` (their number must match exactly), or was
   accepted by a child killed before it wrote it (the crash's window: never one it had written);
-- duplicates only of events held by a child that ended with events in flight;
+- duplicates only of events held by a child that ended with events in flight, or whose request
+  timed out or failed on the wire (the sink may have taken it: at least once);
 - the last outbox's close is complete, and leaves the directory empty.
 
     python tests/support/spill_chaos.py --seed 7 --generations 8
@@ -235,6 +236,7 @@ class SpillChaos:
         losses: dict[int, list[tuple[int, str]]] = defaultdict(list)  # id -> (child, outcome)
         written: set[int] = set()  # ids on disk (own events written by their child)
         held_by_ended: set[int] = set()  # ids held by a child that ended with events in flight
+        sent_again: set[int] = set()  # ids whose request timed out or failed: perhaps taken, resent
         for child in self.children:
             origin: dict[int, tuple[str, int]] = {}
             pending: list[tuple[int, str]] = []  # loss notes not known to be on disk yet
@@ -245,6 +247,7 @@ class SpillChaos:
             )
             own = {child.n0 + k for k in range(len(child.accepted))}
             notes: list[tuple[int, int, str]] = []  # (position, my number, outcome)
+            again: list[int] = []  # my numbers of events whose request may have reached the sink
             for position, line in enumerate(child.audit):
                 kind, _, rest = line.partition(" ")
                 if kind == "T":
@@ -262,10 +265,16 @@ class SpillChaos:
                     notes.extend((position, seq, outcome) for seq in range(int(first), int(end)))
                 elif kind == "S":
                     taken_at = position
+                elif kind == "R":
+                    again.extend(int(seq) for seq in rest.split())
                 elif kind == "W":
                     durable_upto = taken_at
                 elif kind == "X":
                     durable_upto = position
+            for seq in again:
+                stream, number = origin.get(seq, (child.owner, seq))
+                if (found := id_of(stream, number)) is not None:
+                    sent_again.add(found)
             for position, seq, outcome in notes:
                 stream, number = origin.get(seq, (child.owner, seq))
                 if seq not in origin and seq not in own:
@@ -320,10 +329,11 @@ class SpillChaos:
             f"{len(rest)} accepted events neither delivered nor counted (nor lost in a crash before "
             f"they were written), where closes counted {closing} lost: {sorted(rest)[:10]}"
         )
+        # At least once at the wire: an event in flight at a crash or a close's deadline, or whose
+        # request timed out or failed after the sink may have taken it, may arrive twice.
         duplicated = {e for e, n in arrivals.items() if n > 1}
-        assert duplicated <= held_by_ended, (
-            f"duplicates of events in flight at no end: {sorted(duplicated - held_by_ended)[:10]}"
-        )
+        unexplained = duplicated - held_by_ended - sent_again
+        assert not unexplained, f"duplicates of events in flight at no end: {sorted(unexplained)[:10]}"
         last = self.last.report
         assert last is not None
         assert last["undelivered"] == {}, last
@@ -335,6 +345,7 @@ class SpillChaos:
             "accepted": len(accepted),
             "delivered": len(set(arrivals)),
             "duplicates": sum(n - 1 for n in arrivals.values()),
+            "sent_again": len(sent_again),
             "counted_lost": len(losses),
             "lost_in_crashes": len(crashed),
             "lost_at_close": closing,

@@ -13,7 +13,8 @@ being written) is what the buffer counted, number by number, as the library note
 ``N first end outcome`` (the journal: settled, delivered or lost), ``T first stream:seq ...``
 (events of the stretch read back: where each came from), ``E seq ...`` (this owner's events on
 disk), ``S`` (the journal taken for writing), ``W`` (every settlement taken so far is on disk),
-``X`` (nothing handed on: the close deleted the files).
+``X`` (nothing handed on: the close deleted the files), ``R seq ...`` (events whose request timed
+out or failed on the wire: the backend may have taken them, and they go again: at least once).
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ import outbox._spill._spill
 from outbox import Outbox
 from outbox._buffer._numbering import Journal
 from outbox._spill import _disk, _window
+from outbox._worker import _conductor
 from outbox.transports import HttpTransport
 
 from support import parts
 from support.helpers import run_event
+
+# A request that ended so may have reached the backend (a 1 s timeout on a loaded machine).
+_MAYBE_TAKEN = ("timeout", "deadline", "network")
 
 
 def install_audit(path: str) -> None:
@@ -81,6 +86,16 @@ def install_audit(path: str) -> None:
         drop(self, *args, **kwargs)
         say("X")
 
+    send = _conductor.Worker._send
+
+    async def audited_send(self, items):  # type: ignore[no-untyped-def]
+        outcomes = await send(self, items)
+        again = [item.seq for item, o in zip(items, outcomes, strict=False) if o.reason in _MAYBE_TAKEN]
+        if again:
+            say("R " + " ".join(map(str, again)))
+        return outcomes
+
+    _conductor.Worker._send = audited_send  # type: ignore[method-assign]
     Journal.note = audited_note  # type: ignore[method-assign]
     Journal.take = audited_take  # type: ignore[method-assign]
     _window.Window.remember = audited_remember  # type: ignore[method-assign]
