@@ -1011,6 +1011,48 @@ def test_emit_wakes_the_sidecar_before_an_overflow_bound_by_bytes_is_full(tmp_pa
     outbox.close(10)
 
 
+def test_text_into_the_overflow_does_not_wake_the_sidecar_on_every_emit_after_large_objects(tmp_path):
+    # The wake for a burst counts objects at the estimate (wake_at = (max_bytes/8) / estimate) and
+    # text by its exact bytes.  After objects as large as an eighth of max_bytes the estimate
+    # makes wake_at 1, and text (priced exactly, never at the estimate) was counted by that count
+    # too: every text emit into the overflow woke the sidecar, as many wakes as emits, the cost
+    # c5f42c5 removed (mixed.py smalltext_big_est against a refused backend, max_bytes 256 KiB:
+    # 5,152 wakes for 5,154 accepted emits; the tree before c5f42c5: 61).  Text must wake the
+    # sidecar by its bytes (an eighth of max_bytes) or the count of max_events/8, not per emit.
+    transport = _LoopBlockingTransport()
+    max_bytes = 1024 * 1024
+    outbox = Outbox(
+        transport,
+        linger=0,
+        spill_dir=tmp_path / "spill",
+        close_at_exit=False,
+        max_bytes=max_bytes,
+        policy="drop_newest",
+    )
+    big = run_event(n=-1)
+    big["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": "x" * (max_bytes // 6)}
+    assert outbox.emit(big)  # measured by the sidecar (the estimate a sixth of max_bytes), then stuck
+    assert transport.entered.wait(10)
+    held = parts.buffer(outbox).holdings
+    window = held.overflow
+    assert wait_until(lambda: held.measured and held.estimate >= max_bytes // 8)
+    n = 0
+    while not window.active:
+        assert outbox.emit(orjson.dumps(run_event(n=n)))
+        n += 1
+    text = [orjson.dumps(run_event(n=n + i)) for i in range(300)]
+    size = sum(len(t) for t in text)
+    assert size < max_bytes // 8  # not an eighth of max_bytes in all: no wake by bytes is due
+    with FunctionRecorder() as recorder:
+        accepted = sum(outbox.emit(t) for t in text)
+    wakes = recorder.functions.get("outbox._outbox._woken", 0)
+    assert accepted == len(text)
+    # the first overflowed event (if it is one of these), and one per eighth of max_bytes crossed
+    assert wakes <= 2, f"{wakes} wakes for {accepted} text emits ({size} bytes), wake_at {window.wake_at}"
+    transport.release.set()
+    outbox.close(10)
+
+
 @pytest.mark.parametrize("bound", ["events", "bytes", "look"])
 def test_the_overflows_fast_path_admits_exactly_what_its_slow_path_would(tmp_path, bound):
     # The same emits, text among the objects, into an overflow bounded by count, by bytes, or
