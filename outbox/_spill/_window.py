@@ -66,7 +66,7 @@ class Window:
     buffer's protocol runs with its lock held; so do the methods named ``_locked``."""
 
     def __init__(self) -> None:
-        self.share_events = self.share_bytes = self.wake_at = self.wake_bytes = 0
+        self.share_events = self.share_bytes = self.wake_at = self.wake_bytes = self.wake_events = 0
         self.active = False
         #: False while the disk fails or is full: then, unless overflowing, memory only.
         self.usable = True
@@ -103,7 +103,8 @@ class Window:
         # thread (the sidecar takes the CPU, and the GIL, from it): every 64 events it was the
         # spill's p99 in an outage (tail --spill: 1.3-2.8x; now 0.7-1.1x).
         self.wake_bytes = max(1, held.max_bytes // 8)
-        self.wake_at = max(1, min(held.max_events // 8, self.wake_bytes // held.estimate))
+        self.wake_events = max(1, held.max_events // 8)
+        self.wake_at = max(1, min(self.wake_events, self.wake_bytes // held.estimate))
         held.attach_overflow(self)
         self.restore(held)
 
@@ -141,16 +142,18 @@ class Window:
         self.sizes.append(nbytes)
         held.went_beyond_locked(1)
         n = len(self.events)
-        # The sidecar is woken for the first, and once every wake_at (at the estimate) or
-        # wake_bytes (of exact sizes), not on every emit of an outage (its ``due`` keeps it
-        # going while the overflow holds that much: ``wants_write``).
-        wake = n == 1 or n % self.wake_at == 0
+        # The sidecar is woken for the first, and once every wake_at objects (at the estimate),
+        # every wake_bytes of text (its exact size: never counted at the estimate, which may make
+        # wake_at 1) or every wake_events events, not on every emit of an outage (its ``due``
+        # keeps it going while the overflow holds that much: ``wants_write``).
         if nbytes:
             before, step = self.exact_bytes, self.wake_bytes
-            wake = wake or before // step != (before + nbytes) // step
+            wake = n == 1 or n % self.wake_events == 0 or before // step != (before + nbytes) // step
             self.exact_bytes += nbytes
             self.exact_count += 1
             held.recompute_locked()  # (its exact size, not the estimate ``fast_room`` counts)
+        else:
+            wake = n == 1 or (n - self.exact_count) % self.wake_at == 0
         return Admission.WAKE if wake else Admission.ACCEPTED
 
     def put_object(self, held: Holdings, event: Any) -> Admission:
@@ -160,14 +163,14 @@ class Window:
         self.sizes.append(0)
         held.went_beyond_locked(1)
         n = len(events)
-        return _WAKE if n == 1 or n % self.wake_at == 0 else _ACCEPTED
+        return _WAKE if n == 1 or (n - self.exact_count) % self.wake_at == 0 else _ACCEPTED
 
     def recompute(self, held: Holdings) -> None:
         """``fast_room``: the overflow's length below which an object fits by count, by bytes
         at the estimate, and before the sidecar must look at the newest objects (as ``put``
         and ``Buffer.put_locked`` would decide); 0 unless overflowing with a measured estimate."""
         m, estimate, next_seq = len(self.events), held.estimate, held.next_seq
-        self.wake_at = max(1, min(held.max_events // 8, self.wake_bytes // estimate))
+        self.wake_at = max(1, min(self.wake_events, self.wake_bytes // estimate))
         if not self.active or held.closed or not held.measured:
             self.fast_room = 0
             return
@@ -184,7 +187,12 @@ class Window:
 
     def wants_write(self) -> bool:
         """Whether the overflow holds what wakes the sidecar (:meth:`put`): written at once."""
-        return (len(self.events) >= self.wake_at or self.exact_bytes >= self.wake_bytes) and not self.stuck
+        n = len(self.events)
+        return (
+            n - self.exact_count >= self.wake_at
+            or self.exact_bytes >= self.wake_bytes
+            or n >= self.wake_events
+        ) and not self.stuck
 
     def unmeasured(self) -> int:
         return len(self.events) - self.exact_count
