@@ -14,7 +14,9 @@ being written) is what the buffer counted, number by number, as the library note
 (events of the stretch read back: where each came from), ``E seq ...`` (this owner's events on
 disk), ``S`` (the journal taken for writing), ``W`` (every settlement taken so far is on disk),
 ``X`` (nothing handed on: the close deleted the files), ``R seq ...`` (events whose request timed
-out or failed on the wire: the backend may have taken them, and they go again: at least once).
+out or failed on the wire: the backend may have taken them, and they go again: at least once),
+``C seq ...`` (events on the wire when the close let go of what it held: counted lost at close, and
+the backend may take them all the same).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import outbox._spill._spill
 from outbox import Outbox
 from outbox._buffer._numbering import Journal
 from outbox._spill import _disk, _window
-from outbox._worker import _conductor
+from outbox._worker import _conductor, _keys
 from outbox.transports import HttpTransport
 
 from support import parts
@@ -95,7 +97,16 @@ def install_audit(path: str) -> None:
             say("R " + " ".join(map(str, again)))
         return outcomes
 
+    drain = _keys.Keys.drain
+
+    def audited_drain(self):  # type: ignore[no-untyped-def]
+        on_the_wire = [item.seq for lane in self._wire.values() for item in lane]
+        if on_the_wire:
+            say("C " + " ".join(map(str, on_the_wire)))
+        return drain(self)
+
     _conductor.Worker._send = audited_send  # type: ignore[method-assign]
+    _keys.Keys.drain = audited_drain  # type: ignore[method-assign]
     Journal.note = audited_note  # type: ignore[method-assign]
     Journal.take = audited_take  # type: ignore[method-assign]
     _window.Window.remember = audited_remember  # type: ignore[method-assign]
