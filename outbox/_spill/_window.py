@@ -100,8 +100,7 @@ class Window:
         # An eighth of max_events and of max_bytes (a quarter of the overflow's room at least),
         # whichever the overflow reaches first (``recompute``): the interval's write keeps up
         # with an ordinary outage and this wake is for a burst.  Waking costs the emitting
-        # thread (the sidecar takes the CPU, and the GIL, from it): every 64 events it was the
-        # spill's p99 in an outage (tail --spill: 1.3-2.8x; now 0.7-1.1x).
+        # thread (the sidecar takes the CPU, and the GIL, from it): `tail --spill` measures it.
         self.wake_bytes = max(1, held.max_bytes // 8)
         self.wake_events = max(1, held.max_events // 8)
         self.wake_at = max(1, min(self.wake_events, self.wake_bytes // held.estimate))
