@@ -152,7 +152,7 @@ class Spill:
             or (
                 window.disk
                 and not buf.holdings.queue
-                and window.room(buf.holdings)[1] > 0
+                and window.readable(buf.holdings)[0] > 0
                 and now >= window.read_again_at
             )
         ):

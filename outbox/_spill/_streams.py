@@ -19,6 +19,7 @@ import os
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -223,6 +224,8 @@ class Run:
     damage: Counter[str] | None = None
     #: What the replay kept of its files (all of their events: they are not read again).
     kept: Kept = field(default_factory=deque)
+    #: The record a read left for the next (it would have passed the read's ``max_bytes``).
+    back: tuple[str, bool, Event] | None = None
 
     @property
     def remaining(self) -> int:
@@ -239,22 +242,31 @@ class Run:
             self.reader.close()
             self.reader = self.records = None
 
-    def read(self, want: int, max_bytes: int) -> Read:
-        """Up to ``want`` events (and ``max_bytes``, at least one), in file order, and where each
-        came from; once the last file is read to its end, what is still to hand out comes as
-        gaps (None).  A body that is not a JSON object comes as the ``invalid_event`` tombstone.
-        Raises OSError if the disk fails."""
+    def read(self, want: int, max_bytes: int, first_anyway: bool = True) -> Read:
+        """Up to ``want`` events and ``max_bytes`` (the first past them if ``first_anyway``; one
+        left for the next read is ``back``), in file order, and where each came from; once the
+        last file is read to its end, what is still to hand out comes as gaps (None).  A body
+        that is not a JSON object comes as the ``invalid_event`` tombstone.  Raises OSError if
+        the disk fails."""
         events: list[SerializedEvent | None] = []
         origins: list[list[Any]] = []
         last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
         nbytes = 0
         if self.records is None:
             self.records = self._records()
-        for stream, vouched, record in self.records:
+        records: Iterator[tuple[str, bool, Event | Settle | int]] = self.records
+        if self.back is not None:
+            records, self.back = chain((self.back,), records), None
+        for stream, vouched, record in records:
             if record.__class__ is Event:
                 seq, _, event = record
                 numbers = self.todo.get(stream)
-                if numbers is not None and numbers.remove(seq, seq + 1):
+                if numbers is not None and seq in numbers:
+                    size = weight(event)
+                    if (events or not first_anyway) and nbytes + size > max_bytes:
+                        self.back = (stream, vouched, record)
+                        return events, origins
+                    numbers.remove(seq, seq + 1)
                     if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
                         event = TOMBSTONES["invalid_event"]
                     events.append(event)
@@ -262,7 +274,7 @@ class Run:
                         last[2] += 1
                     else:
                         origins.append(last := [stream, seq, 1])
-                    nbytes += weight(event)
+                    nbytes += size
                     if len(events) >= want or nbytes >= max_bytes:
                         return events, origins
             elif record.__class__ is int and self.damage is not None:

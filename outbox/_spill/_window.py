@@ -75,6 +75,8 @@ class Window:
         self.exact_bytes = self.exact_count = 0
         #: Events of the stretch: on disk only, to be read back.
         self.disk = 0
+        #: Room a read of the stretch holds while it reads outside the lock (:meth:`refill`).
+        self.reading_events = self.reading_bytes = 0
         #: While overflowing, the overflow's length below which an object fits: ``Buffer.put``
         #: appends it here itself (:meth:`put_object`); 0 otherwise (:meth:`recompute`).
         self.fast_room = 0
@@ -91,6 +93,8 @@ class Window:
         self.stuck = False
         #: Events read back that were not there (``lost``) or whose body is not a JSON object.
         self.lost = self.invalid = 0
+        #: The bytes of the event a read held back for want of room (0: none).
+        self.waiting = 0
 
     def attach(self, held: Holdings) -> None:
         self.share_events, self.share_bytes = (
@@ -173,9 +177,9 @@ class Window:
         if not self.active or held.closed or not held.measured:
             self.fast_room = 0
             return
-        free = held.max_bytes - held.held_bytes_locked() - self.bytes(estimate)
+        free = held.max_bytes - held.held_bytes_locked() - self.bytes(estimate) - self.reading_bytes
         self.fast_room = min(
-            held.max_events - len(held.queue) - held.in_flight,
+            held.max_events - len(held.queue) - held.in_flight - self.reading_events,
             m + free // estimate,
             m + held.look_end - next_seq,
             m + held.held_from - next_seq,
@@ -239,21 +243,36 @@ class Window:
             held.held_bytes_locked() + (nbytes or held.estimate) <= self.share_bytes
         )
 
-    def room(self, held: Holdings) -> tuple[int, int]:
-        """What the queue's window has room for, by count and by bytes (the stretch read back)."""
-        return self.share_events - len(
-            held.queue
-        ) - held.in_flight, self.share_bytes - held.held_bytes_locked()
+    def room(self, held: Holdings, beside_overflow: bool = True) -> tuple[int, int]:
+        """What the queue's window has room for, by count and by bytes; ``beside_overflow`` (a
+        read of the stretch, which adds to memory), within what the overflow leaves of the
+        buffer's bounds too (the overflow moving to the queue adds nothing)."""
+        queued, held_bytes = len(held.queue) + held.in_flight, held.held_bytes_locked()
+        events, nbytes = self.share_events - queued, self.share_bytes - held_bytes
+        if beside_overflow:
+            events = min(events, held.max_events - queued - len(self.events))
+            nbytes = min(nbytes, held.max_bytes - held_bytes - self.bytes(held.estimate))
+        return events, nbytes
+
+    def readable(self, held: Holdings) -> tuple[int, int, bool]:
+        """The room a read of the stretch may take now, by count and by bytes (none: ``(0, 0)``),
+        and whether it takes one event past the bytes: when nothing else would ever make room
+        for it (no queue, and the overflow empty or stuck on a full or failing disk)."""
+        events, nbytes = self.room(held)
+        alone = not held.queue and not held.in_flight and (not self.events or self.stuck or not self.usable)
+        if events <= 0 or (nbytes < max(1, self.waiting) and not alone):
+            return 0, 0, False
+        return events, nbytes, alone
 
     def _fits(self, held: Holdings, price: int) -> bool:
-        held_bytes = held.held_bytes_locked() + self.bytes(held.estimate)
-        n = len(self.events) + len(held.queue) + held.in_flight
+        held_bytes = held.held_bytes_locked() + self.bytes(held.estimate) + self.reading_bytes
+        n = len(self.events) + len(held.queue) + held.in_flight + self.reading_events
         return n < held.max_events and held_bytes + price <= held.max_bytes
 
     def _to_queue_locked(self, held: Holdings) -> None:
         """With the stretch empty: move the overflow to the queue, in memory (what the disk
         would not take), as much as fits the queue's window."""
-        room, room_bytes = self.room(held)
+        room, room_bytes = self.room(held, beside_overflow=False)
         estimate = held.estimate
         take = 0
         for size in islice(self.sizes, max(0, min(room, len(self.events)))):
@@ -337,22 +356,27 @@ class Window:
                 self._to_queue_locked(buf.holdings)
                 self.settle(buf.holdings)
                 return
-            room, room_bytes = self.room(buf.holdings)
-            disk = self.disk
-        if room <= 0 or room_bytes <= 0 or time.monotonic() < self.read_again_at:
-            return
-        run = self.runs[0]
+            room, room_bytes, alone = self.readable(buf.holdings)
+            if room <= 0 or time.monotonic() < self.read_again_at:
+                return
+            # The read's room is held (emits do not take it into the overflow) while it reads.
+            run, disk = self.runs[0], self.disk
+            room = min(room, run.remaining)
+            self.reading_events, self.reading_bytes = room, room_bytes
+            buf.holdings.recompute_locked()
         try:
-            read: Read = run.read(min(room, run.remaining), room_bytes)
+            read: Read = run.read(room, room_bytes, alone)
         except OSError as exc:
             log.warning("spill-read", "spill: reading back failed: %s", exc)
             read = [], []
         events, origins = read
-        if not events:
-            self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
-            return
         with buf.lock:
-            if buf.finalized or self.disk != disk:
+            self.reading_events = self.reading_bytes = 0
+            buf.holdings.recompute_locked()
+            self.waiting = 0 if run.back is None else weight(run.back[2].event)
+            if not events and run.back is None:
+                self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
+            if buf.finalized or self.disk != disk or not events:
                 return
             self.remember(
                 buf.holdings.next_seq - buf.holdings.beyond, origins

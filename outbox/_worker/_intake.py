@@ -131,6 +131,9 @@ class Intake:
                     or len(queue) >= self.max_batch_events
                     or buf.holdings.queued_bytes >= self.max_batch_bytes
                     or now >= self._linger_until
+                    # Events wait beyond the queue (a spill's overflow or stretch): it holds what
+                    # the window lets in, and no more can join it before this batch leaves.
+                    or buf.holdings.beyond
                 ):
                     buf.holdings.wake_at_locked(_INF, _INF)
                     return 0.0

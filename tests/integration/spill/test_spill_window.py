@@ -605,3 +605,85 @@ def test_the_stretch_reader_keeps_no_buffered_file_a_fork_could_copy_locked(tmp_
     finally:
         transport.gate.set()
         box.close(5)
+
+
+def burst_beside_a_sampler(box: Outbox, event, measure, bound: int) -> tuple:
+    """Four threads emit as fast as they can against a refused backend (drop_oldest, the
+    default) while a sampler takes ``measure(holdings, window)`` under the buffer's lock;
+    bursts until one passes ``bound`` (five at most).  Returns the largest sample, and the
+    queue, in flight, overflow and stretch then."""
+    buf = parts.buffer(box)
+    most: list = [0, None]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            with buf.lock:
+                held = buf.holdings
+                window = held.overflow
+                value = measure(held, window)
+                if value > most[0]:
+                    most[:] = [value, (len(held.queue), held.in_flight, len(window.events), window.disk)]
+            time.sleep(0.0005)
+
+    def burst(t: int) -> None:
+        for n in range(t, 48_000, 4):
+            box.emit(event(n))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for _ in range(5):  # (one burst in four stayed within the bounds)
+            emitters = [threading.Thread(target=burst, args=(t,)) for t in range(4)]
+            for emitter in emitters:
+                emitter.start()
+            for emitter in emitters:
+                emitter.join()
+            if most[0] > bound:
+                break
+    finally:
+        stop.set()
+        sampler.join()
+    return most[0], most[1]
+
+
+@pytest.mark.parametrize("bound", ["max_events", "max_bytes"])
+def test_memory_stays_within_the_bounds_while_the_stretch_is_read_back_beside_the_overflow(tmp_path, bound):
+    """The overflow fills up to the buffer's bound while drop_oldest evicts the queue, and the
+    sidecar reads the stretch back into the queue's window beside it: the read's room counts
+    the overflow, and is held while it reads outside the lock (emits do not take it), and it
+    reads no event past its bytes.  Before, the room was the window's alone: 150 events held
+    with max_events 100 (queue 50, overflow 100), and 1.65x max_bytes with text.  The buffer's
+    bounds are memory's (docs/operations.md, the loss table)."""
+    pad = "x" * 20_000
+    if bound == "max_events":
+        limits, event = {"max_events": 100}, lambda n: run_event(run_id=RUNS[n % 4], n=n)
+
+        def measure(held, window):
+            return len(held.queue) + held.in_flight + len(window.events) + window.reading_events
+
+    else:
+        limits = {"max_bytes": 256 * 1024}
+
+        def event(n):
+            return orjson.dumps({**run_event(run_id=RUNS[n % 4], n=n), "pad": pad})
+
+        def measure(held, window):
+            return held.held_bytes_locked() + window.bytes(held.estimate) + window.reading_bytes
+
+    with Sink() as sink, FaultProxy("127.0.0.1", sink.port, mode="refuse") as proxy:
+        box = Outbox(
+            HttpTransport(proxy.url, timeout=5),
+            spill_dir=str(tmp_path / "spill"),
+            shutdown_timeout=30,
+            backoff_cap=0.5,
+            **limits,
+        )
+        try:
+            most, where = burst_beside_a_sampler(box, event, measure, limits[bound])
+        finally:
+            proxy.mode = "pass"
+            report = box.close(30)
+    assert most <= limits[bound], f"held {most} (queue, in flight, overflow, stretch: {where})"
+    stats = box.stats()
+    assert stats.emitted == stats.delivered + sum(report.undelivered.values())
