@@ -148,7 +148,7 @@ class Spill:
         if self._closed or buf.holdings.overflow is not window:
             return _INF
         if window.active and (
-            window.wants_write()
+            window.wants_write(buf.holdings)
             or (
                 window.disk
                 and not buf.holdings.queue
@@ -178,7 +178,7 @@ class Spill:
         try:
             if window.active:
                 window.refill(buf, self.log)
-                if window.wants_write():
+                if window.wants_write(buf.holdings):
                     self._write(buf, slicer)
             if not force and now < self._last_tick + self.interval:
                 return

@@ -188,13 +188,15 @@ class Window:
     def held(self) -> int:
         return len(self.events)
 
-    def wants_write(self) -> bool:
-        """Whether the overflow holds what wakes the sidecar (:meth:`put`): written at once."""
+    def wants_write(self, held: Holdings) -> bool:
+        """Whether the overflow holds what wakes the sidecar (:meth:`put`), or more than the
+        bounds leave it (its objects priced anew at an estimate that grew): written at once."""
         n = len(self.events)
         return (
             n - self.exact_count >= self.wake_at
             or self.exact_bytes >= self.wake_bytes
             or n >= self.wake_events
+            or held.held_bytes_locked() + self.bytes(held.estimate) > held.max_bytes
         ) and not self.stuck
 
     def unmeasured(self) -> int:
@@ -257,9 +259,11 @@ class Window:
     def readable(self, held: Holdings) -> tuple[int, int, bool]:
         """The room a read of the stretch may take now, by count and by bytes (none: ``(0, 0)``),
         and whether it takes one event past the bytes: when nothing else would ever make room
-        for it (no queue, and the overflow empty or stuck on a full or failing disk)."""
+        for it (no queue, and the overflow empty or stuck on a full or failing disk, or the
+        event larger than the window)."""
         events, nbytes = self.room(held)
-        alone = not held.queue and not held.in_flight and (not self.events or self.stuck or not self.usable)
+        stuck = not self.events or self.stuck or not self.usable or self.waiting > self.share_bytes
+        alone = stuck and not held.queue and not held.in_flight
         if events <= 0 or (nbytes < max(1, self.waiting) and not alone):
             return 0, 0, False
         return events, nbytes, alone
@@ -362,7 +366,7 @@ class Window:
             # The read's room is held (emits do not take it into the overflow) while it reads.
             run, disk = self.runs[0], self.disk
             room = min(room, run.remaining)
-            self.reading_events, self.reading_bytes = room, room_bytes
+            self.reading_events, self.reading_bytes = room, max(0, room_bytes)
             buf.holdings.recompute_locked()
         try:
             read: Read = run.read(room, room_bytes, alone)

@@ -1,0 +1,134 @@
+"""Reading the stretch back beside the overflow, with real parts stepped by hand: the read takes
+what the buffer's bounds leave beside the overflow, never an event past its bytes, and waits
+(without spinning) for room the overflow's write will free; only when nothing else could ever
+free room (no queue, the overflow stuck on a failing disk) does it take one event past them."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from outbox._buffer._buffer import Buffer, Policy
+from outbox._run._serde import serialize, weight
+from outbox._spill import Spill
+
+from support.helpers import run_event
+
+RUN = "00000000-0000-4000-8000-000000000001"
+SIZE = 1000
+
+
+def text(n: int) -> bytes:
+    body = orjson.dumps(run_event(run_id=RUN, n=n))
+    return body[:-1] + b',"pad":"' + b"x" * (SIZE - len(body) - 9) + b'"}'
+
+
+def held_bytes(buf: Buffer) -> int:
+    held = buf.holdings
+    return held.held_bytes_locked() + held.overflow.bytes(held.estimate)
+
+
+def test_a_read_waits_for_room_beside_the_overflow_and_takes_one_past_it_only_when_stuck(tmp_path):
+    assert len(text(0)) == SIZE
+    each = weight(serialize(text(0)))  # what a read-back event counts for (its key too)
+    buf = Buffer(max_events=100, max_bytes=8_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window, held = spill.window, buf.holdings
+    n = 0
+    while not window.active:  # the queue's window (4,000 bytes), then the overflow
+        assert buf.put(text(n), SIZE)
+        n += 1
+    for _ in range(2):
+        assert buf.put(text(n), SIZE)
+        n += 1
+    spill.tick(buf, None, 0.0, force=True)  # the queue and the overflow on disk: a stretch
+    assert window.disk == 3
+    assert not window.events
+    queued = len(held.queue)
+    with buf.lock:  # the queue delivered: empty, nothing in flight
+        taken = held.take_locked(100, 10**9)
+        buf.settle_locked(len(taken), held.in_flight_bytes, float("inf"))
+    assert not held.queue
+    assert not held.in_flight
+    spill.disk.retry_at = time.monotonic() + 60  # the disk fails: the overflow cannot be written
+    for _ in range(7):  # the overflow leaves less than one read-back event's bytes
+        assert buf.put(text(n), SIZE)
+        n += 1
+    assert 0 < 8_000 - held_bytes(buf) < each
+    # Room by count, not for one event by bytes: nothing is read, and the read does not spin.
+    window.refill(buf, spill.log)
+    assert not held.queue
+    assert window.waiting == each
+    assert held_bytes(buf) <= 8_000
+    assert window.readable(held) == (0, 0, False)  # (what ``Spill.due`` asks: no look at once)
+    # The tick's write fails: the overflow is stuck, and nothing else could free room.  One event
+    # is read past the bound, so that delivering it frees the disk.
+    spill.tick(buf, None, 1.0, force=True)
+    assert window.stuck
+    window.refill(buf, spill.log)
+    assert len(held.queue) == 1
+    assert window.waiting == 0
+    assert orjson.loads(held.queue[0].body)["n"] == queued  # the oldest of the stretch, in order
+    spill.close(buf)
+
+
+def test_an_event_larger_than_the_window_is_read_back_with_the_queue_empty_beside_an_overflow(tmp_path):
+    """An event larger than the queue's window (half of max_bytes) can never fit its room: with
+    nothing queued or in flight it is read alone, even while the overflow holds events (a
+    steady stream of emits keeps it from ever being empty)."""
+    buf = Buffer(max_events=100, max_bytes=8_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window, held = spill.window, buf.holdings
+    large = text(1)[:-1] + b',"more":"' + b"y" * 4_000 + b'"}'
+    assert buf.put(text(0), SIZE)  # queued
+    assert buf.put(large, len(large))  # larger than the window: to the overflow
+    spill.tick(buf, None, 0.0, force=True)  # both on disk; the large one held back by the queue
+    assert window.disk == 1
+    assert not window.events
+    assert len(held.queue) == 1
+    assert window.waiting == weight(serialize(large))
+    assert buf.put(text(2), SIZE)  # the overflow holds an event
+    with buf.lock:  # the queue delivered
+        taken = held.take_locked(100, 10**9)
+        buf.settle_locked(len(taken), held.in_flight_bytes, float("inf"))
+    window.refill(buf, spill.log)  # it can never fit the window's room: read alone
+    assert len(held.queue) == 1
+    assert window.disk == 0
+    assert window.waiting == 0
+    assert orjson.loads(held.queue[0].body)["n"] == 1
+    spill.close(buf)
+
+
+def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_written_at_once(tmp_path):
+    """Events in flight turned out larger than estimated (serialized for their request):
+    only the queue can be shed, and the overflow, below every threshold of a write, would wait
+    for the next interval's.  Past the bound, it asks to be written at the sidecar's next turn,
+    and once written memory holds the bound again."""
+    buf = Buffer(max_events=1_000, max_bytes=64_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window, held = spill.window, buf.holdings
+    assert buf.put(run_event(run_id=RUN, n=0), 0)
+    spill.tick(buf, None, 0.0, force=True)  # the first object measured: the estimate is small
+    n = 1
+    while not window.active:
+        assert buf.put(run_event(run_id=RUN, n=n), 0)
+        n += 1
+    with buf.lock:  # the queue taken: in flight
+        held.take_locked(1_000, 10**9)
+    for _ in range(3):  # below every threshold of a write
+        assert buf.put(run_event(run_id=RUN, n=n), 0)
+        n += 1
+    assert not window.wants_write(held)
+    with buf.lock:
+        held.reprice_in_flight_locked(64_000 - held_bytes(buf) + 1)  # they weigh more
+    assert held_bytes(buf) > 64_000
+    assert window.wants_write(held)
+    assert spill.due(buf, time.monotonic()) == 0.0
+    spill.tick(buf, None, 0.01)  # the sidecar's turn: written, released
+    assert not window.events
+    assert held_bytes(buf) <= 64_000
+    spill.close(buf)
