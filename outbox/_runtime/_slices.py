@@ -19,8 +19,9 @@ The price of politeness is paid by the sidecar: a handler that computes without 
 the GIL back only when CPython forces it to (every 5 ms, ``sys.getswitchinterval()``), so a
 sidecar that hands over after every 30 µs slice would get well under 1% of the time, fall
 behind and drop events.  So the slice grows, doubling up to ``LONGEST_SLICE``, while the
-sidecar is behind (more than a batch waits in the queue) and its hand-offs are slow to come
-back (the handler computes); it shrinks back by halves once it has caught up.  Past that
+sidecar is behind (more than a batch, or a quarter of ``max_events``, waits: queued, in flight
+or in a spill's overflow and stretch) and its hand-offs are slow to come back (the handler
+computes); it shrinks back by halves once it has caught up.  Past that
 point the handler's tail is traded for not losing its events.
 """
 
@@ -65,7 +66,9 @@ class Slicer:
     Args:
         buffer: whose ``emitted`` count tells whether handlers run, and whose queue whether
             the sidecar is behind.
-        behind_above: queued events above which the sidecar is behind (a batch's worth).
+        behind_above: events held (queued, in flight, in a spill's overflow or on its disk
+            to be read back) above which the sidecar is behind: a batch's worth, or a quarter
+            of ``max_events`` if less (a small buffer, or a spill's window, may never hold a batch).
         on_handoff: called at each hand-off, before the GIL is let go (the worker samples
             what queued objects weigh there, so a long period of work cannot leave the
             estimate stale).
@@ -143,8 +146,9 @@ class Slicer:
                 before = self._clock()
                 self._sleep(HANDOFF)
                 slow = self._contended = self._clock() - before > SLOW_HANDOFF
-                buf = self.buffer  # (read without the lock: it only sizes the next slice)
-                behind = len(buf.holdings.queue) + buf.holdings.in_flight > self.behind_above
+                held = self.buffer.holdings  # (read without the lock: it only sizes the next slice)
+                waiting = len(held.queue) + held.in_flight + held.beyond  # (and a spill's overflow)
+                behind = waiting > min(self.behind_above, held.max_events // 4)
                 if slow and behind:
                     self._budget = min(LONGEST_SLICE, self._budget * 2)
                 elif not behind:

@@ -412,7 +412,9 @@ class _Buffer:
         self.emitted = 0
         self.queue: list[Any] = []
         self.in_flight = 0
-        self.holdings = self  # (the queue and in_flight are the holdings')
+        self.beyond = 0  # (a spill's overflow and stretch)
+        self.max_events = 10_000
+        self.holdings = self  # (the queue, in_flight, beyond and max_events are the holdings')
 
 
 class _Clock:
@@ -542,6 +544,33 @@ def test_slices_grow_while_a_batch_in_hand_waits_behind_a_handler_that_computes(
     clock.now += 1.0  # the handlers stopped
     slicer.checkpoint()
     assert not slicer.contended
+
+
+def test_slices_grow_behind_a_handler_that_computes_with_a_buffer_smaller_than_a_batch_or_a_spill():
+    """Behind is judged against a quarter of max_events when that is less than a batch (a
+    buffer of 1,000 never held more than a batch of 1,000 queued, nor a spill's window half of
+    it), and counts what waits beyond the queue (a spill's overflow, its stretch on disk):
+    before, a handler emitting in a tight loop into max_events=1,000 with a spill left the
+    sidecar 30 µs slices between hand-offs of 5 ms each, and it wrote nothing to the spill in a
+    0.4 s burst."""
+    for queued, beyond in ((300, 0), (0, 300)):
+        buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+        buffer.max_events = 1_000
+        slicer = _slicer(buffer, clock, behind_above=1_000)
+        buffer.emitted = 1
+        buffer.holdings.queue, buffer.holdings.beyond = [None] * queued, beyond
+        slicer.begin()
+        for _ in range(12):
+            buffer.emitted += 1
+            clock.now += slicer.budget * 1.01
+            slicer.checkpoint()
+        assert slicer.budget == LONGEST_SLICE, (queued, beyond)
+        buffer.holdings.queue, buffer.holdings.beyond = [], 0  # caught up
+        for _ in range(12):
+            buffer.emitted += 1
+            clock.now += slicer.budget * 1.01
+            slicer.checkpoint()
+        assert slicer.budget == SLICE
 
 
 def test_no_growth_when_hand_offs_come_back_at_once():
