@@ -312,6 +312,41 @@ def test_adoption_at_construction_reads_within_the_buffers_bounds(tmp_path):
         assert_each_once_in_run_order(sink.events, count)
 
 
+def test_adoption_at_construction_holds_no_more_events_in_memory_than_max_events(tmp_path):
+    """A dead owner's 2,000 small events (a few hundred KB, within the window's bytes) adopted by
+    an outbox of max_events=10, the backend refusing: what memory holds (queue, in flight,
+    overflow, and what the adopted run keeps of its replay) stays within max_events.  The
+    replay used to keep every event that fit the window's *bytes*, whatever their count: 1,995
+    events in memory with max_events 10 (19,995 of 20,000 and 15.9 MB traced with
+    /tmp/p4work/kept.py 20000 10 in the session that found it)."""
+    spill, count, most = tmp_path / "spill", 2000, 10
+    with FaultProxy("127.0.0.1", 9, mode="refuse") as proxy:
+        first = Outbox(
+            HttpTransport(proxy.url, timeout=5), spill_dir=str(spill), max_events=count, shutdown_timeout=0.5
+        )
+        for n in range(count):
+            assert first.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: first.stats().spill["written"] == count), first.stats().spill
+        assert first.close().undelivered == {"spilled_at_close": count}
+        assert wait_until(lambda: not parts.sidecar(first).thread.is_alive(), 30)
+        second = Outbox(
+            HttpTransport(proxy.url, timeout=5), spill_dir=str(spill), max_events=most, shutdown_timeout=0.5
+        )
+        try:
+            assert second.stats().spill["recovered"] == count
+            buf = parts.buffer(second)
+            window = buf.holdings.overflow
+            assert wait_until(lambda: window.disk < count)  # (the first read of the stretch)
+            with buf.lock:
+                held = buf.holdings
+                kept = sum(len(run.kept) for run in window.runs)
+                in_memory = len(held.queue) + held.in_flight + len(window.events) + kept
+        finally:
+            report = second.close(0.5)
+    assert in_memory <= most, f"{in_memory} events in memory, {kept} of them kept by the adopted run"
+    assert sum(report.undelivered.values()) == count
+
+
 class _EmitAtHandOff:
     """A slicer whose first hand-off lets an emitter in: while the sidecar writes what it
     collected, the application fills the queue's window and overflows (what a loaded machine
