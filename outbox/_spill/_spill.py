@@ -78,11 +78,12 @@ class Spill:
 
     # -- adoption ---------------------------------------------------------------------------
 
-    def _adopt(self, room: int = 0) -> None:
+    def _adopt(self, room: int = 0, most: int = 0) -> None:
         """Take over every dead owner's directory and replay its files: what is live joins the
         stretch (``Window.place_locked``), ahead of anything accepted after.  An owner's events
-        that weigh ``room`` at most are kept as the replay reads them (one owner's): its run
-        hands them out without reading its files again."""
+        that weigh ``room`` at most and are ``most`` at most (the window's bytes and count) are
+        kept as the replay reads them (one owner's): its run hands them out without reading its
+        files again."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
@@ -100,7 +101,7 @@ class Spill:
                 os.close(fd)
             self.owners_adopted += 1
             paths, kept = segment_paths(target), Kept()
-            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room), kept=kept)
+            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
             if kept:
                 run.index, room = len(paths), 0
             if run.remaining:
@@ -127,7 +128,7 @@ class Spill:
             self.window.attach(buf.holdings)
             buf.holdings.keep_journal_locked()
         if self._adopt_at_attach:
-            self._adopt(self.window.share_bytes)
+            self._adopt(self.window.share_bytes, self.window.share_events)
         with buf.lock:
             self._place_locked(buf)
 

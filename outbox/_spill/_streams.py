@@ -89,12 +89,18 @@ class Streams:
         return sum(len(stream.live) for stream in list(self.streams.values()))
 
     def replay(
-        self, paths: list[str], warn: Callable[..., None], kept: Kept | None = None, room: int = 0
+        self,
+        paths: list[str],
+        warn: Callable[..., None],
+        kept: Kept | None = None,
+        room: int = 0,
+        most: int = 0,
     ) -> dict[str, Ranges]:
         """Read ``paths`` (an adopted owner's): their files join this owner's; returns the live
         numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed.
-        With ``kept``, every event is kept there if all of them weigh ``room`` at most (a run
-        then hands them out without reading them again); else ``kept`` is left empty."""
+        With ``kept``, every event is kept there if all of them weigh ``room`` at most and are
+        ``most`` at most (a run then hands them out without reading them again: they are in
+        memory beside the buffer's); else ``kept`` is left empty."""
         present: dict[str, Ranges] = {}
         settled: dict[str, Ranges] = {}
         kept = kept if room > 0 else None
@@ -114,7 +120,8 @@ class Streams:
                 for record in reader.records():
                     if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
-                        if kept is not None and (room := room - weight(record.event)) >= 0:
+                        room -= weight(record.event) if kept is not None else 0
+                        if kept is not None and room >= 0 and len(kept) < most:
                             kept.append((named, reader.vouched, record))
                         elif kept is not None:
                             kept.clear()
