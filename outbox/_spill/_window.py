@@ -259,14 +259,21 @@ class Window:
     def readable(self, held: Holdings) -> tuple[int, int, bool]:
         """The room a read of the stretch may take now, by count and by bytes (none: ``(0, 0)``),
         and whether it takes one event past the bytes: when nothing else would ever make room
-        for it (no queue, and the overflow empty or stuck on a full or failing disk, or the
-        event larger than the window)."""
+        for it (no queue, and the overflow empty or stuck on a full or failing disk).  With no
+        queue, an event held back for more than the window has room for is read on its own
+        within what the overflow leaves of ``max_bytes``: the window may never have room for it
+        (more than half the bound), and emits that go on never leave the overflow empty."""
         events, nbytes = self.room(held)
-        stuck = not self.events or self.stuck or not self.usable or self.waiting > self.share_bytes
-        alone = stuck and not held.queue and not held.in_flight
-        if events <= 0 or (nbytes < max(1, self.waiting) and not alone):
+        idle = not held.queue and not held.in_flight
+        alone = idle and (not self.events or self.stuck or not self.usable)
+        if events <= 0:
             return 0, 0, False
-        return events, nbytes, alone
+        if nbytes >= max(1, self.waiting) or alone:
+            return events, nbytes, alone
+        beside = held.max_bytes - held.held_bytes_locked() - self.bytes(held.estimate)
+        if idle and 0 < self.waiting <= beside:
+            return events, self.waiting, False  # (that event, and no more)
+        return 0, 0, False
 
     def _fits(self, held: Holdings, price: int) -> bool:
         held_bytes = held.held_bytes_locked() + self.bytes(held.estimate) + self.reading_bytes

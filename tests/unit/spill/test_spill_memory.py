@@ -74,34 +74,6 @@ def test_a_read_waits_for_room_beside_the_overflow_and_takes_one_past_it_only_wh
     spill.close(buf)
 
 
-def test_an_event_larger_than_the_window_is_read_back_with_the_queue_empty_beside_an_overflow(tmp_path):
-    """An event larger than the queue's window (half of max_bytes) can never fit its room: with
-    nothing queued or in flight it is read alone, even while the overflow holds events (a
-    steady stream of emits keeps it from ever being empty)."""
-    buf = Buffer(max_events=100, max_bytes=8_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    spill = Spill(tmp_path, adopt=False)
-    spill.attach(buf)
-    window, held = spill.window, buf.holdings
-    large = text(1)[:-1] + b',"more":"' + b"y" * 4_000 + b'"}'
-    assert buf.put(text(0), SIZE)  # queued
-    assert buf.put(large, len(large))  # larger than the window: to the overflow
-    spill.tick(buf, None, 0.0, force=True)  # both on disk; the large one held back by the queue
-    assert window.disk == 1
-    assert not window.events
-    assert len(held.queue) == 1
-    assert window.waiting == weight(serialize(large))
-    assert buf.put(text(2), SIZE)  # the overflow holds an event
-    with buf.lock:  # the queue delivered
-        taken = held.take_locked(100, 10**9)
-        buf.settle_locked(len(taken), held.in_flight_bytes, float("inf"))
-    window.refill(buf, spill.log)  # it can never fit the window's room: read alone
-    assert len(held.queue) == 1
-    assert window.disk == 0
-    assert window.waiting == 0
-    assert orjson.loads(held.queue[0].body)["n"] == 1
-    spill.close(buf)
-
-
 def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_written_at_once(tmp_path):
     """Events in flight turned out larger than estimated (serialized for their request):
     only the queue can be shed, and the overflow, below every threshold of a write, would wait
@@ -131,4 +103,43 @@ def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_writte
     spill.tick(buf, None, 0.01)  # the sidecar's turn: written, released
     assert not window.events
     assert held_bytes(buf) <= 64_000
+    spill.close(buf)
+
+
+def test_an_event_larger_than_the_window_is_read_back_beside_an_overflow_that_emits_keep_filling(tmp_path):
+    """The stretch's head weighs 0.6x max_bytes: more than the queue's window (half the bound)
+    will ever have room for, within the buffer's bound.  With the queue empty and nothing in
+    flight, it is read back beside the overflow while that leaves room for it in the bound.  It
+    used to wait for room the window can never give, read ("alone") only when the overflow
+    happened to be empty at a read: while emits go on, hardly ever.  Nothing was delivered for
+    12 s with eight threads emitting (293,253 events on disk behind it, the sidecar idle;
+    /tmp/p4work/huge.py 0.6 8 12 in the session that found it)."""
+    max_bytes = 80_000
+    big = orjson.dumps(run_event(run_id=RUN, n=-1))
+    big = big[:-1] + b',"pad":"' + b"x" * (48_000 - len(big) - 9) + b'"}'
+    buf = Buffer(max_events=100, max_bytes=max_bytes, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window, held = spill.window, buf.holdings
+    assert buf.put(text(0), SIZE)  # queued
+    assert buf.put(big, len(big))  # (more than the window's 40,000 bytes: it overflows)
+    assert window.active
+    assert len(window.events) == 1
+    spill.tick(buf, None, 0.0, force=True)  # on disk, and held back: the queue leaves no room
+    assert window.disk == 1
+    assert not window.events
+    assert window.waiting == weight(serialize(big))
+    with buf.lock:  # the queue delivered: empty, nothing in flight
+        taken = held.take_locked(100, 10**9)
+        buf.settle_locked(len(taken), held.in_flight_bytes, float("inf"))
+    assert not held.queue
+    assert not held.in_flight
+    assert buf.put(text(1), SIZE)  # an emit goes on: the overflow, on a healthy disk
+    assert window.events
+    assert not window.stuck
+    assert window.usable
+    window.refill(buf, spill.log)
+    assert len(held.queue) == 1, f"waiting for {window.waiting} bytes, readable {window.readable(held)}"
+    assert orjson.loads(held.queue[0].body)["n"] == -1
+    assert held_bytes(buf) <= max_bytes
     spill.close(buf)
