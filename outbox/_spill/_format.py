@@ -197,6 +197,8 @@ class SegmentReader:
 
     def __init__(self, path: str, bodies: bool = True) -> None:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
+        #: The offset of the last record :meth:`records` yielded (to read it again from there).
+        self.start = 0
         self.vouched = False
 
     def open(self) -> str:
@@ -251,7 +253,8 @@ class SegmentReader:
                 if not cut and crc32(mv[start:end]) == crc:
                     record = decode(chunk, start, end, bodies)
                     if record is not None:
-                        offset = self.offset = offset + size + length
+                        self.start, offset = offset, offset + size + length
+                        self.offset = offset
                         yield record
                         continue
             pos = offset + 1

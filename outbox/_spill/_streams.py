@@ -19,7 +19,6 @@ import os
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import orjson
@@ -231,8 +230,9 @@ class Run:
     damage: Counter[str] | None = None
     #: What the replay kept of its files (all of their events: they are not read again).
     kept: Kept = field(default_factory=deque)
-    #: The record a read left for the next (it would have passed the read's ``max_bytes``).
-    back: tuple[str, bool, Event] | None = None
+    #: The bytes of the event the last read stopped short of (it would have passed the read's
+    #: ``max_bytes``), left where it was for the next (0: none).
+    wants: int = 0
 
     @property
     def remaining(self) -> int:
@@ -251,7 +251,7 @@ class Run:
 
     def read(self, want: int, max_bytes: int, first_anyway: bool = True) -> Read:
         """Up to ``want`` events and ``max_bytes`` (the first past them if ``first_anyway``; one
-        left for the next read is ``back``), in file order, and where each came from; once the
+        left for the next read is ``wants`` bytes), in file order, and where each came from; once the
         last file is read to its end, what is still to hand out comes as gaps (None).  A body
         that is not a JSON object comes as the ``invalid_event`` tombstone.  Raises OSError if
         the disk fails."""
@@ -259,19 +259,18 @@ class Run:
         origins: list[list[Any]] = []
         last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
         nbytes = 0
+        self.wants = 0
         if self.records is None:
             self.records = self._records()
-        records: Iterator[tuple[str, bool, Event | Settle | int]] = self.records
-        if self.back is not None:
-            records, self.back = chain((self.back,), records), None
-        for stream, vouched, record in records:
+        for stream, vouched, record in self.records:
             if record.__class__ is Event:
                 seq, _, event = record
                 numbers = self.todo.get(stream)
                 if numbers is not None and seq in numbers:
                     size = weight(event)
                     if (events or not first_anyway) and nbytes + size > max_bytes:
-                        self.back = (stream, vouched, record)
+                        self._unread(stream, vouched, record)
+                        self.wants = size
                         return events, origins
                     numbers.remove(seq, seq + 1)
                     if not (vouched or event.body[:1] != b"{" or _is_json_object(event.body)):
@@ -295,6 +294,16 @@ class Run:
                 events.append(None)
                 origins.append([stream, gap, 1])
         return events, origins
+
+    def _unread(self, stream: str, vouched: bool, record: Event) -> None:
+        """The record just read goes back where it was (not kept aside in memory, beside a
+        buffer that may fill meanwhile): to what the replay kept, or its file's reader goes
+        back to its start; the next read begins again from there."""
+        if self.reader is None:
+            self.kept.appendleft((stream, vouched, record))
+        else:
+            self.reader.offset = self.reader.start
+        self.records = None
 
     def _records(self) -> Iterator[tuple[str, bool, Event | Settle | int]]:
         """The records left to read, with their stream and whether their file is vouched for:

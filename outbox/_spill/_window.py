@@ -384,8 +384,8 @@ class Window:
         with buf.lock:
             self.reading_events = self.reading_bytes = 0
             buf.holdings.recompute_locked()
-            self.waiting = 0 if run.back is None else weight(run.back[2].event)
-            if not events and run.back is None:
+            self.waiting = run.wants
+            if not events and not run.wants:
                 self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             if buf.finalized or self.disk != disk or not events:
                 return

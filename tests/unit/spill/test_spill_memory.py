@@ -5,13 +5,19 @@ free room (no queue, the overflow stuck on a failing disk) does it take one even
 
 from __future__ import annotations
 
+import gc
 import time
+import tracemalloc
+from collections import deque
 
 import orjson
 
 from outbox._buffer._buffer import Buffer, Policy
 from outbox._run._serde import serialize, weight
 from outbox._spill import Spill
+from outbox._spill._format import Event
+from outbox._spill._ranges import Ranges
+from outbox._spill._streams import Run
 
 from support.helpers import run_event
 
@@ -143,3 +149,57 @@ def test_an_event_larger_than_the_window_is_read_back_beside_an_overflow_that_em
     assert orjson.loads(held.queue[0].body)["n"] == -1
     assert held_bytes(buf) <= max_bytes
     spill.close(buf)
+
+
+def test_an_event_a_read_stops_short_of_is_left_on_disk_not_kept_in_memory(tmp_path):
+    """A read that stops short of an event for want of room leaves it where it was: the next
+    read begins again at its record.  It used to keep that event (and the reader's chunk, up
+    to 256 KiB) in memory for the next read, counted nowhere, while the overflow filled to
+    max_bytes beside it: 1.60x max_bytes with an event of 0.6x (a helper's back.py)."""
+    max_bytes = 80_000
+    big = orjson.dumps(run_event(run_id=RUN, n=-1))
+    big = big[:-1] + b',"pad":"' + b"x" * (48_000 - len(big) - 9) + b'"}'
+    buf = Buffer(max_events=1000, max_bytes=max_bytes, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window = spill.window
+    assert buf.put(text(0), SIZE)  # queued, and never delivered: the backend is down
+    assert buf.put(big, len(big))  # (more than the window's 40,000 bytes: it overflows)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        spill.tick(buf, None, 0.0, force=True)  # on disk, and stopped short of: the queue's room
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert window.disk == 1
+    assert window.waiting == weight(serialize(big))
+    assert kept < len(big) // 2, f"{kept} bytes more in memory after the read"
+    n = 1
+    while buf.put(text(n), SIZE):  # emits fill the overflow up to the buffer's bound
+        n += 1
+    assert held_bytes(buf) <= max_bytes
+    with buf.lock:  # the backend is back: the queue delivered
+        taken = buf.holdings.take_locked(1000, 10**9)
+        buf.settle_locked(len(taken), buf.holdings.in_flight_bytes, float("inf"))
+    spill.tick(buf, None, 1.0, force=True)  # the overflow written; then the event read, in order
+    assert orjson.loads(buf.holdings.queue[0].body)["n"] == -1
+    spill.close(buf)
+
+
+def test_a_read_of_kept_events_that_stops_short_puts_the_event_back_first(tmp_path):
+    """The same for events a replay kept in memory (an adopted owner's, read once): the one a
+    read stops short of goes back at the head of what is kept, and the next read hands the
+    events out in their order, each once."""
+    events = [Event(seq, 0.0, serialize(text(seq))) for seq in range(3)]
+    run = Run(0, [], {"dead": Ranges([(0, 3)])}, kept=deque(("dead", True, e) for e in events))
+    each = weight(events[0].event)
+    first, _ = run.read(10, each + each // 2)
+    assert [orjson.loads(e.body)["n"] for e in first] == [0]
+    assert run.wants == each
+    rest, origins = run.read(10, 10**6)
+    assert [orjson.loads(e.body)["n"] for e in rest] == [1, 2]
+    assert origins == [["dead", 1, 2]]
+    assert run.wants == 0
