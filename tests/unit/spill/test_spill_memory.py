@@ -35,6 +35,17 @@ def held_bytes(buf: Buffer) -> int:
     return held.held_bytes_locked() + held.overflow.bytes(held.estimate)
 
 
+def large_at_the_head(tmp_path, max_events: int) -> tuple[bytes, Buffer, Spill]:
+    """An event of 48,000 bytes (0.6x max_bytes 80,000: more than the window's half), a
+    buffer of ``max_events`` (drop_newest) and its spill."""
+    big = orjson.dumps(run_event(run_id=RUN, n=-1))
+    big = big[:-1] + b',"pad":"' + b"x" * (48_000 - len(big) - 9) + b'"}'
+    buf = Buffer(max_events=max_events, max_bytes=80_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    return big, buf, spill
+
+
 def test_a_read_waits_for_room_beside_the_overflow_and_takes_one_past_it_only_when_stuck(tmp_path):
     assert len(text(0)) == SIZE
     each = weight(serialize(text(0)))  # what a read-back event counts for (its key too)
@@ -121,11 +132,7 @@ def test_an_event_larger_than_the_window_is_read_back_beside_an_overflow_that_em
     12 s with eight threads emitting (293,253 events on disk behind it, the sidecar idle;
     /tmp/p4work/huge.py 0.6 8 12 in the session that found it)."""
     max_bytes = 80_000
-    big = orjson.dumps(run_event(run_id=RUN, n=-1))
-    big = big[:-1] + b',"pad":"' + b"x" * (48_000 - len(big) - 9) + b'"}'
-    buf = Buffer(max_events=100, max_bytes=max_bytes, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    spill = Spill(tmp_path, adopt=False)
-    spill.attach(buf)
+    big, buf, spill = large_at_the_head(tmp_path, max_events=100)
     window, held = spill.window, buf.holdings
     assert buf.put(text(0), SIZE)  # queued
     assert buf.put(big, len(big))  # (more than the window's 40,000 bytes: it overflows)
@@ -157,11 +164,7 @@ def test_an_event_a_read_stops_short_of_is_left_on_disk_not_kept_in_memory(tmp_p
     to 256 KiB) in memory for the next read, counted nowhere, while the overflow filled to
     max_bytes beside it: 1.60x max_bytes with an event of 0.6x (a helper's back.py)."""
     max_bytes = 80_000
-    big = orjson.dumps(run_event(run_id=RUN, n=-1))
-    big = big[:-1] + b',"pad":"' + b"x" * (48_000 - len(big) - 9) + b'"}'
-    buf = Buffer(max_events=1000, max_bytes=max_bytes, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    spill = Spill(tmp_path, adopt=False)
-    spill.attach(buf)
+    big, buf, spill = large_at_the_head(tmp_path, max_events=1000)
     window = spill.window
     assert buf.put(text(0), SIZE)  # queued, and never delivered: the backend is down
     assert buf.put(big, len(big))  # (more than the window's 40,000 bytes: it overflows)
