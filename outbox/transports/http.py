@@ -45,7 +45,11 @@ import httpx
 # first request: both on the sidecar's thread.  A fork while that thread is inside such an
 # import leaves the child a half-made module in sys.modules, and every request of the child's
 # own transport then fails (AttributeError: partially initialized module 'httpcore').  So
-# they are imported here, on the thread that imports this transport, before any sidecar runs.
+# they are imported here, on the thread that imports this transport, before any sidecar runs;
+# and so is anyio's asyncio backend, which anyio imports at its first use (26 modules, tens of
+# milliseconds on the sidecar's thread at its first request, while a burst right after the
+# outbox started filled the buffer: 31 events dropped on a healthy disk with a spill).
+import anyio._backends._asyncio  # noqa: F401  # isort: skip
 import httpcore  # isort: skip
 import httpcore._backends.anyio  # noqa: F401  # isort: skip
 

@@ -92,3 +92,33 @@ print("ok")
 def test_outbox_transport_is_still_listed() -> None:
     assert "OutboxTransport" in dir(outbox)
     assert outbox.OutboxTransport.__module__ == "outbox"
+
+
+_FIRST_REQUEST = """
+import json, sys
+from outbox import Outbox
+from outbox.tools.sink import Sink
+from outbox.transports import HttpTransport
+
+with Sink() as sink:
+    box = Outbox(HttpTransport(f"http://127.0.0.1:{sink.port}"), close_at_exit=False)
+    before = set(sys.modules)
+    assert box.emit({"eventType": "START"})
+    assert box.flush(30)
+    print(json.dumps(sorted(set(sys.modules) - before)))
+    box.close(5)
+"""
+
+
+def test_the_first_request_imports_nothing_on_the_sidecars_thread(tmp_path: Path) -> None:
+    """The HTTP client's first request imported anyio's asyncio backend (26 modules, tens of
+    milliseconds on the sidecar's thread, which held it while a burst right after the outbox
+    started filled the buffer: 31 events dropped against a healthy disk with a spill).  Now the
+    transport's module imports it, on the application's thread (a fork mid-import on the
+    sidecar's thread would also leave a child a half-made module)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", _FIRST_REQUEST], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert probe.returncode == 0, probe.stderr
+    new = [m for m in json.loads(probe.stdout) if m.split(".")[0] in ("anyio", "httpcore", "httpx", "h11")]
+    assert not new, f"the first request imported {len(new)} modules: {new[:5]}"
