@@ -78,6 +78,8 @@ class Worker:
         self.dead_letter = dead_letter
         self.log = RateLimitedLog(settings.log_interval, prefix=log_prefix)
         self.wakeup = asyncio.Event()
+        #: A wake-up is on its way to the loop (``_sidecar._waker``): emitters send no other.
+        self.wake_pending = False
         hint = getattr(transport, "lane_events", None)
         self.dispatch = Dispatch(
             max_batch_events=settings.max_batch_events,
@@ -111,8 +113,7 @@ class Worker:
         self.ready = threading.Event()
         self.last_error: str | None = None
         self.errors = 0  # unexpected errors caught (the worker goes on after each)
-        self.closing = False
-        self.done = False
+        self.closing = self.done = False
         self._in_flight: dict[asyncio.Future[list[Outcome]], Lane] = {}
         self._due_in = _INF
         self._deadline = _INF
@@ -127,6 +128,7 @@ class Worker:
     # -- control, called in the worker's loop -------------------------------------------------
 
     def wake(self) -> None:
+        self.wake_pending = False
         self.wakeup.set()
 
     def begin_close(self, deadline: float) -> None:

@@ -525,6 +525,14 @@ def _tell_losses(name: str, why: str, report: CloseReport) -> None:
 
 def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None]:
     def wake() -> None:
+        # One wake-up on its way at a time.  Each is a byte to the loop's self-pipe, which the
+        # loop reads until it is empty, a system call a byte: beside a handler that never waits,
+        # each such call waits out a switch interval (5 ms), and wake-ups sent every millisecond
+        # (a full buffer's evictions past what waits to be freed) kept the loop reading them,
+        # delivering nothing for as long as the handler ran.
+        if worker.wake_pending:
+            return
+        worker.wake_pending = True
         # try/except rather than contextlib.suppress: this runs in emit (once per batch).
         try:  # noqa: SIM105
             loop.call_soon_threadsafe(worker.wake)

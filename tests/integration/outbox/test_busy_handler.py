@@ -52,3 +52,27 @@ def test_a_handler_that_computes_without_pause_loses_nothing_to_a_healthy_sink(w
         report = outbox.close(60)
     assert dict(report.undelivered) == {}
     assert report.delivered == 20_002
+
+
+def test_a_handler_that_emits_without_pause_into_a_full_buffer_leaves_the_sidecar_delivering(tmp_path):
+    """A loop of emits that never waits, far beyond what any sidecar ships: the buffer is full
+    and drop_oldest evicts, the evicted objects waiting to be freed past their bound, so each
+    emit asks for the sidecar.  Each wake-up was a byte to the loop's self-pipe, which the loop
+    reads until it is empty, a system call a byte, each waiting out a switch interval beside
+    this thread: the loop read wake-ups for as long as the handler ran and delivered nothing
+    (0 of 2,000,000 emitted in 2 s, the file never made; a lifecycle test's child "did not
+    begin").  One wake-up is on its way at a time now."""
+    import time
+
+    from outbox.transports import FileTransport
+
+    path = tmp_path / "events.jsonl"
+    outbox = Outbox(FileTransport(str(path), append=True), max_events=2000, linger=0.05, close_at_exit=False)
+    event = {"eventType": "START", "run": {"runId": "r"}, "job": {"namespace": "n", "name": "j"}}
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        outbox.emit(event)
+    delivered = outbox.stats().delivered  # (read before the close, which drains what is left)
+    report = outbox.close(10)
+    assert delivered > 0, report
+    assert report.emitted == report.delivered + sum(report.undelivered.values())

@@ -495,3 +495,41 @@ def test_behind_a_handler_that_computes_the_worker_takes_the_next_batch_without_
     assert transport.took_ahead
     report = outbox.close(30)
     assert report.delivered == 300
+
+
+def test_emitters_send_one_wake_up_at_a_time_to_the_sidecars_loop():
+    """A wake-up is a byte to the loop's self-pipe: while one is on its way, emitters send no
+    other (the loop would read them one system call a byte, each a switch interval beside a
+    handler that never waits); once the loop has taken it, the next goes."""
+    import threading
+
+    outbox = Outbox(ScriptedTransport(), close_at_exit=False)
+    try:
+        assert outbox.emit(run_event(n=0))  # the sidecar started
+        sidecar = parts.sidecar(outbox)
+        worker, loop = sidecar.worker, sidecar.loop
+        assert wait_until(lambda: not worker.wake_pending)
+        busy, release = threading.Event(), threading.Event()
+        loop.call_soon_threadsafe(lambda: (busy.set(), release.wait(10)))  # the loop held up
+        assert busy.wait(10)
+        sent = []
+        real = loop.call_soon_threadsafe
+
+        def counting(callback, *args):
+            sent.append(callback)
+            return real(callback, *args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        try:
+            for _ in range(100):
+                sidecar.wake()
+            assert len(sent) == 1
+            release.set()
+            assert wait_until(lambda: not worker.wake_pending)  # the loop took it
+            sidecar.wake()
+            assert len(sent) == 2
+        finally:
+            release.set()
+            del loop.call_soon_threadsafe
+    finally:
+        outbox.close(5)
