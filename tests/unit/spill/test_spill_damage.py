@@ -1,17 +1,21 @@
-"""A damaged record of a dead owner is counted once: its replay counts it, and reading its files
-back again (a run whose events did not fit the memory window at start) does not count it a
-second time, neither while its events are being read nor after."""
+"""A damaged record is counted once: a dead owner's by its replay, and reading its files back
+again (a run whose events did not fit the memory window at start) does not count it a second
+time, neither while its events are being read nor after; an own run's once, even when its
+segment is appended to after a read stopped inside the damage."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import orjson
 
 from outbox._buffer._buffer import Buffer, Policy
 from outbox._buffer._numbering import DELIVERED
+from outbox._run._serde import serialize
 from outbox._spill import Spill
-from outbox._spill._format import SegmentReader
+from outbox._spill._format import SegmentReader, encode_event, file_header
+from outbox._spill._streams import Run
 
 from support.helpers import run_event
 
@@ -69,3 +73,26 @@ def test_a_damaged_record_read_twice_is_counted_once(tmp_path):
     assert seen == [n for n in range(200) if n != 10]
     assert successor.stats()["corrupt_records"] == 1  # and once they are read
     successor.close(second)
+
+
+def test_a_damaged_record_at_the_end_of_a_segment_still_being_appended_to_is_counted_once(tmp_path):
+    """An own run reads its segment to the end of what is written, the last record damaged (its
+    checksum fails); then more is appended and read.  The reader stopped a few bytes short of
+    the end inside the damaged stretch (a magic may begin there): going on from there is the
+    same stretch, not a second one."""
+    path = tmp_path / "own.seg"
+    damaged = bytearray(encode_event(1, 0.0, serialize(text(1))))
+    damaged[-2] ^= 0xFF
+    path.write_bytes(file_header("me") + encode_event(0, 0.0, serialize(text(0))) + bytes(damaged))
+    run = Run(0, [], {}, own=True, damage=Counter())
+    run.extend("me", 0, 2, str(path))
+    events, _ = run.read(10, 10**9)
+    assert [orjson.loads(e.body)["n"] if e is not None else None for e in events] == [0, None]
+    assert run.damage["corrupt_records"] == 1
+    with open(path, "ab") as f:  # the owner goes on writing
+        f.write(encode_event(2, 0.0, serialize(text(2))))
+    run.extend("me", 2, 3, str(path))
+    events, _ = run.read(10, 10**9)
+    assert [orjson.loads(e.body)["n"] for e in events] == [2]
+    assert run.damage["corrupt_records"] == 1
+    run.close()
