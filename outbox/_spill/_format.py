@@ -199,6 +199,9 @@ class SegmentReader:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
         #: The offset of the last record :meth:`records` yielded (to read it again from there).
         self.start = 0
+        #: The last call stopped inside a damaged stretch it yielded, at the end of what was
+        #: written: the next goes on with the same stretch (not yielded again).
+        self.in_damage = False
         self.vouched = False
 
     def open(self) -> str:
@@ -254,10 +257,10 @@ class SegmentReader:
                     record = decode(chunk, start, end, bodies)
                     if record is not None:
                         self.start, offset = offset, offset + size + length
-                        self.offset = offset
+                        self.offset, self.in_damage = offset, False
                         yield record
                         continue
-            pos = offset + 1
+            pos, again, self.in_damage = offset + 1, self.in_damage, False
             while True:  # on to the next magic (or the end)
                 ahead = pread(fd, _CHUNK, pos)
                 found = ahead.find(MAGIC)
@@ -269,9 +272,11 @@ class SegmentReader:
                         return  # nothing follows: a torn tail (``tail_left``)
                     # (The last bytes may begin a magic whose rest is still being written.)
                     self.offset = max(pos, pos + len(ahead) - len(MAGIC) + 1)
+                    self.in_damage = True  # (a next call, once more is written, goes on with it)
                     break
                 pos += len(ahead) - len(MAGIC) + 1
-            yield offset
+            if not again:  # (counted when the last call came upon it)
+                yield offset
             offset = self.offset
 
     def tail_left(self) -> bool:
