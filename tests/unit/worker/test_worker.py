@@ -533,3 +533,50 @@ def test_emitters_send_one_wake_up_at_a_time_to_the_sidecars_loop():
             del loop.call_soon_threadsafe
     finally:
         outbox.close(5)
+
+
+def test_a_flush_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_wakes_the_sidecar():
+    """A signal handler runs on the main thread between two bytecodes: here, between an emit's
+    wake marking a wake-up on its way (``wake_pending``) and sending it.  A flush in that handler
+    must still wake the sidecar: the wake-up on its way cannot go until the handler returns.  It
+    waited out its timeout instead (linger 30 s: the sidecar asleep), and returned False."""
+    import signal
+
+    transport = ScriptedTransport()
+    outbox = make(transport, linger=30)
+    try:
+        assert outbox.emit(run_event(n=0))
+        assert outbox.flush(10)  # the sidecar started, idle
+        sidecar = parts.sidecar(outbox)
+        worker, loop = sidecar.worker, sidecar.loop
+        assert wait_until(lambda: not worker.wake_pending)
+        flushed: list[tuple[bool, float]] = []
+
+        def handler(signum, frame):
+            assert outbox.emit(run_event(n=1))
+            started = time.monotonic()
+            flushed.append((outbox.flush(3), time.monotonic() - started))
+
+        real = loop.call_soon_threadsafe
+        signalled: list[int] = []
+
+        def interrupted(callback, *args):
+            if not signalled:  # (once: the flush's own wake-up goes through here too)
+                signalled.append(1)
+                signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
+            return real(callback, *args)
+
+        previous = signal.signal(signal.SIGUSR1, handler)
+        loop.call_soon_threadsafe = interrupted  # type: ignore[method-assign]
+        try:
+            sidecar.wake()  # the main thread's emit on its way to wake the sidecar
+        finally:
+            del loop.call_soon_threadsafe
+            signal.signal(signal.SIGUSR1, previous)
+        assert signalled
+        assert len(flushed) == 1
+        ok, took = flushed[0]
+        assert ok, f"the flush in the handler returned False after {took:.2f} s"
+        assert transport.wait_delivered(2, timeout=5)
+    finally:
+        outbox.close(5)
