@@ -404,7 +404,7 @@ class Outbox:
         buf = self._buffer
         if buf.owned():
             return False
-        target = flush_target(buf, self._sidecar.wake)
+        target = flush_target(buf, self._sidecar.wake_now)
         members = self._sidecar.members
         if target is None and members is None:
             return True
@@ -418,7 +418,7 @@ class Outbox:
         buf = self._buffer
         if buf.owned():
             return False
-        target = flush_target(buf, self._sidecar.wake)
+        target = flush_target(buf, self._sidecar.wake_now)
         return await settled_async(buf, target, self._sidecar.members, deadline)
 
     # -- close ---------------------------------------------------------------------------

@@ -268,7 +268,7 @@ class FanOut:
                 if buf.holdings.lowest_unsettled_locked() <= target:
                     buf.ask_flush_locked(target)
                     targets.append((buf, target))
-            member.sidecar.wake()
+            member.sidecar.wake_now()
             if member.members is not None:
                 targets.extend(member.members.flush_targets())
         return targets

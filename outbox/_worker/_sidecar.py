@@ -158,6 +158,20 @@ class Sidecar:
         if self.worker is not None and self.loop is not None:
             _waker(self.loop, self.worker)()
 
+    def wake_now(self) -> None:
+        """Wake the worker even if a wake-up is on its way (``flush``): one that a signal
+        handler interrupted on this thread, between marking it on its way and sending it, goes
+        only once the handler returns, and a flush in that handler would wait out its timeout."""
+        loop, worker = self.loop, self.worker
+        if loop is None or worker is None:
+            self.wake()  # (not started: the first wake starts it)
+            return
+        worker.wake_pending = True
+        try:  # noqa: SIM105
+            loop.call_soon_threadsafe(worker.wake)
+        except RuntimeError:  # loop closed: nothing left to wake
+            pass
+
     def start_attached(self) -> None:
         with self._lock:
             if self.state is not State.NEW:
