@@ -166,11 +166,7 @@ class Sidecar:
         if loop is None or worker is None:
             self.wake()  # (not started: the first wake starts it)
             return
-        worker.wake_pending = True
-        try:  # noqa: SIM105
-            loop.call_soon_threadsafe(worker.wake)
-        except RuntimeError:  # loop closed: nothing left to wake
-            pass
+        _send_wake(loop, worker)
 
     def start_attached(self) -> None:
         with self._lock:
@@ -544,16 +540,19 @@ def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None
         # each such call waits out a switch interval (5 ms), and wake-ups sent every millisecond
         # (a full buffer's evictions past what waits to be freed) kept the loop reading them,
         # delivering nothing for as long as the handler ran.
-        if worker.wake_pending:
-            return
-        worker.wake_pending = True
-        # try/except rather than contextlib.suppress: this runs in emit (once per batch).
-        try:  # noqa: SIM105
-            loop.call_soon_threadsafe(worker.wake)
-        except RuntimeError:  # loop closed: nothing left to wake
-            pass
+        if not worker.wake_pending:
+            _send_wake(loop, worker)
 
     return wake
+
+
+def _send_wake(loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
+    worker.wake_pending = True
+    # try/except rather than contextlib.suppress: this runs in emit (once per batch).
+    try:  # noqa: SIM105
+        loop.call_soon_threadsafe(worker.wake)
+    except RuntimeError:  # loop closed: nothing left to wake
+        pass
 
 
 def _abandon_stuck_tasks(loop: asyncio.AbstractEventLoop) -> None:
