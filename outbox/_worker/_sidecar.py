@@ -540,15 +540,23 @@ def _waker(loop: asyncio.AbstractEventLoop, worker: Worker) -> Callable[[], None
         # each such call waits out a switch interval (5 ms), and wake-ups sent every millisecond
         # (a full buffer's evictions past what waits to be freed) kept the loop reading them,
         # delivering nothing for as long as the handler ran.
-        if not worker.wake_pending:
-            _send_wake(loop, worker)
+        if worker.wake_pending:
+            return
+        worker.wake_pending = True
+        # Inline, not ``_send_wake``: this runs in emit (once per batch), whose Python calls
+        # are counted (tests/unit/outbox/test_hot_path.py); try/except rather than
+        # contextlib.suppress for the same reason.
+        try:  # noqa: SIM105
+            loop.call_soon_threadsafe(worker.wake)
+        except RuntimeError:  # loop closed: nothing left to wake
+            pass
 
     return wake
 
 
 def _send_wake(loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
+    """:meth:`Sidecar.wake_now`'s wake-up (the emitters' is :func:`_waker`, inline)."""
     worker.wake_pending = True
-    # try/except rather than contextlib.suppress: this runs in emit (once per batch).
     try:  # noqa: SIM105
         loop.call_soon_threadsafe(worker.wake)
     except RuntimeError:  # loop closed: nothing left to wake
