@@ -102,6 +102,12 @@ class Intake:
         self.buffer = buffer
         self.max_batch_events = max_batch_events
         self.max_batch_bytes = max_batch_bytes
+        # A batch is due at its size, or at half the buffer if that comes first: the events
+        # taken stay in the buffer's bounds while on the wire, and a batch as large as the
+        # buffer would leave no room for what is emitted meanwhile (a healthy backend, and
+        # drops: ``max_events`` 1,000 with the default batch of 1,000).
+        self.due_events = min(max_batch_events, max(1, buffer.holdings.max_events // 2))
+        self.due_bytes = min(max_batch_bytes, max(1, buffer.holdings.max_bytes // 2))
         self.linger = linger
         self.slicer = slicer
         self.log = log
@@ -128,8 +134,8 @@ class Intake:
                 if (
                     urgent
                     or buf.flush_target >= buf.holdings.head_seq
-                    or len(queue) >= self.max_batch_events
-                    or buf.holdings.queued_bytes >= self.max_batch_bytes
+                    or len(queue) >= self.due_events
+                    or buf.holdings.queued_bytes >= self.due_bytes
                     or now >= self._linger_until
                     # Events wait beyond the queue (a spill's overflow or stretch): it holds what
                     # the window lets in, and no more can join it before this batch leaves.
@@ -137,7 +143,7 @@ class Intake:
                 ):
                     buf.holdings.wake_at_locked(_INF, _INF)
                     return 0.0
-                buf.holdings.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                buf.holdings.wake_at_locked(self.due_events, self.due_bytes)
                 return max(0.0, self._linger_until - now)
             if urgent:
                 return _INF
@@ -146,7 +152,7 @@ class Intake:
                 # is a syscall on the emitting thread, and hands this thread the GIL in the
                 # middle of the caller's work.  An event emitted meanwhile still goes within
                 # the linger.  (Idle, that is ten looks a second.)
-                buf.holdings.wake_at_locked(self.max_batch_events, self.max_batch_bytes)
+                buf.holdings.wake_at_locked(self.due_events, self.due_bytes)
                 self._linger_until = now + self.linger
                 return self.linger
             buf.holdings.wake_at_locked(1, _INF)

@@ -58,6 +58,33 @@ def test_max_batch_bytes_splits_batches():
     outbox.close(1)
 
 
+@pytest.mark.parametrize("bound", ["events", "bytes"])
+def test_a_batch_is_due_at_half_the_buffer_when_a_full_batch_would_fill_it(bound):
+    # A batch as large as the buffer was taken only once the buffer was full, and then left no
+    # room for what was emitted while it was on the wire: a healthy backend, and drops
+    # (max_events 1,000 with the default batch of 1,000).  Half the buffer is due at once.
+    transport = ScriptedTransport(open_gate=False)
+    body = b'{"eventType":"START","pad":"' + b"x" * 70 + b'"}'  # 100 bytes
+    limits = (
+        {"max_events": 100, "max_batch_events": 100}
+        if bound == "events"
+        else {"max_bytes": 2_000, "max_batch_bytes": 2_000}
+    )
+    outbox = make(transport, linger=30.0, max_concurrency=1, policy="drop_newest", **limits)
+    for _ in range(10 if bound == "bytes" else 50):
+        assert outbox.emit(body)
+    # Taken and on the wire (the gate holds its answer) long before the linger of 30 s ...
+    assert transport.send_started.wait(10)
+    assert len(transport.attempts[0]) >= (10 if bound == "bytes" else 50)
+    # ... so what comes while it is there still has the other half of the buffer.
+    for _ in range(9 if bound == "bytes" else 49):
+        assert outbox.emit(body)
+    transport.gate.set()
+    assert outbox.flush(10)
+    assert outbox.stats().dropped == {}
+    outbox.close(1)
+
+
 def test_flush_does_not_wait_for_linger():
     transport = ScriptedTransport()
     outbox = make(transport, linger=30.0)
@@ -580,3 +607,4 @@ def test_a_flush_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_
         assert transport.wait_delivered(2, timeout=5)
     finally:
         outbox.close(5)
+
