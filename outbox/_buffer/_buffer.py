@@ -150,6 +150,7 @@ class Buffer:
         "refused",
         "retried",
         "side",
+        "wake_for_room",
     )
 
     def __init__(
@@ -184,8 +185,8 @@ class Buffer:
         self.refusal = Reason.AFTER_CLOSE
         # Set when close() has settled the accounts: a late worker must not touch them.
         self.finalized = False
-        #: The thread on which ``put`` never waits under ``block`` (the sidecar's): it refuses.
         self.no_block_thread: int | None = None
+        self.wake_for_room: Callable[[], None] = _nothing
         # Counters.  Offered events that were not accepted (``emitted`` less ``accepted``).
         self.refused = 0
         self.delivered = 0
@@ -198,9 +199,11 @@ class Buffer:
         # folded in by the next holder of the lock.
         self.side: deque[tuple[Any, Any]] = deque()
 
-    def set_sidecar_thread(self, ident: int | None) -> None:
-        """The sidecar's thread: ``put`` never waits there (see ``no_block_thread``)."""
-        self.no_block_thread = ident
+    def set_sidecar(self, thread: int | None, wake: Callable[[], None]) -> None:
+        """The sidecar's ``thread``, where ``put`` never waits under ``block``, and its ``wake``
+        for an emitter about to wait for room, sent even with a wake-up on its way: the waiting
+        thread may hold that one (a signal handler between an emit's marking it and sending it)."""
+        self.no_block_thread, self.wake_for_room = thread, wake
 
     def spill_full_locked(self, full: bool) -> None:
         """A refusal for room counts as ``dropped_spill_full`` while the spill is ``full``."""
@@ -364,6 +367,7 @@ class Buffer:
         """Wait (the lock released) up to ``block_timeout`` for room for an event offered; counts
         it ``dropped_full`` (``dropped_shutdown`` if closed meanwhile) if none comes."""
         deadline = time.monotonic() + self.block_timeout
+        self.wake_for_room()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.holdings.closed:
@@ -601,3 +605,7 @@ def _counters(buf: Buffer) -> dict[str, Any]:
         + (buf.holdings.overflow.bytes(buf.holdings.estimate) if buf.holdings.overflow is not None else 0),
         "in_flight": buf.holdings.in_flight,
     }
+
+
+def _nothing() -> None:
+    """``Buffer.wake_for_room`` until a sidecar runs (its first wake starts it)."""

@@ -132,7 +132,7 @@ class Sidecar:
             self._register()
             thread.start()
             self.loop_thread = thread.ident
-            self.buffer.set_sidecar_thread(thread.ident)
+            self.buffer.set_sidecar(thread.ident, self.wake_now)
             self.state = State.RUNNING
         if self.members is not None:
             self.members.start()
@@ -178,7 +178,7 @@ class Sidecar:
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
             self.loop_thread = threading.get_ident()
-            self.buffer.set_sidecar_thread(self.loop_thread)
+            self.buffer.set_sidecar(self.loop_thread, self.wake_now)
             self.wake = _waker(loop, worker)
             self._register()
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")

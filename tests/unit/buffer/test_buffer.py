@@ -412,11 +412,21 @@ async def test_emit_async_under_block_waits_at_twice_the_budget_for_the_look_wit
 def test_block_never_waits_on_the_sidecars_thread():
     buf = Buffer(policy=Policy.BLOCK, block_timeout=30.0, max_events=1, max_bytes=10_000)
     assert buf.put(b'{"a":1}', 7)
-    buf.set_sidecar_thread(threading.get_ident())
+    buf.set_sidecar(threading.get_ident(), lambda: None)
     started = time.monotonic()
     assert buf.put(b'{"a":2}', 7) == 0  # full, and waiting here would wait for itself
     assert time.monotonic() - started < 20  # refused at once, not after block_timeout
     assert buf.dropped == {Reason.DROPPED_FULL: 1}
+
+
+def test_an_emitter_that_waits_for_room_wakes_the_sidecar_first():
+    buf = Buffer(policy=Policy.BLOCK, block_timeout=0.01, max_events=1, max_bytes=10_000)
+    woken: list[int] = []
+    buf.set_sidecar(None, lambda: woken.append(1))
+    assert buf.put(b'{"a":1}', 7)
+    assert not woken  # (room: no wait, no wake-up of its own)
+    assert buf.put(b'{"a":2}', 7) == 0
+    assert woken == [1]
 
 
 # -- emit's fast path (Buffer.put) decides exactly as the full check would --------------------

@@ -608,3 +608,49 @@ def test_a_flush_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_
     finally:
         outbox.close(5)
 
+
+def test_a_block_emit_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_wakes_the_sidecar():
+    """As the flush above, for an emit that waits for room under ``block``: the buffer is full,
+    the wake-up that would empty it is held by the thread the handler interrupted, and the
+    sidecar sleeps (linger 30 s).  The emit in the handler waited out its ``block_timeout`` and
+    was refused; it must wake the sidecar itself and get its room."""
+    import signal
+
+    transport = ScriptedTransport()
+    outbox = make(transport, linger=30, policy="block", block_timeout=5, max_events=1)
+    try:
+        assert outbox.emit(run_event(n=0))
+        assert outbox.flush(10)  # the sidecar started, idle
+        sidecar = parts.sidecar(outbox)
+        loop = sidecar.loop
+        assert wait_until(lambda: not sidecar.worker.wake_pending)
+        emitted: list[tuple[bool, float]] = []
+
+        def handler(signum, frame):
+            started = time.monotonic()
+            emitted.append((outbox.emit(run_event(n=2)), time.monotonic() - started))
+
+        real = loop.call_soon_threadsafe
+        signalled: list[int] = []
+
+        def interrupted(callback, *args):
+            if not signalled:  # (once: the waiting emit's own wake-up goes through here too)
+                signalled.append(1)
+                signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
+            return real(callback, *args)
+
+        previous = signal.signal(signal.SIGUSR1, handler)
+        loop.call_soon_threadsafe = interrupted  # type: ignore[method-assign]
+        try:
+            assert outbox.emit(run_event(n=1))  # fills the buffer, and wakes the sidecar
+        finally:
+            del loop.call_soon_threadsafe
+            signal.signal(signal.SIGUSR1, previous)
+        assert signalled
+        assert len(emitted) == 1
+        ok, took = emitted[0]
+        assert ok, f"the emit in the handler was refused after {took:.2f} s"
+        assert took < 4
+        assert transport.wait_delivered(3, timeout=5)
+    finally:
+        outbox.close(5)
