@@ -124,10 +124,10 @@ class Slicer:
         """A period of work starts (the sidecar was waiting until now: its slice is fresh)."""
         self._started = self._clock()
 
-    def waited(self, since: float) -> None:
-        """The sidecar awaited (the GIL free meanwhile) from ``since`` (a ``time.monotonic()``
-        value) until now: if that lasted a hand-off, its slice is fresh (:meth:`begin`)."""
-        if time.monotonic() - since >= HANDOFF:
+    def waited(self, seconds: float) -> None:
+        """The sidecar awaited (the GIL free meanwhile) for ``seconds``: if that lasted a
+        hand-off, its slice is fresh (:meth:`begin`)."""
+        if seconds >= HANDOFF:
             self._started = self._clock()
 
     def checkpoint(self) -> None:
@@ -182,7 +182,7 @@ class SlicedSelector(selectors.DefaultSelector):
             return super().select(timeout)
         before = time.monotonic()
         ready = super().select(timeout)
-        slicer.waited(before)
+        slicer.waited(time.monotonic() - before)
         return ready
 
 
