@@ -1,8 +1,9 @@
 """The worker against transports the test controls: slow, failing, recovering."""
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -562,21 +563,45 @@ def test_emitters_send_one_wake_up_at_a_time_to_the_sidecars_loop():
         outbox.close(5)
 
 
+@contextlib.contextmanager
+def _a_signal_while_a_wake_up_is_on_its_way(outbox: Outbox, handler) -> Iterator[list[int]]:
+    """Run ``handler`` as a signal handler on this thread, between a wake of the sidecar's
+    marking a wake-up on its way (``wake_pending``) and sending it, once: the body wakes the
+    sidecar (an emit that fills the buffer, or ``sidecar.wake()``).  Yields a list that holds
+    one item once the signal came."""
+    import signal
+
+    loop = parts.sidecar(outbox).loop
+    real = loop.call_soon_threadsafe
+    signalled: list[int] = []
+
+    def interrupted(callback, *args):
+        if not signalled:  # (once: the handler's own wake-up goes through here too)
+            signalled.append(1)
+            signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
+        return real(callback, *args)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    loop.call_soon_threadsafe = interrupted  # type: ignore[method-assign]
+    try:
+        yield signalled
+    finally:
+        del loop.call_soon_threadsafe
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_flush_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_wakes_the_sidecar():
     """A signal handler runs on the main thread between two bytecodes: here, between an emit's
     wake marking a wake-up on its way (``wake_pending``) and sending it.  A flush in that handler
     must still wake the sidecar: the wake-up on its way cannot go until the handler returns.  It
     waited out its timeout instead (linger 30 s: the sidecar asleep), and returned False."""
-    import signal
-
     transport = ScriptedTransport()
     outbox = make(transport, linger=30)
     try:
         assert outbox.emit(run_event(n=0))
         assert outbox.flush(10)  # the sidecar started, idle
         sidecar = parts.sidecar(outbox)
-        worker, loop = sidecar.worker, sidecar.loop
-        assert wait_until(lambda: not worker.wake_pending)
+        assert wait_until(lambda: not sidecar.worker.wake_pending)
         flushed: list[tuple[bool, float]] = []
 
         def handler(signum, frame):
@@ -584,22 +609,8 @@ def test_a_flush_from_a_signal_handler_that_came_while_a_wake_up_was_on_its_way_
             started = time.monotonic()
             flushed.append((outbox.flush(3), time.monotonic() - started))
 
-        real = loop.call_soon_threadsafe
-        signalled: list[int] = []
-
-        def interrupted(callback, *args):
-            if not signalled:  # (once: the flush's own wake-up goes through here too)
-                signalled.append(1)
-                signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
-            return real(callback, *args)
-
-        previous = signal.signal(signal.SIGUSR1, handler)
-        loop.call_soon_threadsafe = interrupted  # type: ignore[method-assign]
-        try:
+        with _a_signal_while_a_wake_up_is_on_its_way(outbox, handler) as signalled:
             sidecar.wake()  # the main thread's emit on its way to wake the sidecar
-        finally:
-            del loop.call_soon_threadsafe
-            signal.signal(signal.SIGUSR1, previous)
         assert signalled
         assert len(flushed) == 1
         ok, took = flushed[0]
@@ -614,15 +625,12 @@ def test_a_block_emit_from_a_signal_handler_that_came_while_a_wake_up_was_on_its
     the wake-up that would empty it is held by the thread the handler interrupted, and the
     sidecar sleeps (linger 30 s).  The emit in the handler waited out its ``block_timeout`` and
     was refused; it must wake the sidecar itself and get its room."""
-    import signal
-
     transport = ScriptedTransport()
     outbox = make(transport, linger=30, policy="block", block_timeout=5, max_events=1)
     try:
         assert outbox.emit(run_event(n=0))
         assert outbox.flush(10)  # the sidecar started, idle
         sidecar = parts.sidecar(outbox)
-        loop = sidecar.loop
         assert wait_until(lambda: not sidecar.worker.wake_pending)
         emitted: list[tuple[bool, float]] = []
 
@@ -630,22 +638,8 @@ def test_a_block_emit_from_a_signal_handler_that_came_while_a_wake_up_was_on_its
             started = time.monotonic()
             emitted.append((outbox.emit(run_event(n=2)), time.monotonic() - started))
 
-        real = loop.call_soon_threadsafe
-        signalled: list[int] = []
-
-        def interrupted(callback, *args):
-            if not signalled:  # (once: the waiting emit's own wake-up goes through here too)
-                signalled.append(1)
-                signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
-            return real(callback, *args)
-
-        previous = signal.signal(signal.SIGUSR1, handler)
-        loop.call_soon_threadsafe = interrupted  # type: ignore[method-assign]
-        try:
+        with _a_signal_while_a_wake_up_is_on_its_way(outbox, handler) as signalled:
             assert outbox.emit(run_event(n=1))  # fills the buffer, and wakes the sidecar
-        finally:
-            del loop.call_soon_threadsafe
-            signal.signal(signal.SIGUSR1, previous)
         assert signalled
         assert len(emitted) == 1
         ok, took = emitted[0]
