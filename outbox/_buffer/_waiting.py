@@ -31,8 +31,8 @@ async def put_async(buf: Buffer, event: Any, nbytes: int, deadline: float) -> in
         if not result and nbytes > buf.holdings.max_bytes:
             buf.drop_offered_locked(Reason.TOO_LARGE)
             return REFUSED
-    if not result:
-        buf.wake_for_room()  # (as ``Buffer.put`` does before it waits)
+        if not result:
+            buf.wake_for_room()  # (as ``Buffer.put`` does before it waits, the lock held)
     while not result:
         await wait_async(
             buf,

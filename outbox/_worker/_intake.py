@@ -114,6 +114,9 @@ class Intake:
         self.dead_letter = dead_letter
         self.lowest_held = lowest_held
         self._linger_until = _INF
+        #: The buffer's ``next_seq`` at the last look (``due``): an emitter that waits for room
+        #: wakes the sidecar only if events came since (``Sidecar.wake_for_room``).
+        self.seen_seq = -1
         self._sampled_at = 0.0
         self._sampled_seq = -1
 
@@ -127,6 +130,7 @@ class Intake:
         with buf.lock:
             if buf.side:
                 buf.fold_side_locked()  # emitted from a signal handler
+            self.seen_seq = buf.holdings.next_seq
             queue = buf.holdings.queue
             if queue:
                 if self._linger_until == _INF:

@@ -132,7 +132,7 @@ class Sidecar:
             self._register()
             thread.start()
             self.loop_thread = thread.ident
-            self.buffer.set_sidecar(thread.ident, self.wake_now)
+            self.buffer.set_sidecar(thread.ident, self.wake_for_room)
             self.state = State.RUNNING
         if self.members is not None:
             self.members.start()
@@ -168,6 +168,17 @@ class Sidecar:
             return
         _send_wake(loop, worker)
 
+    def wake_for_room(self) -> None:
+        """An emitter is about to wait for room under ``block`` (the buffer's lock held): wake
+        the worker, even with a wake-up on its way (:meth:`wake_now`), if events were accepted
+        since it last looked at the queue (``Intake.seen_seq``).  One that has seen the buffer
+        full waits for an answer or a retry, and cannot make room sooner for being woken: a
+        wake-up per refused emit (the backend down, a short ``block_timeout``) kept it turning
+        for nothing."""
+        worker = self.worker
+        if worker is None or worker.intake.seen_seq != self.buffer.holdings.next_seq:
+            self.wake_now()
+
     def start_attached(self) -> None:
         with self._lock:
             if self.state is not State.NEW:
@@ -178,7 +189,7 @@ class Sidecar:
             worker.slicer.enabled = False
             self.loop, self.worker = loop, worker
             self.loop_thread = threading.get_ident()
-            self.buffer.set_sidecar(self.loop_thread, self.wake_now)
+            self.buffer.set_sidecar(self.loop_thread, self.wake_for_room)
             self.wake = _waker(loop, worker)
             self._register()
             self.task = loop.create_task(worker.run(), name=f"{self.name}-worker")
