@@ -245,7 +245,7 @@ class Holdings:
         # serializes every object it sends, and samples the newest queued ones while it is
         # behind); ``measured`` once it has measured one.  Until then the first object queued
         # wakes the sidecar, which measures it at once.
-        self.estimate = FIRST_ESTIMATE
+        self.estimate = min(FIRST_ESTIMATE, max_bytes)  # (an object fits an empty buffer)
         self.measured = False
         self.measure_here = Measure.SIDECAR
 

@@ -675,3 +675,23 @@ def test_an_evicted_event_of_an_exact_size_is_freed_at_once_and_never_waits_beyo
     buf.put(_Mortal(freed_on), 0)  # evicts an object: it waits
     assert len(buf.holdings.evicted) == 1
     assert not freed_on
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "drop_newest", "block"])
+def test_objects_are_accepted_with_max_bytes_below_the_first_estimate(policy):
+    """An object counts at FIRST_ESTIMATE (4 KiB) until the sidecar measures one; with
+    ``max_bytes`` below that, none fitted an empty buffer, so none was ever measured: every dict
+    and openlineage object was refused as ``dropped_full``, forever, the backend healthy
+    (max_bytes 2,000, events of 240 bytes: 5,000 of 5,000 dropped, nothing sent)."""
+    transport = ScriptedTransport()
+    outbox = Outbox(transport, max_bytes=2_000, policy=policy, block_timeout=0.01, close_at_exit=False)
+    try:
+        assert outbox.emit(run_event(n=0))
+        assert outbox.flush(5)
+        for n in range(1, 4):  # measured now: several fit (each about 240 bytes)
+            assert outbox.emit(run_event(n=n))
+        assert outbox.flush(5)
+        assert sorted(e["n"] for e in transport.delivered) == [0, 1, 2, 3]
+        assert outbox.stats().dropped == {}
+    finally:
+        outbox.close(1)
