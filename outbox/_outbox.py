@@ -17,7 +17,7 @@ from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._config._settings import Keywords
 from ._observability._stats import CloseReport, Stats
 from ._run._run import DatasetRef, LineageJob, Run, TimedRun
-from ._run._runid import run_id_of_span
+from ._run._runid import given_run_id, run_id_of_span
 from ._runtime._lifecycle import track
 from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
 from ._worker._intake import measure_here
@@ -338,6 +338,9 @@ class Outbox:
             inputs, outputs: :class:`DatasetRef` (see :func:`s3_dataset`) or
                 openlineage-python dataset objects.
             run_id: default :func:`current_run_id` (the current trace id as a UUID).
+
+        Raises:
+            ValueError: a ``run_id`` that is not a UUID (``TypeError``: one that is not text).
         """
         if job.timed:
             return _TimedOutboxRun(self, job, inputs, outputs, run_id)
@@ -359,7 +362,7 @@ class Outbox:
         else:
             run._inputs = inputs if inputs.__class__ is tuple else tuple(inputs)
         run._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
-        run._rid = run_id or run_id_of_span()
+        run._rid = given_run_id(run_id) if run_id else run_id_of_span()
         run.overhead = 0.0
         return run
 

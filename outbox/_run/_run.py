@@ -32,7 +32,7 @@ import orjson
 
 from ._naming import s3_naming, trino_naming
 from ._plain import dumps, event_key, to_plain
-from ._runid import current_run_id, run_id_of_span, uuid_text
+from ._runid import current_run_id, given_run_id, run_id_of_span, uuid_text
 
 __all__ = [
     "DatasetRef",
@@ -340,17 +340,40 @@ def record_json(
     )
 
 
+# The most characters of an error's message, and of its stack trace, a FAIL carries: a
+# 10 MB message made the FAIL too_large, and the run never ended for the backend.
+_MESSAGE_MAX = 16 * 1024
+_STACK_TRACE_MAX = 64 * 1024
+
+
 def _error_facet(error: BaseException) -> dict[str, Any]:
+    """The ``errorMessage`` facet of ``error``, whatever it is: a message whose ``__str__``
+    fails or is no text is its class's name (as ``traceback`` says it), lone surrogates (a
+    file name decoded with surrogateescape) are written as Python's stderr writes them, and
+    a huge message or trace is cut in its middle: the FAIL always reaches the backend."""
     from openlineage.client.facet_v2 import error_message_run
 
+    try:
+        message = str(error)
+    except Exception:
+        message = ""
     facet: dict[str, Any] = to_plain(
         error_message_run.ErrorMessageRunFacet(
-            message=str(error) or type(error).__name__,
+            message=_bounded(message or type(error).__name__, _MESSAGE_MAX),
             programmingLanguage="python",
-            stackTrace="".join(traceback.format_exception(error)),
+            stackTrace=_bounded("".join(traceback.format_exception(error)), _STACK_TRACE_MAX),
         )
     )
     return facet
+
+
+def _bounded(text: str, most: int) -> str:
+    """``text`` as UTF-8 can hold it (lone surrogates backslash-escaped), its middle cut
+    to ``most`` characters: the head and the tail (where the error is) kept."""
+    if len(text) > most:
+        half = most // 2
+        text = f"{text[:half]}\n... [{len(text) - 2 * half} characters cut] ...\n{text[-half:]}"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # (whole second, b"YYYY-mm-ddTHH:MM:SS"): events come in bursts within one second.
@@ -491,7 +514,7 @@ class Run:
         self._name = None
         self._outputs = outputs if outputs.__class__ is tuple else tuple(outputs)
         # Text as given, or a UUID's value: written as text in the sidecar (or when read).
-        self._rid: str | int = run_id or run_id_of_span()
+        self._rid: str | int = given_run_id(run_id) if run_id else run_id_of_span()
         #: Seconds this run's lineage has cost the caller so far (when its job is ``timed``).
         self.overhead = 0.0
 

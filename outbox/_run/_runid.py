@@ -11,12 +11,13 @@ import sys
 import time
 from collections import deque
 from typing import Any
+from uuid import UUID
 
 from opentelemetry import trace
 
 from .._observability._log import logger
 
-__all__ = ["current_run_id", "run_id_of_span", "uuid7", "uuid_text"]
+__all__ = ["current_run_id", "given_run_id", "run_id_of_span", "uuid7", "uuid_text"]
 
 
 def current_run_id() -> str:
@@ -177,6 +178,25 @@ def run_id_of_span() -> int:
         # (Two threads at this line each forget one: never more than the newest are kept.)
         _taken.discard(order.popleft())
     return trace_id
+
+
+def given_run_id(run_id: Any) -> str:
+    """A ``run_id`` a caller gives, checked as openlineage-python's ``Run`` checks it when
+    made: a run id that is no UUID's text, shipped, is an event every backend refuses (the
+    spec's ``runId`` is a UUID), its run's whole lineage lost in the sidecar.
+
+    Raises:
+        TypeError: not text (a ``uuid.UUID``: give ``str(it)``).
+        ValueError: text that is not a UUID.
+    """
+    if not isinstance(run_id, str):
+        what = type(run_id).__name__
+        raise TypeError(f"run_id must be a UUID's text, such as str(uuid.uuid4()), not {what}")
+    try:
+        UUID(run_id)
+    except ValueError:
+        raise ValueError(f"run_id {run_id[:100]!r} is not a UUID (OpenLineage's runId is one)") from None
+    return run_id
 
 
 def uuid_text(value: int) -> str:
