@@ -2,8 +2,9 @@
 batch of N serialized events to the does-no-work null server (its own process), one request at a
 time.  Prints, per size, the thread CPU per request (best of REPEATS) and the longest steps of the
 loop's callbacks meanwhile (the Python that runs between two awaits, which the sidecar's slices
-cannot cut: a handler that wants the GIL then waits it out).  To compare two trees, run it from
-outside any checkout with each on PYTHONPATH:
+cannot cut: a handler that wants the GIL then waits it out); for the transport's own HTTP/1.1
+client (what a plain ``http://`` URL gets) and, in the same run, httpx's (what ``https://`` and
+proxies get).  To compare two trees, run it from outside any checkout with each on PYTHONPATH:
 
     PYTHONPATH=/tmp/before python tests/scripts/http_request_cost.py [REQUESTS [REPEATS]]
 """
@@ -19,6 +20,8 @@ import orjson
 
 from outbox import SerializedEvent
 from outbox.transports import HttpTransport
+from outbox.transports import http as http_module
+from outbox.transports._http import _settings
 
 requests = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -38,9 +41,9 @@ asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
 body = orjson.dumps({"eventType": "START", "eventTime": "2026-12-06T00:00:00Z", "pad": "x" * 500})
 
 
-async def main(url: str) -> None:
+async def main(url: str, client: str) -> None:
     transport = HttpTransport(url)
-    print(f"{requests} requests per run, best of {repeats} (thread CPU, µs)")
+    print(f"{client}: {requests} requests per run, best of {repeats} (thread CPU, µs)")
     print("  events/request   CPU/request   steps/request   step p50   step p99   step max")
     for size in (1, 100, 1000):
         batch = [SerializedEvent(body, f"run-{i}", None) for i in range(size)]
@@ -67,7 +70,12 @@ server = subprocess.Popen(
 )
 try:
     assert server.stdout is not None
-    asyncio.run(main(server.stdout.readline().split()[-1]))
+    address = server.stdout.readline().split()[-1]
+    asyncio.run(main(address, "the transport's own client"))
+    httpx_client = getattr(_settings, "httpx_client", None)  # (absent from a tree before it)
+    if httpx_client is not None:
+        http_module.new_client = lambda *args, posts_to=(): httpx_client(*args)  # type: ignore[attr-defined]
+        asyncio.run(main(address, "httpx"))
 finally:
     server.terminate()
     server.wait()

@@ -142,14 +142,20 @@ def test_tls_is_checked_as_the_transport_verifies_it(tls_sink):
 
 
 def test_a_client_for_an_http_url_loads_no_ca_bundle_and_refuses_tls_if_ever_asked(tls_sink, monkeypatch):
-    """An http:// transport's client gets a context that loads no CA bundle (the default one
-    costs 30-50 ms per outbox at a cold start, for TLS that never happens), and that context
-    still verifies: TLS tried with it fails, it is never an unverified one.  An https:// URL
-    keeps httpx's default verification (the sink's own CA is not trusted)."""
+    """An http:// transport's client speaks no TLS: without a proxy it is the transport's own
+    HTTP/1.1 client; through an http:// proxy, httpx's with a context that loads no CA bundle
+    (the default one costs 30-50 ms per outbox at a cold start, for TLS that never happens), and
+    that context still verifies: TLS tried with it fails, it is never an unverified one.  An
+    https:// URL keeps httpx's default verification (the sink's own CA is not trusted)."""
     from outbox.transports._http import _settings as _http_settings
+    from outbox.transports._http._wire import WireClient
 
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
+    direct = _http_settings.new_client("http://127.0.0.1:1", httpx.Timeout(1.0), {}, True, 1)
+    assert isinstance(direct, WireClient)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:2")
+    monkeypatch.setenv("NO_PROXY", "")
     plain = _http_settings.new_client("http://127.0.0.1:1", httpx.Timeout(1.0), {}, True, 1)
     assert plain._transport._pool._ssl_context is _http_settings._NO_TLS
     context = _http_settings._NO_TLS

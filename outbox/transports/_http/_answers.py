@@ -16,9 +16,18 @@ import orjson
 
 from .._base import DELIVERED, About, Outcome
 from ._settings import redact_url
+from ._wire import MAX_ANSWER_BYTES
 
-#: The most of an answer's body the transport reads (the rest is never read).
-MAX_ANSWER_BYTES = 1024 * 1024
+__all__ = [
+    "BATCH_UNSUPPORTED",
+    "MAX_ANSWER_BYTES",
+    "has_failed_events",
+    "parse_retry_after",
+    "read_batch_answer",
+    "read_capped",
+    "snippet",
+    "status_outcome",
+]
 BATCH_UNSUPPORTED = frozenset({404, 405, 501})
 # Answers that say the configuration is wrong, not the events: keep them, back off, say so.
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -24,6 +24,7 @@ import httpx
 
 from ..._config._config import tls_context, warn_once
 from ..._errors import ConfigError
+from ._wire import WireClient
 
 MODES = ("single", "batch", "auto")
 FORMATS = ("array", "openmetadata")
@@ -343,8 +344,29 @@ def new_client(
     headers: Mapping[str, str],
     verify: ssl.SSLContext | bool,
     max_concurrent_requests: int,
+    posts_to: Sequence[str] = (),
+) -> httpx.AsyncClient | WireClient:
+    """The client a transport sends with: its own HTTP/1.1 one if ``url`` and every URL it
+    ``posts_to`` are plain ``http://`` of one origin with no proxy, else httpx's."""
+    origins = {httpx.URL(each).copy_with(path="/", query=None, fragment=None) for each in (url, *posts_to)}
+    if len(origins) == 1 and not any(environment_proxy(each) for each in (url, *posts_to)):
+        (origin,) = origins
+        if origin.scheme == "http":
+            connect, read = timeouts.connect, timeouts.read
+            assert connect is not None
+            assert read is not None
+            return WireClient(origin, headers, connect, read, max_concurrent_requests, _SEND_BUFFER)
+    return httpx_client(url, timeouts, headers, verify, max_concurrent_requests)
+
+
+def httpx_client(
+    url: str,
+    timeouts: httpx.Timeout,
+    headers: Mapping[str, str],
+    verify: ssl.SSLContext | bool,
+    max_concurrent_requests: int,
 ) -> httpx.AsyncClient:
-    """The httpx client a transport sends with."""
+    """httpx's client, for TLS and proxies."""
     # The transport lets at most max_concurrent_requests requests out at once (whatever the
     # worker's lanes), so the pool never needs more connections than that.
     limits = httpx.Limits(

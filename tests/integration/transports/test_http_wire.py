@@ -1,0 +1,255 @@
+"""The HTTP transport's own HTTP/1.1 client (``_http/_wire.py``, plain ``http://`` without a
+proxy), against a loopback server that answers scripted bytes.
+
+It stands in for httpx on that path, so it is proven faithful to it: the same answers, good,
+odd and hostile, are read through httpx (as the transport read them before) and through it,
+and what comes out (status, reason, headers, body, or the kind of error) must be equal.  Then
+what httpx gave for free: connections kept alive and reused, a connection the server closed
+while idle, the read timeout counted from the last bytes, and the request's own bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from outbox.transports._http._answers import MAX_ANSWER_BYTES, read_capped
+from outbox.transports._http._wire import WireClient
+
+CLOSE = b"<close>"  # in a script: the server closes the connection there
+
+
+@dataclass
+class Scripted:
+    """Answers each request with the next script (a list of byte strings, sent with a short
+    pause between them, and ``CLOSE``); records what it was sent."""
+
+    scripts: list[list[bytes]]
+    url: str = ""
+    requests: list[tuple[bytes, bytes]] = field(default_factory=list)  # (head, body)
+    connections: int = 0
+    server: asyncio.Server | None = None
+    handlers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length)
+                self.requests.append((head, body))
+                script = self.scripts.pop(0) if self.scripts else [CLOSE]
+                for piece in script:
+                    if piece == CLOSE:
+                        writer.close()
+                        return
+                    writer.write(piece)
+                    await writer.drain()
+                    if len(script) > 2:
+                        await asyncio.sleep(0.002)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+@asynccontextmanager
+async def scripted(*scripts: list[bytes]) -> AsyncIterator[Scripted]:
+    server = Scripted(list(scripts))
+    server.server = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = server.server.sockets[0].getsockname()[1]
+    server.url = f"http://127.0.0.1:{port}/api/v1/lineage"
+    try:
+        yield server
+    finally:
+        server.server.close()
+        for task in server.handlers:
+            task.cancel()
+        await asyncio.gather(*server.handlers, return_exceptions=True)
+
+
+def wire(url: str, read_timeout: float = 5.0, headers: dict[str, str] | None = None) -> WireClient:
+    origin = httpx.URL(url).copy_with(path="/", query=None)
+    return WireClient(origin, headers or {"Content-Type": "application/json"}, 5.0, read_timeout, 2)
+
+
+async def through_httpx(url: str, body: bytes) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=5.0) as client, client.stream("POST", url, content=body) as response:
+        return await read_capped(response)
+
+
+async def through_wire(url: str, body: bytes) -> httpx.Response:
+    client = wire(url)
+    try:
+        return await client.post(url, body)
+    finally:
+        await client.aclose()
+
+
+def seen(answer: httpx.Response | BaseException) -> object:
+    if isinstance(answer, BaseException):
+        return type(answer).__name__
+    headers = sorted((k.lower(), v) for k, v in answer.headers.multi_items())
+    return answer.status_code, answer.reason_phrase, headers, answer.content
+
+
+def chunked(data: bytes, size: int) -> bytes:
+    pieces = [data[i : i + size] for i in range(0, len(data), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+BIG = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+BOMB = gzip.compress(b"\0" * (20 * 1024 * 1024))
+ANSWERS: dict[str, list[bytes]] = {
+    "length": [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"],
+    "in many pieces": [b"HTTP/1.1 2", b"00 OK\r\nContent-Le", b"ngth: 5\r\n\r", b"\nhel", b"lo"],
+    "chunked": [
+        b"HTTP/1.1 207 Multi-Status\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"5\r\nhello\r\n6;ext=1\r\n",
+        b" world\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    ],
+    "100 continue first": [
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
+    ],
+    "no reason phrase": [b"HTTP/1.1 429 \r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n"],
+    "204": [b"HTTP/1.1 204 No Content\r\nX-Request-Id: 7\r\n\r\n"],
+    "to the end of the connection": [b"HTTP/1.1 400 Bad Request\r\n\r\nbad event", CLOSE],
+    "HTTP/1.0": [
+        b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\ndown",
+        CLOSE,
+    ],
+    "repeated headers": [
+        b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n"
+    ],
+    "gzip": [
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(gzip.compress(b'{"x": 1}')), gzip.compress(b'{"x": 1}'))
+    ],
+    "deflate": [
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(zlib.compress(b"deflated")), zlib.compress(b"deflated"))
+    ],
+    "a gzip bomb": [
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(BOMB), BOMB)
+    ],
+    "longer than the cap": [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BIG), BIG)],
+    "chunked, longer than the cap": [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(BIG, 65536)
+    ],
+    "cut in the middle": [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", CLOSE],
+    "cut in a chunk": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc", CLOSE],
+    "no answer at all": [CLOSE],
+    "not HTTP": [b"SSH-2.0-OpenSSH_9.6\r\n\r\n"],
+    "a bad chunk size": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"],
+}
+
+
+@pytest.mark.parametrize("name", list(ANSWERS))
+async def test_every_answer_reads_as_httpx_reads_it(name):
+    body = b'[{"eventType": "START"}]'
+    answers = []
+    for post in (through_httpx, through_wire):
+        async with scripted(ANSWERS[name]) as server:
+            try:
+                answers.append(seen(await post(server.url, body)))
+            except httpx.HTTPError as exc:
+                answers.append(seen(exc))
+    assert answers[0] == answers[1]
+    if name.endswith("the cap") or name == "a gzip bomb":
+        assert len(answers[1][3]) == MAX_ANSWER_BYTES  # type: ignore[index]
+
+
+async def test_the_request_carries_what_httpx_sends_but_accept_encoding():
+    headers = {"Content-Type": "application/json", "User-Agent": "lineage-outbox/x", "X-Api-Key": "k"}
+    body = bytes(range(256)) * 4096  # 1 MiB, written in two pieces
+    ok = [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]
+    async with scripted(ok, ok) as server:
+        async with httpx.AsyncClient(headers=headers) as client:
+            await client.post(server.url + "?q=1", content=body)
+        client = wire(server.url, headers=headers)
+        await client.post(server.url + "?q=1", body)
+        await client.aclose()
+    (theirs, their_body), (ours, our_body) = server.requests
+
+    def fields(head: bytes) -> tuple[bytes, set[bytes]]:
+        line, *rest = head.rstrip(b"\r\n").split(b"\r\n")
+        return line, {f.lower() for f in rest}
+
+    assert our_body == their_body == body
+    assert fields(ours)[0] == fields(theirs)[0] == b"POST /api/v1/lineage?q=1 HTTP/1.1"
+    assert fields(theirs)[1] - fields(ours)[1] == {b"accept-encoding: gzip, deflate"}
+    assert fields(ours)[1] - fields(theirs)[1] == set()
+
+
+async def test_a_header_that_cannot_be_sent_is_refused_without_quoting_it():
+    async with scripted() as server:
+        with pytest.raises(httpx.LocalProtocolError) as caught:
+            await wire(server.url).post(server.url, b"{}", {"Authorization": "Bearer s3cret\r\nX: 1"})
+        assert "s3cret" not in str(caught.value)
+        assert server.requests == []
+
+
+async def test_connections_are_kept_alive_and_one_closed_by_either_side_is_not_reused():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    async with scripted([ok], [ok], [closing], [ok], [ok, CLOSE], [ok]) as server:
+        client = wire(server.url)
+        for _ in range(3):
+            assert (await client.post(server.url, b"{}")).status_code == 200
+        assert server.connections == 1  # the first three on one connection; the third said close
+        assert (await client.post(server.url, b"{}")).status_code == 200
+        assert server.connections == 2
+        assert (await client.post(server.url, b"{}")).status_code == 200  # then the server closes it
+        await server.handlers[-1]  # the server closed it...
+        await asyncio.sleep(0.05)  # ...and its end reached the client's loop as it idled
+        assert (await client.post(server.url, b"{}")).status_code == 200  # a new one, no error
+        assert server.connections == 3
+        await client.aclose()
+
+
+async def test_the_read_timeout_counts_from_the_last_bytes_that_came():
+    """An answer that trickles in, 0.2 s between pieces, is read whole under a 0.3 s read
+    timeout (httpx's: per read); a server that never answers times out after 0.3 s."""
+    pieces = [b"HTTP/1.1 200 OK\r\n", b"Content-Length: 4\r\n\r\n", b"ab", b"c", b"d"]
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        for piece in pieces:
+            await asyncio.sleep(0.2)
+            writer.write(piece)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        await asyncio.sleep(30)
+
+    servers = [await asyncio.start_server(each, "127.0.0.1", 0) for each in (trickle, silent)]
+    slow, quiet = (f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/x" for srv in servers)
+    loop = asyncio.get_running_loop()
+    try:
+        began = loop.time()
+        assert (await wire(slow, read_timeout=0.3).post(slow, b"{}")).content == b"abcd"
+        assert loop.time() - began >= 1.0  # five pieces, 0.2 s apart: read to the end
+        began = loop.time()
+        with pytest.raises(httpx.ReadTimeout):
+            await wire(quiet, read_timeout=0.3).post(quiet, b"{}")
+        assert 0.3 <= loop.time() - began < 5
+    finally:
+        for srv in servers:
+            srv.close()
+
+
+async def test_a_refused_connection_is_a_connect_error():
+    async with scripted() as server:
+        url = server.url
+    with pytest.raises(httpx.ConnectError):
+        await wire(url).post(url, b"{}")
