@@ -16,7 +16,7 @@ from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
 from ._config._settings import Keywords
 from ._observability._stats import CloseReport, Stats
-from ._run._run import DatasetRef, LineageJob, Run, TimedRun
+from ._run._run import DatasetRef, LineageJob, Run, TimedRun, failure
 from ._run._runid import given_run_id, run_id_of_span
 from ._runtime._lifecycle import track
 from ._setup import DEAD_LETTER_MAX_BYTES, SPILL_INTERVAL, SPILL_MAX_BYTES, Assembly, MiB, from_environment
@@ -55,7 +55,8 @@ class _OutboxRun(Run):
         if exc is None:
             record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None, self._name)
         else:
-            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc, self._name)
+            # The trace without the frames: the record may wait out an outage in the buffer.
+            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), failure(exc), self._name)
         if outbox._buffer.put(record, 0) == WAKE:
             outbox._woken()
 

@@ -42,6 +42,7 @@ __all__ = [
     "RunRecord",
     "TimedRun",
     "current_run_id",
+    "failure",
     "s3_dataset",
     "trino_dataset",
 ]
@@ -269,9 +270,10 @@ class RunRecord(NamedTuple):
     run_id: str | int
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
-    #: The error of a FAIL; formatted in the sidecar (formatting a traceback reads source
-    #: files: hundreds of microseconds the handler should not pay).
-    error: BaseException | None = None
+    #: The error of a FAIL: the run helpers take its trace where it happened, without its
+    #: frames (:func:`failure`), and the sidecar formats it (formatting reads source files:
+    #: hundreds of microseconds the handler should not pay).
+    error: BaseException | traceback.TracebackException | None = None
 
     def run_text(self) -> str:
         """The run id as it is written in the event."""
@@ -318,7 +320,7 @@ def record_json(
     run_text: str,
     inputs: tuple[Any, ...],
     outputs: tuple[Any, ...],
-    error: BaseException | None,
+    error: BaseException | traceback.TracebackException | None,
 ) -> bytes:
     """:meth:`RunRecord.to_json` of a record's fields (the sidecar's, once per run event: the
     job's part written once per :class:`LineageJob`, the rest spliced in)."""
@@ -346,25 +348,48 @@ _MESSAGE_MAX = 16 * 1024
 _STACK_TRACE_MAX = 64 * 1024
 
 
-def _error_facet(error: BaseException) -> dict[str, Any]:
+# What ``traceback`` says of an exception whose ``__str__`` fails (or gives no text).
+_STR_FAILED = "<exception str() failed>"
+
+
+def failure(error: BaseException) -> traceback.TracebackException:
+    """``error``'s trace as a FAIL needs it, taken now, without its frames: an exception holds
+    its traceback, and the traceback every frame's locals, until the FAIL is formatted; in an
+    outage, a backlog of FAILs held each failed invocation's data (50 failures with 20 MB of
+    locals: about 1 GB).  Its source lines are read when the sidecar formats it."""
+    return traceback.TracebackException(
+        type(error), error, error.__traceback__, lookup_lines=False, compact=True
+    )
+
+
+def _error_facet(error: BaseException | traceback.TracebackException) -> dict[str, Any]:
     """The ``errorMessage`` facet of ``error``, whatever it is: a message whose ``__str__``
     fails or is no text is its class's name (as ``traceback`` says it), lone surrogates (a
     file name decoded with surrogateescape) are written as Python's stderr writes them, and
     a huge message or trace is cut in its middle: the FAIL always reaches the backend."""
     from openlineage.client.facet_v2 import error_message_run
 
-    try:
-        message = str(error)
-    except Exception:
-        message = ""
+    trace = failure(error) if isinstance(error, BaseException) else error
+    message = str(trace)  # (what str(error) gave when the trace was taken)
+    if not message or message == _STR_FAILED:
+        message = _type_name(trace)
     facet: dict[str, Any] = to_plain(
         error_message_run.ErrorMessageRunFacet(
-            message=_bounded(message or type(error).__name__, _MESSAGE_MAX),
+            message=_bounded(message, _MESSAGE_MAX),
             programmingLanguage="python",
-            stackTrace=_bounded("".join(traceback.format_exception(error)), _STACK_TRACE_MAX),
+            stackTrace=_bounded("".join(trace.format()), _STACK_TRACE_MAX),
         )
     )
     return facet
+
+
+def _type_name(trace: traceback.TracebackException) -> str:
+    """The exception's class, as ``traceback`` names it (``exc_type`` is deprecated in 3.13)."""
+    name = getattr(trace, "exc_type_qualname", None)
+    if name is None:
+        exc_type = trace.exc_type
+        name = "Exception" if exc_type is None else exc_type.__qualname__
+    return str(name)
 
 
 def _bounded(text: str, most: int) -> str:
@@ -535,7 +560,8 @@ class Run:
         # tuple.__new__ rather than RunRecord(...): its generated __new__ is a Python call.
         outputs = self._outputs if state == "COMPLETE" else ()
         inputs = _datasets(self._inputs, self._name)
-        return _new_record(RunRecord, (self.job, state, _now(), self._rid, inputs, outputs, error))
+        trace = None if error is None else failure(error)
+        return _new_record(RunRecord, (self.job, state, _now(), self._rid, inputs, outputs, trace))
 
     def __enter__(self) -> Self:
         self._outbox.emit(
@@ -550,7 +576,7 @@ class Run:
         if exc is None:
             record = (self.job, "COMPLETE", _now(), self._rid, self._inputs, self._outputs, None)
         else:
-            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), exc)
+            record = (self.job, "FAIL", _now(), self._rid, self._inputs, (), failure(exc))
         self._outbox.emit(_new_record(RunRecord, record))
 
     async def __aenter__(self) -> Self:

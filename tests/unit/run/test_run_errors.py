@@ -72,3 +72,102 @@ def test_a_run_id_that_is_no_uuid_is_refused_where_it_is_given(run_id):
     with outbox.run(job, run_id=upper) as run:
         assert run.run_id == upper
     outbox.close(1)
+
+
+class Outer:
+    class Nested(Exception):
+        pass
+
+
+def _chained() -> BaseException:
+    try:
+        try:
+            {}["missing"]
+        except KeyError as key_error:
+            raise ValueError("cannot read the row") from key_error
+    except ValueError as error:
+        return error
+    raise AssertionError
+
+
+def _grouped() -> BaseException:
+    try:
+        raise ExceptionGroup("two failed", [OSError("disk"), Outer.Nested("nested")])
+    except ExceptionGroup as group:
+        group.add_note("while processing bucket/key")
+        return group
+
+
+@pytest.mark.parametrize(
+    "make", [_chained, _grouped, lambda: SyntaxError("bad", ("f.py", 3, 4, "x = = 1", 3, 5))]
+)
+def test_the_fail_says_what_format_exception_says_when_the_run_failed(make):
+    """The FAIL's trace is taken where the run failed, without its frames, and formatted by the
+    sidecar: the same text as ``traceback.format_exception``; and what the handler does with
+    the exception afterwards (here: changes its message) does not change the FAIL."""
+    import traceback
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, close_at_exit=False)
+    error = make()
+    with pytest.raises(type(error)), outbox.run(LineageJob("ns", "job")):
+        raise error
+    expected_trace, expected_message = "".join(traceback.format_exception(error)), str(error)
+    error.args = ("changed afterwards",)
+    assert outbox.flush(10)
+    facet = transport.events[1]["run"]["facets"]["errorMessage"]
+    assert facet["stackTrace"] == expected_trace
+    assert facet["message"] == expected_message
+    outbox.close(1)
+
+
+class Payload:
+    """What a failed invocation's frame held (a dataframe, a file's bytes)."""
+
+
+def _fail_holding(outbox: Outbox, job: LineageJob, alive: list) -> None:
+    import weakref
+
+    payload = Payload()  # only this frame refers to it
+    alive.append(weakref.ref(payload))
+    with outbox.run(job):
+        raise ValueError(f"cannot process {id(payload)}")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_fail_waiting_in_the_buffer_holds_none_of_the_failed_frames(asynchronous):
+    """While its FAIL waits to be sent (here: a batch that lingers), the failed invocation's
+    frames and what they held are freed once the handler is done with the exception: an
+    outage's backlog of FAILs must not hold every failed invocation's data."""
+    import asyncio
+    import gc
+
+    transport = MemoryTransport()
+    outbox = Outbox(transport, linger=60, close_at_exit=False)
+    job = LineageJob("ns", "job")
+    alive: list = []
+    for _ in range(3):
+        try:
+            if asynchronous:
+
+                async def body(alive: list = alive) -> None:
+                    payload = Payload()
+                    alive.append(__import__("weakref").ref(payload))
+                    async with outbox.run(job):
+                        raise ValueError("cannot process")
+
+                asyncio.run(body())
+            else:
+                _fail_holding(outbox, job, alive)
+        except ValueError:
+            pass
+    gc.collect()
+    assert outbox.stats().queued_events == 6  # the STARTs and FAILs wait, unsent
+    assert [ref() for ref in alive] == [None, None, None]
+    assert outbox.flush(10)
+    assert [event["eventType"] for event in transport.events] == ["START", "FAIL"] * 3
+    assert all(
+        "ValueError: cannot process" in e["run"]["facets"]["errorMessage"]["stackTrace"]
+        for e in transport.events[1::2]
+    )
+    outbox.close(1)
