@@ -166,10 +166,12 @@ class _Connection(asyncio.BufferedProtocol):
         return None if self._transport is None else self._transport.get_extra_info("socket")
 
     def close(self) -> None:
+        """Closed at once, as httpx closes a connection: what is left of a request unwritten
+        (a server that stopped reading) is dropped, not written on after it was given up."""
         self.reusable = False
         self._cancel_timer()
         if self._transport is not None and not self.loop.is_closed():  # (else closed with it)
-            self._transport.close()
+            self._transport.abort()
 
     async def exchange(self, head: bytes, body: bytes, read_timeout: float) -> httpx.Response:
         transport = self._transport
@@ -271,7 +273,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._ended = True
         self.reusable = False
         if self._transport is not None:
-            self._transport.close()
+            self._transport.abort()
 
 
 def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -253,3 +254,49 @@ async def test_a_refused_connection_is_a_connect_error():
         url = server.url
     with pytest.raises(httpx.ConnectError):
         await wire(url).post(url, b"{}")
+
+
+async def until(condition, seconds: float = 5.0) -> bool:
+    """Whether ``condition()`` came true within ``seconds`` (checked as the loop turns)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not condition():
+        if loop.time() > end:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+@asynccontextmanager
+async def never_reading() -> AsyncIterator[str]:
+    """A server that accepts and never reads (a backend stuck; its receive window shut)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def stuck(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(stuck, "127.0.0.1", 0)
+    server.sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+
+
+async def test_a_request_given_up_while_its_body_is_written_closes_its_connection():
+    """Cut off (the transport's deadline) while the server does not read its body: the
+    connection is closed at once, as httpx closes it, not left open until its 8 MiB are
+    written (never, to a stuck server: a socket and the body held per attempt)."""
+    async with never_reading() as url:
+        client = WireClient(httpx.URL(url).copy_with(path="/"), {}, 5.0, 5.0, 2, send_buffer=65536)
+        posting = asyncio.ensure_future(asyncio.wait_for(client.post(url, b"x" * (8 * 1024 * 1024)), 0.3))
+        assert await until(lambda: bool(client._open))
+        (connection,) = client._open
+        sock = connection.socket()
+        assert sock is not None
+        with pytest.raises(TimeoutError):
+            await posting
+        assert client._open == set()
+        assert await until(lambda: sock.fileno() == -1)
