@@ -159,6 +159,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[httpx.Response] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0  # loop time the answer's last bytes came
+        self._writing = False  # a request's bytes wait in the transport (the peer reads slowly)
         self._ended = False  # the peer closed (or the connection failed): never reused
         self.reusable = False
 
@@ -201,6 +202,15 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        # Paused above 64 KiB unwritten, resumed only once all is written (the read begins).
+        transport.set_write_buffer_limits(high=64 * 1024, low=0)
+
+    def pause_writing(self) -> None:
+        self._writing = True
+
+    def resume_writing(self) -> None:
+        self._writing = False
+        self._last = self.loop.time()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._scratch
@@ -257,6 +267,8 @@ class _Connection(asyncio.BufferedProtocol):
         if waiter is None or waiter.done():
             return
         loop = waiter.get_loop()
+        if self._writing:  # as httpx's, the read timeout starts once the request is written
+            self._last = loop.time()
         due = self._last + read_timeout
         if loop.time() < due:  # bytes came meanwhile: the timeout counts from them
             self._timer = loop.call_at(due, self._check_timeout, read_timeout)

@@ -300,3 +300,31 @@ async def test_a_request_given_up_while_its_body_is_written_closes_its_connectio
             await posting
         assert client._open == set()
         assert await until(lambda: sock.fileno() == -1)
+
+
+async def test_the_read_timeout_starts_once_the_request_is_written():
+    """A server that takes its 4 MiB body slowly (64 KiB per 10 ms, over half a second) and
+    then answers: read whole under a 0.2 s read timeout, as httpx reads it (its read timeout
+    starts once the request is written; the writing is bounded by the transport's timeout)."""
+    body = b"x" * (4 * 1024 * 1024)
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        left = len(body)
+        while left:
+            left -= len(await reader.read(min(left, 65536)))
+            await asyncio.sleep(0.01)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    server.sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    loop = asyncio.get_running_loop()
+    try:
+        client = WireClient(httpx.URL(url).copy_with(path="/"), {}, 5.0, 0.2, 2, send_buffer=65536)
+        began = loop.time()
+        assert (await client.post(url, body)).content == b"ok"
+        assert loop.time() - began > 0.4  # (the body did take longer than the read timeout)
+        await client.aclose()
+    finally:
+        server.close()
