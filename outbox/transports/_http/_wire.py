@@ -41,6 +41,7 @@ _READ_SIZE = 64 * 1024
 _JOIN_BELOW = 64 * 1024  # a smaller body leaves in one write with its head (one segment)
 _NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 _NOT_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but the tab
+_HEAD_END = re.compile(rb"\n\r?\n")  # lines end in CRLF, or a bare LF (as h11 accepts)
 
 
 class WireClient:
@@ -293,15 +294,15 @@ def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | N
     may carry another request; None if more bytes are needed."""
     start = 0
     while True:  # 1xx answers (100 Continue, 103 Early Hints) come before the real one
-        end = buffer.find(b"\r\n\r\n", start)
-        if end < 0:
+        end = _HEAD_END.search(buffer, start)
+        if end is None:
             if len(buffer) - start > MAX_HEAD:
                 raise httpx.RemoteProtocolError("the answer's headers are longer than 64 KiB")
             if eof:
                 raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
             return None
-        version, status, headers = _head(bytes(buffer[start:end]))
-        start = end + 4
+        version, status, headers = _head(bytes(buffer[start : end.start()]))
+        start = end.end()
         if status >= 200:
             break
         if status == 101:
@@ -334,7 +335,7 @@ def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | N
 def _head(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:
     """The version, status and headers of an answer's head (its reason phrase is not kept:
     the transport names the status by its standard phrase, as it did through httpx)."""
-    lines = head.decode("latin-1").split("\r\n")
+    lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     version, _, rest = lines[0].partition(" ")
     code = rest.partition(" ")[0]
     if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
