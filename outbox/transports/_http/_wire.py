@@ -340,8 +340,14 @@ def _head(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:
     code = rest.partition(" ")[0]
     if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise httpx.RemoteProtocolError(f"not an HTTP/1 answer: {lines[0][:80]!r}")
-    headers = []
+    headers: list[tuple[str, str]] = []
     for line in lines[1:]:
+        if line[:1] in (" ", "\t"):  # obs-fold: the line goes on the header before, as h11 reads it
+            if not headers:
+                raise httpx.RemoteProtocolError("a continuation line at the start of the answer's headers")
+            name, value = headers[-1]
+            headers[-1] = (name, f"{value} {line.strip()}".strip())
+            continue
         name, colon, value = line.partition(":")
         if not colon or not name or name != name.strip():
             raise httpx.RemoteProtocolError(f"a malformed header line in the answer: {line[:80]!r}")

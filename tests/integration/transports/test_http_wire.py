@@ -150,6 +150,10 @@ ANSWERS: dict[str, list[bytes]] = {
     "cut in a chunk": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc", CLOSE],
     "no answer at all": [CLOSE],
     "not HTTP": [b"SSH-2.0-OpenSSH_9.6\r\n\r\n"],
+    "a folded header (obs-fold)": [
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  2\r\n\tthree \r\nContent-Length: 2\r\n\r\nok"
+    ],
+    "a folded first header": [b"HTTP/1.1 200 OK\r\n X-A: 1\r\nContent-Length: 2\r\n\r\nok"],
     "bare LF line ends": [b"HTTP/1.1 200 OK\nX-A: 1\r\nContent-Length: 2\n\r\nok"],
     "bare LF, 100 continue first": [b"HTTP/1.1 100 Continue\n\nHTTP/1.1 201 Created\nContent-Length: 0\n\n"],
     "a bad chunk size": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"],
