@@ -119,8 +119,13 @@ async def read_capped(response: httpx.Response) -> httpx.Response:
             break
     content = b"".join(chunks)[:MAX_ANSWER_BYTES]
     # The body is decoded and maybe cut: the framing headers no longer describe it.
+    # Repeated ones joined; encoded back as they came (a value that is not ASCII, such as
+    # "café", cannot be given to httpx.Response as text).
     framing = ("content-encoding", "content-length", "transfer-encoding")
-    headers = [(k, v) for k, v in response.headers.items() if k.lower() not in framing]
+    code = response.headers.encoding
+    headers = [
+        (k.encode(code), v.encode(code)) for k, v in response.headers.items() if k.lower() not in framing
+    ]
     return httpx.Response(response.status_code, headers=headers, content=content, request=response.request)
 
 

@@ -328,7 +328,9 @@ def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | N
             kept[lower] = (first, f"{joined}, {value}")
         else:
             kept[lower] = (name, value)
-    response = httpx.Response(status, headers=list(kept.values()), content=content)
+    # As bytes, as httpx keeps them (a value that is not ASCII is decoded when read).
+    fields_kept = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in kept.values()]
+    response = httpx.Response(status, headers=fields_kept, content=content)
     return response, used, keep and whole
 
 

@@ -154,6 +154,10 @@ ANSWERS: dict[str, list[bytes]] = {
         b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  2\r\n\tthree \r\nContent-Length: 2\r\n\r\nok"
     ],
     "a folded first header": [b"HTTP/1.1 200 OK\r\n X-A: 1\r\nContent-Length: 2\r\n\r\nok"],
+    "a UTF-8 header value": ["HTTP/1.1 200 OK\r\nX-Message: café\r\nContent-Length: 0\r\n\r\n".encode()],
+    "a Latin-1 header value": [
+        b"HTTP/1.1 429 \r\nX-Message: caf\xe9\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
+    ],
     "bare LF line ends": [b"HTTP/1.1 200 OK\nX-A: 1\r\nContent-Length: 2\n\r\nok"],
     "bare LF, 100 continue first": [b"HTTP/1.1 100 Continue\n\nHTTP/1.1 201 Created\nContent-Length: 0\n\n"],
     "a bad chunk size": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"],
@@ -171,6 +175,8 @@ async def test_every_answer_reads_as_httpx_reads_it(name):
             except httpx.HTTPError as exc:
                 answers.append(seen(exc))
     assert answers[0] == answers[1]
+    if name == "a UTF-8 header value":
+        assert ("x-message", "café") in answers[1][2]  # type: ignore[index]
     if name.endswith("the cap") or name == "a gzip bomb":
         assert len(answers[1][3]) == MAX_ANSWER_BYTES  # type: ignore[index]
 
