@@ -340,7 +340,7 @@ def _head(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:
     lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     version, _, rest = lines[0].partition(" ")
     code = rest.partition(" ")[0]
-    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+    if not version.startswith("HTTP/1.") or len(code) != 3 or not (code.isascii() and code.isdigit()):
         raise httpx.RemoteProtocolError(f"not an HTTP/1 answer: {lines[0][:80]!r}")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
@@ -368,7 +368,7 @@ def _body(
         return _chunked(buffer, start, eof)
     length_text = fields.get("content-length")
     if length_text is not None:
-        if not length_text.isdigit():
+        if not (length_text.isascii() and length_text.isdigit()):  # (int() refuses "²")
             raise httpx.RemoteProtocolError(f"a Content-Length that is not a number: {length_text[:40]!r}")
         length = int(length_text)
         have = len(buffer) - start

@@ -158,6 +158,8 @@ ANSWERS: dict[str, list[bytes]] = {
     "a Latin-1 header value": [
         b"HTTP/1.1 429 \r\nX-Message: caf\xe9\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
     ],
+    "a status of digits that are not ASCII": [b"HTTP/1.1 2\xb20 OK\r\nContent-Length: 2\r\n\r\nok"],
+    "a Content-Length of digits that are not ASCII": [b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nok"],
     "bare LF line ends": [b"HTTP/1.1 200 OK\nX-A: 1\r\nContent-Length: 2\n\r\nok"],
     "bare LF, 100 continue first": [b"HTTP/1.1 100 Continue\n\nHTTP/1.1 201 Created\nContent-Length: 0\n\n"],
     "a bad chunk size": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"],
