@@ -307,7 +307,10 @@ def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | N
             break
         if status == 101:
             raise httpx.RemoteProtocolError("the server switched protocols (101) for a POST")
-    fields = {name.lower(): value for name, value in headers}
+    fields: dict[str, str] = {}  # repeated ones joined (two Content-Lengths must agree)
+    for name, value in headers:
+        lower = name.lower()
+        fields[lower] = f"{fields[lower]}, {value}" if lower in fields else value
     keep = version == "HTTP/1.1" and "close" not in fields.get("connection", "").lower()
     framed = _body(buffer, start, fields, status, eof)
     if framed is None:
@@ -368,6 +371,10 @@ def _body(
         return _chunked(buffer, start, eof)
     length_text = fields.get("content-length")
     if length_text is not None:
+        lengths = {each.strip() for each in length_text.split(",")}  # "2, 2" is 2, as for h11
+        if len(lengths) != 1:
+            raise httpx.RemoteProtocolError("conflicting Content-Length headers in the answer")
+        (length_text,) = lengths
         if not (length_text.isascii() and length_text.isdigit()):  # (int() refuses "²")
             raise httpx.RemoteProtocolError(f"a Content-Length that is not a number: {length_text[:40]!r}")
         length = int(length_text)

@@ -160,6 +160,11 @@ ANSWERS: dict[str, list[bytes]] = {
     ],
     "a status of digits that are not ASCII": [b"HTTP/1.1 2\xb20 OK\r\nContent-Length: 2\r\n\r\nok"],
     "a Content-Length of digits that are not ASCII": [b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nok"],
+    "a Content-Length list of one length": [b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok"],
+    "conflicting Content-Lengths": [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 2\r\n\r\nok",
+        CLOSE,
+    ],
     "bare LF line ends": [b"HTTP/1.1 200 OK\nX-A: 1\r\nContent-Length: 2\n\r\nok"],
     "bare LF, 100 continue first": [b"HTTP/1.1 100 Continue\n\nHTTP/1.1 201 Created\nContent-Length: 0\n\n"],
     "a bad chunk size": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"],
