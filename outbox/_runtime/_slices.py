@@ -126,9 +126,13 @@ class Slicer:
 
     def waited(self, seconds: float) -> None:
         """The sidecar awaited (the GIL free meanwhile) for ``seconds``: if that lasted a
-        hand-off, its slice is fresh (:meth:`begin`)."""
+        hand-off, its slice is fresh (:meth:`begin`), and a slice grown while it was behind
+        shrinks by half if it is no longer behind (a grown slice reaches a hand-off only
+        after that long a period of work, which a sidecar that keeps up may never do)."""
         if seconds >= HANDOFF:
             self._started = self._clock()
+            if self._budget > SLICE and not self._behind():
+                self._budget = max(SLICE, self._budget / 2)
 
     def checkpoint(self) -> None:
         """Between two events: if this slice has lasted its budget, hand the GIL over."""
@@ -146,9 +150,7 @@ class Slicer:
                 before = self._clock()
                 self._sleep(HANDOFF)
                 slow = self._contended = self._clock() - before > SLOW_HANDOFF
-                held = self.buffer.holdings  # (read without the lock: it only sizes the next slice)
-                waiting = len(held.queue) + held.in_flight + held.beyond  # (and a spill's overflow)
-                behind = waiting > min(self.behind_above, held.max_events // 4)
+                behind = self._behind()
                 if slow and behind:
                     self._budget = min(LONGEST_SLICE, self._budget * 2)
                 elif not behind:
@@ -157,6 +159,13 @@ class Slicer:
                 self._budget = SLICE  # nobody emits: no hand-off, and a short slice when they do
                 self._contended = False
         self._started = self._clock()
+
+    def _behind(self) -> bool:
+        """More than a batch (or a quarter of ``max_events``) is held: queued, in flight, or
+        beyond the queue (a spill's overflow)."""
+        held = self.buffer.holdings  # (read without the lock: it only sizes the next slice)
+        waiting = len(held.queue) + held.in_flight + held.beyond
+        return waiting > min(self.behind_above, held.max_events // 4)
 
 
 class SlicedSelector(selectors.DefaultSelector):

@@ -1135,3 +1135,33 @@ def test_a_closed_buffer_takes_no_object_into_the_spills_overflow(tmp_path):
     assert not outbox.emit(run_event())
     transport.release.set()
     outbox.close(10)
+
+
+def test_a_grown_slice_shrinks_as_the_sidecar_waits_once_caught_up():
+    """A slice grown to LONGEST_SLICE reaches a hand-off (where it used to shrink) only after
+    that long a period of work; a sidecar that has caught up works in shorter periods and
+    waits between them, so its slice stayed at 5 ms, and every handler that wanted the GIL
+    during its work waited up to that long (the whole row's p99.9 at 20,000 events/s).  Each
+    wait that lasted a hand-off now halves it while nothing is behind; while behind, it stays."""
+    buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    buffer.holdings.queue = [None] * 50
+    slicer.begin()
+    for _ in range(12):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+    assert slicer.budget == LONGEST_SLICE
+    slicer.waited(HANDOFF)  # behind still: a wait is no reason to shrink
+    assert slicer.budget == LONGEST_SLICE
+    buffer.holdings.queue = []  # caught up: periods of 1 ms of work, then a wait
+    budgets = []
+    for _ in range(10):
+        clock.now += 1e-3
+        slicer.checkpoint()  # (within the budget: no hand-off)
+        slicer.waited(HANDOFF / 2)  # too short to count
+        slicer.waited(HANDOFF)
+        budgets.append(slicer.budget)
+    assert budgets[0] == LONGEST_SLICE / 2
+    assert budgets[-1] == SLICE
