@@ -110,3 +110,8 @@ def http_verify(transport: Any) -> Any:
 def http_forcelist(transport: Any) -> Any:
     """The HTTP statuses an HTTP transport retries (openlineage-python's status_forcelist)."""
     return transport._forcelist
+
+
+def wire_connections(client: Any) -> Any:
+    """The connections an HTTP transport's own client holds open (``_http/_wire.py``)."""
+    return client._open

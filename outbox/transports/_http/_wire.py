@@ -161,6 +161,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0  # loop time the answer's last bytes came
         self._writing = False  # a request's bytes wait in the transport (the peer reads slowly)
+        self._reading = _Reading()  # how far the current answer has been read
         self._ended = False  # the peer closed (or the connection failed): never reused
         self.reusable = False
 
@@ -183,6 +184,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self._ended or transport.is_closing():
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         self.reusable = False
+        self._reading = _Reading()
         self._waiter = waiter = loop.create_future()
         if len(body) < _JOIN_BELOW:
             transport.write(head + body)
@@ -250,7 +252,7 @@ class _Connection(asyncio.BufferedProtocol):
         """Complete the waiter if the buffer holds a whole answer (or a failure is sure)."""
         assert self._waiter is not None
         try:
-            answer = _parse(self._buffer, eof)
+            answer = _parse(self._buffer, eof, self._reading)
         except httpx.HTTPError as exc:
             self._waiter.set_exception(exc)
             self._end()
@@ -289,30 +291,48 @@ class _Connection(asyncio.BufferedProtocol):
             self._transport.abort()
 
 
-def _parse(buffer: bytearray, eof: bool) -> tuple[httpx.Response, int, bool] | None:
+class _Reading:
+    """How far an answer has been read: its head once whole, and the chunks of a chunked body
+    read so far; each byte is parsed once, whatever pieces the answer comes in (parsing it
+    all again as each piece came was quadratic: a hostile server's 1-byte chunks stalled the
+    sidecar for most of a second)."""
+
+    __slots__ = ("chunk_at", "chunks", "chunks_size", "head", "start")
+
+    def __init__(self) -> None:
+        self.head: tuple[str, int, list[tuple[str, str]], dict[str, str]] | None = None
+        self.start = 0  # where the body begins, once the head is read
+        self.chunk_at = -1  # where the next chunk's size line begins (-1: not yet in a body)
+        self.chunks: list[bytes] = []
+        self.chunks_size = 0
+
+
+def _parse(buffer: bytearray, eof: bool, reading: _Reading) -> tuple[httpx.Response, int, bool] | None:
     """The answer at the start of ``buffer``, the bytes it used, and whether the connection
-    may carry another request; None if more bytes are needed."""
-    start = 0
-    while True:  # 1xx answers (100 Continue, 103 Early Hints) come before the real one
-        end = _HEAD_END.search(buffer, start)
+    may carry another request; None if more bytes are needed (``reading`` keeps what was
+    read of it: the same one is passed again with the buffer grown)."""
+    while reading.head is None:  # 1xx answers (100 Continue, 103 Early Hints) come first
+        end = _HEAD_END.search(buffer)
         if end is None:
-            if len(buffer) - start > MAX_HEAD:
+            if len(buffer) > MAX_HEAD:
                 raise httpx.RemoteProtocolError("the answer's headers are longer than 64 KiB")
             if eof:
                 raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
             return None
-        version, status, headers = _head(bytes(buffer[start : end.start()]))
-        start = end.end()
-        if status >= 200:
-            break
+        version, status, headers = _head(bytes(buffer[: end.start()]))
         if status == 101:
             raise httpx.RemoteProtocolError("the server switched protocols (101) for a POST")
-    fields: dict[str, str] = {}  # repeated ones joined (two Content-Lengths must agree)
-    for name, value in headers:
-        lower = name.lower()
-        fields[lower] = f"{fields[lower]}, {value}" if lower in fields else value
+        if status < 200:
+            del buffer[: end.end()]  # an informational answer, read: gone (each read once)
+            continue
+        fields: dict[str, str] = {}  # repeated ones joined (two Content-Lengths must agree)
+        for name, value in headers:
+            lower = name.lower()
+            fields[lower] = f"{fields[lower]}, {value}" if lower in fields else value
+        reading.head, reading.start = (version, status, headers, fields), end.end()
+    version, status, headers, fields = reading.head
     keep = version == "HTTP/1.1" and "close" not in fields.get("connection", "").lower()
-    framed = _body(buffer, start, fields, status, eof)
+    framed = _body(buffer, reading, eof)
     if framed is None:
         return None
     content, used, whole = framed
@@ -360,15 +380,19 @@ def _head(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:
     return version, int(code), headers
 
 
-def _body(
-    buffer: bytearray, start: int, fields: dict[str, str], status: int, eof: bool
-) -> tuple[bytes, int, bool] | None:
-    """The body from ``start``, the bytes used up to its end, and whether it ended where its
-    framing said (False: cut at ``MAX_ANSWER_BYTES``, or ended by the connection's end)."""
+def _body(buffer: bytearray, reading: _Reading, eof: bool) -> tuple[bytes, int, bool] | None:
+    """The body after the head ``reading`` holds, the bytes used up to its end, and whether it
+    ended where its framing said (False: cut at ``MAX_ANSWER_BYTES``, or by the connection's
+    end)."""
+    assert reading.head is not None
+    _, status, _, fields = reading.head
+    start = reading.start
     if status in (204, 304):
         return b"", start, True
     if "chunked" in fields.get("transfer-encoding", "").lower():
-        return _chunked(buffer, start, eof)
+        if reading.chunk_at < 0:
+            reading.chunk_at = start
+        return _chunked(buffer, reading, eof)
     length_text = fields.get("content-length")
     if length_text is not None:
         lengths = {each.strip() for each in length_text.split(",")}  # "2, 2" is 2, as for h11
@@ -392,9 +416,9 @@ def _body(
     return None
 
 
-def _chunked(buffer: bytearray, at: int, eof: bool) -> tuple[bytes, int, bool] | None:
-    chunks: list[bytes] = []
-    size = 0
+def _chunked(buffer: bytearray, reading: _Reading, eof: bool) -> tuple[bytes, int, bool] | None:
+    """A chunked body, read on from where ``reading`` left it."""
+    chunks, at, size = reading.chunks, reading.chunk_at, reading.chunks_size
     while True:
         line_end = buffer.find(b"\r\n", at)
         if line_end < 0:
@@ -427,6 +451,7 @@ def _chunked(buffer: bytearray, at: int, eof: bool) -> tuple[bytes, int, bool] |
         chunks.append(bytes(buffer[data : data + length]))
         size += length
         at = data + length + 2
+    reading.chunk_at, reading.chunks_size = at, size
     if eof:
         raise httpx.RemoteProtocolError("the server closed the connection in the middle of its answer")
     return None
