@@ -357,9 +357,18 @@ def failure(error: BaseException) -> traceback.TracebackException:
     its traceback, and the traceback every frame's locals, until the FAIL is formatted; in an
     outage, a backlog of FAILs held each failed invocation's data (50 failures with 20 MB of
     locals: about 1 GB).  Its source lines are read when the sidecar formats it."""
-    return traceback.TracebackException(
-        type(error), error, error.__traceback__, lookup_lines=False, compact=True
-    )
+    try:
+        return traceback.TracebackException(
+            type(error), error, error.__traceback__, lookup_lines=False, compact=True
+        )
+    except Exception as exc:
+        # traceback read something of the exception's that raised (its __notes__, a SyntaxError's
+        # lineno; on 3.12+ the self a NameError's suggestion looks at): not the handler's to get
+        # in place of its own exception.  The frames, and what happened, without the exception.
+        said = f"the trace of a {type(error).__qualname__} could not be taken ({type(exc).__name__})"
+        return traceback.TracebackException(
+            RuntimeError, RuntimeError(said), error.__traceback__, lookup_lines=False
+        )
 
 
 def _error_facet(error: BaseException | traceback.TracebackException) -> dict[str, Any]:

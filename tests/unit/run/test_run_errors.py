@@ -171,3 +171,63 @@ def test_a_fail_waiting_in_the_buffer_holds_none_of_the_failed_frames(asynchrono
         for e in transport.events[1::2]
     )
     outbox.close(1)
+
+
+class NotesRaise(Exception):
+    @property
+    def __notes__(self) -> list[str]:
+        raise RuntimeError("the exception's own __notes__ fails")
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+def _syntax_error_with_odd_lineno() -> BaseException:
+    error = SyntaxError("bad")
+    error.lineno = Unprintable()  # type: ignore[assignment]
+    return error
+
+
+class Row:
+    """A row whose columns read as attributes: a missing one is a KeyError (a common mistake)."""
+
+    def __init__(self) -> None:
+        self.__dict__["columns"] = {}
+
+    def __getattr__(self, name: str) -> object:
+        return self.columns[name]
+
+    def total(self) -> object:
+        return totl  # type: ignore[name-defined]  # noqa: F821
+
+
+def _name_error_in_a_method() -> BaseException:
+    # 3.12+: traceback's "Did you mean" looks for the name on self (hasattr): Row's KeyError.
+    try:
+        Row().total()
+    except NameError as error:
+        return error
+    raise AssertionError
+
+
+@pytest.mark.parametrize("make", [NotesRaise, _syntax_error_with_odd_lineno, _name_error_in_a_method])
+def test_the_handler_gets_its_own_exception_whatever_taking_its_trace_raises(make):
+    """Taking the trace reads the exception (its notes, a SyntaxError's line, on 3.12+ the
+    attributes a NameError's suggestion looks at): what that raises is not the handler's to get
+    in place of its own exception, and the FAIL still reaches the backend."""
+    transport = MemoryTransport()
+    outbox = Outbox(transport, close_at_exit=False)
+    error = make()
+    try:
+        with outbox.run(LineageJob("ns", "job")):
+            raise error
+    except BaseException as caught:  # (not pytest.raises: pytest cannot format these either)
+        got = caught
+    assert got is error, f"the handler got {type(got).__name__}"
+    assert outbox.flush(10)
+    assert [event["eventType"] for event in transport.events] == ["START", "FAIL"]
+    assert type(error).__name__ in transport.events[1]["run"]["facets"]["errorMessage"]["stackTrace"]
+    validate(transport.events[1])
+    outbox.close(1)
