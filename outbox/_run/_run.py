@@ -358,7 +358,7 @@ def failure(error: BaseException) -> traceback.TracebackException:
     outage, a backlog of FAILs held each failed invocation's data (50 failures with 20 MB of
     locals: about 1 GB).  Its source lines are read when the sidecar formats it."""
     try:
-        return traceback.TracebackException(
+        trace = traceback.TracebackException(
             type(error), error, error.__traceback__, lookup_lines=False, compact=True
         )
     except Exception as exc:
@@ -369,6 +369,15 @@ def failure(error: BaseException) -> traceback.TracebackException:
         return traceback.TracebackException(
             RuntimeError, RuntimeError(said), error.__traceback__, lookup_lines=False
         )
+    # Each exception's notes are its own list, which a later add_note (the handler's, a caller's)
+    # grows: the FAIL keeps a copy, the notes as they were when the run failed.
+    queue = [trace]
+    while queue:
+        taken = queue.pop()
+        if taken.__notes__.__class__ is list:
+            taken.__notes__ = taken.__notes__.copy()
+        queue.extend(t for t in (taken.__cause__, taken.__context__, *(taken.exceptions or ())) if t)
+    return trace
 
 
 def _error_facet(error: BaseException | traceback.TracebackException) -> dict[str, Any]:

@@ -231,3 +231,32 @@ def test_the_handler_gets_its_own_exception_whatever_taking_its_trace_raises(mak
     assert type(error).__name__ in transport.events[1]["run"]["facets"]["errorMessage"]["stackTrace"]
     validate(transport.events[1])
     outbox.close(1)
+
+
+class Collected(list):
+    """An emitter that keeps what it is handed: the records, to be formatted when the test says."""
+
+    def emit(self, event: object) -> bool:
+        self.append(event)
+        return True
+
+
+def test_notes_added_after_the_run_failed_are_not_in_its_fail():
+    """A handler (or a framework up the stack) that adds a note to the exception, or to its
+    cause, while the FAIL waits in the buffer does not change what the FAIL says."""
+    import json
+    import traceback
+
+    from outbox import Run
+
+    records = Collected()
+    error = _chained()
+    error.add_note("while reading bucket/key")
+    with pytest.raises(ValueError, match="row"), Run(records, LineageJob("ns", "job")):  # type: ignore[arg-type]
+        raise error
+    expected = "".join(traceback.format_exception(error))
+    error.add_note("while handling request 17")
+    assert error.__cause__ is not None
+    error.__cause__.add_note("seen by the retry")
+    facet = json.loads(records[1].to_json())["run"]["facets"]["errorMessage"]
+    assert facet["stackTrace"] == expected
