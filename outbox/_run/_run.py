@@ -369,8 +369,7 @@ def failure(error: BaseException) -> traceback.TracebackException:
         return traceback.TracebackException(
             RuntimeError, RuntimeError(said), error.__traceback__, lookup_lines=False
         )
-    # Each exception's notes are its own list, which a later add_note (the handler's, a caller's)
-    # grows: the FAIL keeps a copy, the notes as they were when the run failed.
+    # Each exception's notes as they were: its own list, which a later add_note would grow.
     queue = [trace]
     while queue:
         taken = queue.pop()
@@ -388,14 +387,19 @@ def _error_facet(error: BaseException | traceback.TracebackException) -> dict[st
     from openlineage.client.facet_v2 import error_message_run
 
     trace = failure(error) if isinstance(error, BaseException) else error
-    message = str(trace)  # (what str(error) gave when the trace was taken)
+    message = str.__str__(str(trace))  # (what str(error) gave then, as plain text)
     if not message or message == _STR_FAILED:
         message = _type_name(trace)
+    try:
+        stack_trace = "".join(trace.format())
+    except Exception as exc:  # traceback cannot either (a SyntaxError's text in bytes, odd notes)
+        said = f"{_type_name(trace)}: {message} (its trace could not be formatted: {type(exc).__name__})"
+        stack_trace = f"{''.join(trace.stack.format())}{said}\n"
     facet: dict[str, Any] = to_plain(
         error_message_run.ErrorMessageRunFacet(
             message=_bounded(message, _MESSAGE_MAX),
             programmingLanguage="python",
-            stackTrace=_bounded("".join(trace.format()), _STACK_TRACE_MAX),
+            stackTrace=_bounded(stack_trace, _STACK_TRACE_MAX),
         )
     )
     return facet

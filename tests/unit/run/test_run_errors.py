@@ -260,3 +260,40 @@ def test_notes_added_after_the_run_failed_are_not_in_its_fail():
     error.__cause__.add_note("seen by the retry")
     facet = json.loads(records[1].to_json())["run"]["facets"]["errorMessage"]
     assert facet["stackTrace"] == expected
+
+
+class Text(str):
+    """A message that is text of its own kind (a markup string, a lazily translated one)."""
+
+    def __len__(self) -> int:
+        raise TypeError("lazy text has no length until rendered")
+
+
+class LazyMessage(BaseException):
+    def __str__(self) -> str:
+        return Text("cannot process bucket/key")
+
+
+def _syntax_error_with_bytes_text() -> BaseException:
+    # What a parser that works on bytes may raise: the offending line as it read it.
+    return SyntaxError("bad", ("f.py", 3, 4, b"x = = 1", 3, 5))
+
+
+@pytest.mark.parametrize("make", [LazyMessage, _syntax_error_with_bytes_text])
+def test_the_fail_reaches_the_backend_whatever_formatting_its_trace_raises(make):
+    """The sidecar formats the trace: an exception it cannot format (traceback cannot either)
+    still ends its run with a valid FAIL, not an invalid_event and a run the backend shows
+    running forever."""
+    transport = MemoryTransport()
+    outbox = Outbox(transport, close_at_exit=False)
+    error = make()
+    with pytest.raises(type(error)), outbox.run(LineageJob("ns", "job")):
+        raise error
+    assert outbox.flush(10)
+    assert outbox.stats().dropped == {}
+    assert [event["eventType"] for event in transport.events] == ["START", "FAIL"]
+    facet = transport.events[1]["run"]["facets"]["errorMessage"]
+    assert type(error).__name__ in facet["stackTrace"]
+    assert facet["message"]
+    validate(transport.events[1])
+    outbox.close(1)
