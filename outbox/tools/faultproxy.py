@@ -8,6 +8,9 @@ Modes (change ``proxy.mode`` at any time; new connections follow it):
 * ``reset``: forward the request, then cut the connection with a TCP reset after
   ``reset_after`` bytes of the answer (a crash mid-response).
 * ``refuse``: accept and reset at once.
+* ``garble``: forward the request, then answer in turn (by connection) with the backend's own
+  answer one byte at a time, a head whose chunked body is malformed then a reset, or bytes that are
+  no HTTP at all then a close (an HTTP client's parser against what a broken proxy sends).
 
 ``cut()`` resets the connections already open, so long-lived ones meet the new mode too.
 
@@ -31,7 +34,9 @@ from typing import Literal, Self
 
 __all__ = ["FaultProxy", "free_port"]
 
-Mode = Literal["pass", "blackhole", "reset", "refuse"]
+Mode = Literal["pass", "blackhole", "reset", "refuse", "garble"]
+_MALFORMED_CHUNK = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+_NOT_HTTP = b"\x16\x03\x01 this is no HTTP answer\r\n\r\n"
 
 
 def free_port() -> int:
@@ -161,6 +166,9 @@ class FaultProxy:
         try:
             upstream = asyncio.create_task(self._pump_up(reader, up_writer))
             try:
+                if mode == "garble":
+                    await self._garble(up_reader, writer, self.connections % 3)
+                    return
                 await self._pump_down(
                     up_reader, writer, reset_after=self.reset_after if mode == "reset" else None
                 )
@@ -170,6 +178,25 @@ class FaultProxy:
                     await upstream
         finally:
             up_writer.transport.abort()
+
+    async def _garble(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: int) -> None:
+        """``garble``'s answers: 0, the backend's own, a byte at a time (each answer, until
+        the backend closes); 1, a malformed chunk, then a reset; 2, no HTTP, then a close."""
+        if kind == 1:
+            writer.write(_MALFORMED_CHUNK)
+            await writer.drain()
+            _reset(writer)
+            return
+        if kind == 2:
+            writer.write(_NOT_HTTP)
+            await writer.drain()
+            writer.close()
+            return
+        while data := await reader.read(65536):
+            for at in range(len(data)):
+                writer.write(data[at : at + 1])
+                await writer.drain()
+        writer.close()
 
     async def _pump_up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):

@@ -58,6 +58,7 @@ BACKENDS = (
     "refused",
     "blackhole",
     "reset",
+    "garble",
     "http_503",
     "http_429",
     "stalled",
@@ -382,6 +383,8 @@ class Chaos:
             mode = "blackhole"
         elif backend == "reset":
             mode = "reset"
+        elif backend == "garble":
+            mode = "garble"
         elif backend == "http_503":
             behaviour.fail_status = 503
         elif backend == "http_429":

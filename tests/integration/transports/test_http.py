@@ -194,6 +194,24 @@ def test_reset_mid_response_is_retried(sink):
     assert len(sink.events) >= 1
 
 
+def test_a_garbled_answer_is_retried_and_a_trickled_one_is_read(sink):
+    """The fault proxy's ``garble`` (the chaos test's backend of that name): each connection in
+    turn gets the sink's own answer a byte at a time (read: delivered), a malformed chunk then a
+    reset, or bytes that are no HTTP (each a network retry, the events kept)."""
+    with FaultProxy("127.0.0.1", sink.port, mode="garble") as proxy:
+        outbox = outbox_for(proxy.url, mode="single", backoff_base=0.01, backoff_cap=0.05)
+        for _ in range(6):
+            outbox.emit(run_event())
+        assert outbox.flush(10)
+        stats = outbox.stats()
+        assert stats.delivered == 6
+        assert stats.retried >= 1
+        assert proxy.connections >= 3
+        report = outbox.close(1)
+    assert report.complete
+    assert len({e["run"]["runId"] for e in sink.events}) == 6  # (a garbled answer's event may come twice)
+
+
 def test_blackholed_backend_times_out_and_is_retried(sink):
     with FaultProxy("127.0.0.1", sink.port, mode="blackhole") as proxy:
         outbox = outbox_for(proxy.url, mode="single", timeout=0.3)
