@@ -434,6 +434,18 @@ def _slicer(buffer: _Buffer, clock: _Clock, **kw: Any) -> Slicer:
     return Slicer(buffer, clock=clock, sleep=clock.sleep, **kw)  # type: ignore[arg-type]
 
 
+def _work(slicer: Slicer, buffer: _Buffer, clock: _Clock, slices: int) -> list[float]:
+    """``slices`` periods of work, each as long as the slice's budget, with handlers emitting:
+    the budget after each hand-off."""
+    budgets = []
+    for _ in range(slices):
+        buffer.emitted += 1
+        clock.now += slicer.budget * 1.01
+        slicer.checkpoint()
+        budgets.append(slicer.budget)
+    return budgets
+
+
 def test_a_slice_ends_in_a_hand_off_of_the_gil_while_handlers_emit():
     buffer, clock = _Buffer(), _Clock()
     slicer = _slicer(buffer, clock)
@@ -492,27 +504,16 @@ def test_slices_grow_while_the_sidecar_is_behind_a_handler_that_computes():
     slicer = _slicer(buffer, clock, behind_above=10)
     buffer.emitted = 1
     buffer.holdings.queue = [None] * 50
-    budgets = []
     slicer.begin()
-    for _ in range(12):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
-        budgets.append(slicer.budget)
+    budgets = _work(slicer, buffer, clock, 12)
     assert budgets[0] == 2 * SLICE
     assert budgets[-1] == LONGEST_SLICE
     assert all(b <= LONGEST_SLICE for b in budgets)
     buffer.holdings.queue = []  # caught up
-    for _ in range(12):
-        buffer.emitted += 1  # handlers still emit
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 12)  # handlers still emit
     assert slicer.budget == SLICE
     buffer.holdings.queue = [None] * 50  # behind again, then the handlers stop: short slices again
-    for _ in range(4):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 4)
     assert slicer.budget > SLICE
     clock.now += 1.0
     slicer.checkpoint()
@@ -529,17 +530,11 @@ def test_slices_grow_while_a_batch_in_hand_waits_behind_a_handler_that_computes(
     buffer.emitted = 1
     buffer.holdings.queue, buffer.holdings.in_flight = [None] * 3, 40
     slicer.begin()
-    for _ in range(12):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 12)
     assert slicer.budget == LONGEST_SLICE
     assert slicer.contended  # (the worker then gives a new request no wait on the wire)
     buffer.holdings.in_flight = 0
-    for _ in range(12):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 12)
     assert slicer.budget == SLICE
     clock.now += 1.0  # the handlers stopped
     slicer.checkpoint()
@@ -560,16 +555,10 @@ def test_slices_grow_behind_a_handler_that_computes_with_a_buffer_smaller_than_a
         buffer.emitted = 1
         buffer.holdings.queue, buffer.holdings.beyond = [None] * queued, beyond
         slicer.begin()
-        for _ in range(12):
-            buffer.emitted += 1
-            clock.now += slicer.budget * 1.01
-            slicer.checkpoint()
+        _work(slicer, buffer, clock, 12)
         assert slicer.budget == LONGEST_SLICE, (queued, beyond)
         buffer.holdings.queue, buffer.holdings.beyond = [], 0  # caught up
-        for _ in range(12):
-            buffer.emitted += 1
-            clock.now += slicer.budget * 1.01
-            slicer.checkpoint()
+        _work(slicer, buffer, clock, 12)
         assert slicer.budget == SLICE
 
 
@@ -581,10 +570,7 @@ def test_no_growth_when_hand_offs_come_back_at_once():
     buffer.emitted = 1
     buffer.holdings.queue = [None] * 50
     slicer.begin()
-    for _ in range(10):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 10)
     assert slicer.budget == SLICE
     assert len(clock.sleeps) == 10
 
@@ -1148,10 +1134,7 @@ def test_a_grown_slice_shrinks_as_the_sidecar_waits_once_caught_up():
     buffer.emitted = 1
     buffer.holdings.queue = [None] * 50
     slicer.begin()
-    for _ in range(12):
-        buffer.emitted += 1
-        clock.now += slicer.budget * 1.01
-        slicer.checkpoint()
+    _work(slicer, buffer, clock, 12)
     assert slicer.budget == LONGEST_SLICE
     slicer.waited(HANDOFF)  # behind still: a wait is no reason to shrink
     assert slicer.budget == LONGEST_SLICE
