@@ -21,9 +21,9 @@ waiting on storage), ``cpu`` computes for ``work_us`` (it never lets go of the G
 invocations due at ``rate`` a second (each in a span of its own trace, lineage on or off, as a
 runtime runs it; timed from when it was due, if it waited for that: a GIL held by the sidecar
 then delays it); ``busy``, computing and lineage back to back, never a
-pause (what is dropped is the figure); ``full``, two emits with the buffer empty, then full of
-an outage's backlog (:func:`full_buffer`).  A helpers invocation's object key is made before
-the clock runs: the trigger gives it to a handler.
+pause (what is dropped is the figure); ``full``, two emits into an outbox whose buffer is empty
+and into one full of an outage's backlog, in turn (:func:`full_buffer`).  A helpers
+invocation's object key is made before the clock runs: the trigger gives it to a handler.
 Prints one JSON object: the sorted per-invocation samples' percentiles and the outbox's counts.
 """
 
@@ -285,61 +285,60 @@ def _sleep_until(slot: int) -> int:
 
 
 def full_buffer(spec: dict[str, Any]) -> dict[str, Any]:
-    """Two emits per invocation against a refused backend, first with the buffer empty, then
-    with it full of an outage's backlog (``fill``: ``full``, the policy evicting or refusing
-    at every emit; ``nearly``: filled to what the timed invocations will still fit); the same
-    process, the same kind of events.  Each event is the outbox's alone once emitted, as a
-    handler's is (built, emitted, forgotten): an eviction frees the oldest on the emitter's
-    thread, as it would in a user's process, and is timed with it."""
+    """Two emits per invocation against a refused backend, into two outboxes of the same
+    process, taken in turn invocation by invocation: one whose buffer was empty when the
+    invocations began, one full of an outage's backlog (``fill``: ``full``, the policy evicting or
+    refusing at every emit; ``nearly``: filled to what the timed invocations will still fit).
+    In turn, so that the machine's drift (tens of percent within minutes here) falls on both
+    alike, where an empty phase then a full one set it against the ratio.  Each event is the
+    outbox's alone once emitted, as a handler's is (built, emitted, forgotten): an eviction
+    frees the oldest on the emitter's thread, as it would in a user's process, and is timed
+    with it."""
     kind, invocations = spec["kind"], spec["invocations"]
     warmup = spec.get("warmup", 10)
-    per_phase = invocations + warmup
-    pairs: list[Any] = _pairs(kind, 2 * per_phase, "t0")
-    outbox = _outbox(kind)
-    assert outbox is not None
-    clock = time.perf_counter_ns
-    work_s = spec["work_us"] / 1e6
-
-    def phase(first: int) -> list[int]:
-        emit = outbox.emit
-        samples = []
-        for i in range(first, first + per_phase):
-            start, complete = pairs[i]
-            pairs[i] = None  # (the events' last references are the outbox's)
-            t0 = clock()
-            emit(start)
-            emit(complete)
-            t1 = clock()
-            del start, complete
-            if i - first >= warmup:
-                samples.append(t1 - t0)
-            time.sleep(work_s)
-        return samples
-
-    gc.collect()
-    empty = phase(0)
+    per_box = invocations + warmup
+    pairs: list[Any] = _pairs(kind, 2 * per_box, "t0")
+    empty_box, full_box = _outbox(kind), _outbox(kind)
+    assert empty_box is not None
+    assert full_box is not None
     max_events = int(os.environ.get("OUTBOX_MAX_EVENTS", "10000"))
-    stats = outbox.stats()
+    stats = full_box.stats()
     held = stats.queued_events + stats.in_flight
-    room = max_events + 1 - held if spec["fill"] == "full" else max_events - held - 2 * per_phase - 64
+    room = max_events + 1 - held if spec["fill"] == "full" else max_events - held - 2 * per_box - 64
     fill = _pairs(kind, max(0, room) // 2 + 1, "f")
     for i in range(max(0, room)):
-        outbox.emit(fill[i // 2][i & 1])
+        full_box.emit(fill[i // 2][i & 1])
     del fill
-    time.sleep(0.3)  # the sidecar takes what it takes (a window), retries, and waits
-    stats = outbox.stats()
+    time.sleep(0.3)  # the sidecars take what they take (a window), retry, and wait
+    stats = full_box.stats()
     held_before = stats.queued_events + stats.in_flight
+    clock = time.perf_counter_ns
+    work_s = spec["work_us"] / 1e6
+    samples: tuple[list[int], list[int]] = ([], [])
+    emits = (empty_box.emit, full_box.emit)
     gc.collect()
-    full = phase(per_phase)
-    stats = outbox.stats()
+    for i in range(2 * per_box):
+        emit = emits[i & 1]
+        start, complete = pairs[i]
+        pairs[i] = None  # (the events' last references are the outbox's)
+        t0 = clock()
+        emit(start)
+        emit(complete)
+        t1 = clock()
+        del start, complete
+        if i >= 2 * warmup:
+            samples[i & 1].append(t1 - t0)
+        time.sleep(work_s)
+    stats = full_box.stats()
     out: dict[str, Any] = {
-        "empty": percentiles(empty),
-        "full": percentiles(full),
+        "empty": percentiles(samples[0]),
+        "full": percentiles(samples[1]),
         "held_before": held_before,
         "held_after": stats.queued_events + stats.in_flight,
         "dropped_while_full": dict(stats.dropped),
     }
-    outbox.close(0.1)
+    empty_box.close(0.1)
+    full_box.close(0.1)
     return out
 
 

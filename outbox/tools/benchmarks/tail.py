@@ -14,9 +14,10 @@ the outbox's place (``floor``: a method that checks the event's class, takes a l
 a deque, nothing else): what any pure-Python ``emit`` with a bound costs at the tail on this
 machine, so that a target can be judged against it.
 
-Three more groups of rows (``--rows``): ``full``, two emits against the refused backend with the
-buffer empty, then full of an outage's backlog (nearly full under ``block``, which would wait), in
-one process, under each overflow policy; ``whole``, the whole invocation (the handler's own
+Three more groups of rows (``--rows``): ``full``, two emits against the refused backend into an
+outbox whose buffer is empty and into one full of an outage's backlog (nearly full under ``block``,
+which would wait), in turn invocation by invocation in one process, under each overflow policy;
+``whole``, the whole invocation (the handler's own
 computing, ``--whole`` µs at a rate, plus the run helpers) while the sidecar ships to the healthy
 sink, beside the same loop with lineage off; ``busy``, a handler that computes without pause
 (``--busy`` µs per invocation) against the healthy sink, counting what is dropped.
@@ -550,9 +551,9 @@ def _work_rate(text: str) -> tuple[float, float]:
         raise argparse.ArgumentTypeError(f"expected WORK_US:RATE, got {text!r}") from None
 
 
-#: The most ``--invocations`` the full rows take: under ``block`` both phases' events stay held
-#: (the backend is down) beside the fill, in the default buffer of 10,000 events.
-FULL_INVOCATIONS_MOST = (10_000 - 64) // 4 - 10
+#: The most ``--invocations`` the full rows take: under ``block`` the full outbox's timed events
+#: stay held (the backend is down) beside its fill, in the default buffer of 10,000 events.
+FULL_INVOCATIONS_MOST = (10_000 - 64) // 2 - 10
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -561,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "full" in args.rows and args.invocations > FULL_INVOCATIONS_MOST:
         parser.error(
             f"--invocations {args.invocations}: the full rows take at most {FULL_INVOCATIONS_MOST:,} "
-            "(both phases' events stay held in a buffer of 10,000); lower it, or leave out --rows full"
+            "(the full outbox's events stay held in a buffer of 10,000); lower it, or leave out --rows full"
         )
     if args.realtime:
         # This process and every one it starts (each row's handler and its sidecar thread, the
