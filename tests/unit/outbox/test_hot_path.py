@@ -1173,7 +1173,7 @@ def test_the_sidecars_per_batch_steps_pass_checkpoints_in_pieces():
     """Past serialization, a batch went into the backlog, was taken into a lane and settled,
     each in one step with no checkpoint: hundreds of microseconds with the GIL held, whatever
     the slice (the whole invocation's tail, #37).  Now the backlog grows by at most a piece
-    between two checkpoints, and taking a lane and settling it pass one every 32 keys."""
+    between two pauses, and taking a lane and settling it pause every 32 keys."""
     outbox, transport = _stuck(max_batch_events=1_000)
     worker = parts.worker(outbox)
     assert worker is not None
@@ -1183,11 +1183,18 @@ def test_the_sidecars_per_batch_steps_pass_checkpoints_in_pieces():
     class Counting(Slicer):
         last = 0
 
-        def checkpoint(self) -> None:
+        def note(self) -> None:
             held = len(worker.backlog)
             grew.append(held - self.last)
             self.last = held
             seen[threading.get_ident()] += 1
+
+        def pause(self) -> None:  # (recorded whether or not the last hand-off was slow)
+            self.note()
+            super().pause()
+
+        def checkpoint(self) -> None:
+            self.note()
             super().checkpoint()
 
     worker.slicer = worker.intake.slicer = Counting(parts.buffer(outbox))
@@ -1201,7 +1208,7 @@ def test_the_sidecars_per_batch_steps_pass_checkpoints_in_pieces():
     assert report.delivered == 3_000
     assert max(grew) <= 64
     assert threading.get_ident() not in seen
-    # A checkpoint per event serialized, and every 32 keys taken into a lane, and settled.
+    # A checkpoint per event serialized, and a pause every 32 keys taken into a lane, and settled.
     assert sum(seen.values()) >= 3_000 + 2 * 1_500 // 32
 
 
