@@ -663,9 +663,12 @@ class Chaos:
         max_bytes = self.settings["max_bytes"]
         held, held_bytes, unmeasured, evicted, estimate = memory(buf)
         window = buf.holdings.overflow
-        if held_bytes > max_bytes and unmeasured and not window.stuck:
-            # The spill's overflow holds objects priced anew at an estimate that grew since they
-            # came (the queue's are shed at once): the sidecar writes them at its next turn.
+        if held_bytes > max_bytes and window is not None and window.events and not window.stuck:
+            # The spill's overflow holds objects admitted at an estimate that grew since they
+            # came (priced anew, or measured by a sample: the queue's are shed at once), or
+            # what is in flight weighs more than its estimate: the overflow is written to disk
+            # at the sidecar's next turn (``Window.wants_write``), and then memory holds the
+            # bound again.
             wait_until(lambda: memory(buf)[1] <= max_bytes or window.stuck, 5.0)
             held, held_bytes, unmeasured, evicted, estimate = memory(buf)
         check(
@@ -682,7 +685,8 @@ class Chaos:
         check(
             held_bytes <= max_bytes
             or (stuck and held_bytes - unmeasured * estimate <= max_bytes and unmeasured <= 2048),
-            f"{held_bytes} bytes held ({unmeasured} objects of the overflow at {estimate}), max {max_bytes}",
+            f"{held_bytes} bytes held ({unmeasured} objects of the overflow at {estimate}), max {max_bytes}: "
+            + held_in_memory(buf),
         )
         for name, counts in stats.members.items() if self.shape == "composite" else ():
             losses = sum(n for key, n in counts.items() if key not in _MEMBER_FIELDS)
@@ -725,6 +729,23 @@ class Chaos:
             f"{self.spilled} outboxes with a spill, the process stalled {len(self.pulse.gaps)} time(s) "
             f"(longest {max((b - a for a, b in self.pulse.gaps), default=0.0):.2f} s)"
         )
+
+
+def held_in_memory(buf: Any) -> str:
+    """Where a buffer's bytes are, for a failure's message: queued, in flight, the overflow."""
+    with buf.lock:
+        held = buf.holdings
+        text = (
+            f"queued {len(held.queue)} ({held.queued_bytes} bytes, {held.estimated} at the estimate "
+            f"{held.estimate}), in flight {held.in_flight} ({held.in_flight_bytes} bytes)"
+        )
+        window = held.overflow
+        if window is not None:
+            text += (
+                f", overflow {len(window.events)} ({window.bytes(held.estimate)} bytes), reading "
+                f"{window.reading_events} ({window.reading_bytes} bytes), stuck {window.stuck}"
+            )
+        return text
 
 
 def memory(buf: Any) -> tuple[int, int, int, int, int]:

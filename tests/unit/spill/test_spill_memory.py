@@ -123,6 +123,45 @@ def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_writte
     spill.close(buf)
 
 
+def test_an_overflow_object_measured_larger_than_its_estimate_past_the_bound_is_written_at_once(tmp_path):
+    """An object came into the overflow at a small estimate; a sample (at a hand-off of the
+    sidecar's) measures it at 20 KB.  Only the queue can be shed, and it is empty: memory is past
+    the bound until the overflow is written, which the sidecar does at its next turn (chaos seed
+    11 caught a check between the two: 3 events in flight and this one, 83,584 bytes of 65,536)."""
+    buf = Buffer(max_events=1_000, max_bytes=64_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
+    spill = Spill(tmp_path, adopt=False)
+    spill.attach(buf)
+    window, held = spill.window, buf.holdings
+    assert buf.put(run_event(run_id=RUN, n=0), 0)
+    spill.tick(buf, None, 0.0, force=True)  # the first object measured: the estimate is small
+    n = 1
+    while not window.active:
+        assert buf.put(run_event(run_id=RUN, n=n), 0)
+        n += 1
+    with buf.lock:  # the queue taken: in flight
+        held.take_locked(1_000, 10**9)
+    spill.tick(buf, None, 0.0, force=True)  # the overflow's first on disk: it holds nothing
+    assert window.active
+    assert not window.events
+    big = run_event(run_id=RUN, n=n)
+    big["run"]["facets"]["pad"] = {"_producer": "p", "_schemaURL": "s", "x": "x" * 20_000}
+    assert buf.put(big, 0)  # into the overflow, at the small estimate
+    with buf.lock:
+        held.reprice_in_flight_locked(64_000 - held_bytes(buf) - 10_000)  # near the bound, within it
+    assert held_bytes(buf) <= 64_000
+    assert not window.wants_write(held)
+    with buf.lock:  # the sample measures it
+        assert buf.serialized_in_place_locked([(held.next_seq - 1, big, serialize(big))]) == 1
+    assert window.unmeasured() == 0
+    assert held_bytes(buf) > 64_000
+    assert window.wants_write(held)
+    assert spill.due(buf, time.monotonic()) == 0.0
+    spill.tick(buf, None, 0.01)  # the sidecar's turn: written, released
+    assert not window.events
+    assert held_bytes(buf) <= 64_000
+    spill.close(buf)
+
+
 def test_an_event_larger_than_the_window_is_read_back_beside_an_overflow_that_emits_keep_filling(tmp_path):
     """The stretch's head weighs 0.6x max_bytes: more than the queue's window (half the bound)
     will ever have room for, within the buffer's bound.  With the queue empty and nothing in
