@@ -91,31 +91,29 @@ def test_a_read_waits_for_room_beside_the_overflow_and_takes_one_past_it_only_wh
     spill.close(buf)
 
 
-def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_written_at_once(tmp_path):
-    """Events in flight turned out larger than estimated (serialized for their request):
-    only the queue can be shed, and the overflow, below every threshold of a write, would wait
-    for the next interval's.  Past the bound, it asks to be written at the sidecar's next turn,
-    and once written memory holds the bound again."""
+def overflowing_beside_what_is_in_flight(tmp_path) -> tuple[Buffer, Spill, int]:
+    """A buffer of 64,000 bytes (drop_newest) with its spill, objects at a small estimate: the
+    window filled, taken in flight, the overflow begun.  Returns them, and the next event's n."""
     buf = Buffer(max_events=1_000, max_bytes=64_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
     spill = Spill(tmp_path, adopt=False)
     spill.attach(buf)
-    window, held = spill.window, buf.holdings
     assert buf.put(run_event(run_id=RUN, n=0), 0)
     spill.tick(buf, None, 0.0, force=True)  # the first object measured: the estimate is small
     n = 1
-    while not window.active:
+    while not spill.window.active:
         assert buf.put(run_event(run_id=RUN, n=n), 0)
         n += 1
     with buf.lock:  # the queue taken: in flight
-        held.take_locked(1_000, 10**9)
-    for _ in range(3):  # below every threshold of a write
-        assert buf.put(run_event(run_id=RUN, n=n), 0)
-        n += 1
-    assert not window.wants_write(held)
-    with buf.lock:
-        held.reprice_in_flight_locked(64_000 - held_bytes(buf) + 1)  # they weigh more
+        buf.holdings.take_locked(1_000, 10**9)
+    return buf, spill, n
+
+
+def written_at_the_next_turn(buf: Buffer, spill: Spill) -> None:
+    """Memory past the bound asks for the overflow's write at once; the sidecar's next turn
+    writes and releases it, and memory holds the bound again."""
+    window = spill.window
     assert held_bytes(buf) > 64_000
-    assert window.wants_write(held)
+    assert window.wants_write(buf.holdings)
     assert spill.due(buf, time.monotonic()) == 0.0
     spill.tick(buf, None, 0.01)  # the sidecar's turn: written, released
     assert not window.events
@@ -123,23 +121,29 @@ def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_writte
     spill.close(buf)
 
 
+def test_an_overflow_past_the_bound_once_what_is_in_flight_weighs_more_is_written_at_once(tmp_path):
+    """Events in flight turned out larger than estimated (serialized for their request):
+    only the queue can be shed, and the overflow, below every threshold of a write, would wait
+    for the next interval's.  Past the bound, it asks to be written at the sidecar's next turn,
+    and once written memory holds the bound again."""
+    buf, spill, n = overflowing_beside_what_is_in_flight(tmp_path)
+    window, held = spill.window, buf.holdings
+    for _ in range(3):  # below every threshold of a write
+        assert buf.put(run_event(run_id=RUN, n=n), 0)
+        n += 1
+    assert not window.wants_write(held)
+    with buf.lock:
+        held.reprice_in_flight_locked(64_000 - held_bytes(buf) + 1)  # they weigh more
+    written_at_the_next_turn(buf, spill)
+
+
 def test_an_overflow_object_measured_larger_than_its_estimate_past_the_bound_is_written_at_once(tmp_path):
     """An object came into the overflow at a small estimate; a sample (at a hand-off of the
     sidecar's) measures it at 20 KB.  Only the queue can be shed, and it is empty: memory is past
     the bound until the overflow is written, which the sidecar does at its next turn (chaos seed
     11 caught a check between the two: 3 events in flight and this one, 83,584 bytes of 65,536)."""
-    buf = Buffer(max_events=1_000, max_bytes=64_000, policy=Policy.DROP_NEWEST, block_timeout=0.0)
-    spill = Spill(tmp_path, adopt=False)
-    spill.attach(buf)
+    buf, spill, n = overflowing_beside_what_is_in_flight(tmp_path)
     window, held = spill.window, buf.holdings
-    assert buf.put(run_event(run_id=RUN, n=0), 0)
-    spill.tick(buf, None, 0.0, force=True)  # the first object measured: the estimate is small
-    n = 1
-    while not window.active:
-        assert buf.put(run_event(run_id=RUN, n=n), 0)
-        n += 1
-    with buf.lock:  # the queue taken: in flight
-        held.take_locked(1_000, 10**9)
     spill.tick(buf, None, 0.0, force=True)  # the overflow's first on disk: it holds nothing
     assert window.active
     assert not window.events
@@ -153,13 +157,7 @@ def test_an_overflow_object_measured_larger_than_its_estimate_past_the_bound_is_
     with buf.lock:  # the sample measures it
         assert buf.serialized_in_place_locked([(held.next_seq - 1, big, serialize(big))]) == 1
     assert window.unmeasured() == 0
-    assert held_bytes(buf) > 64_000
-    assert window.wants_write(held)
-    assert spill.due(buf, time.monotonic()) == 0.0
-    spill.tick(buf, None, 0.01)  # the sidecar's turn: written, released
-    assert not window.events
-    assert held_bytes(buf) <= 64_000
-    spill.close(buf)
+    written_at_the_next_turn(buf, spill)
 
 
 def test_an_event_larger_than_the_window_is_read_back_beside_an_overflow_that_emits_keep_filling(tmp_path):
