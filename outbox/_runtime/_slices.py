@@ -21,7 +21,9 @@ sidecar that hands over after every 30 µs slice would get well under 1% of the 
 behind and drop events.  So the slice grows, doubling up to ``LONGEST_SLICE``, while the
 sidecar is behind (more than a batch, or a quarter of ``max_events``, waits: queued, in flight
 or in a spill's overflow and stretch) and its hand-offs are slow to come back (the handler
-computes); it shrinks back by halves once it has caught up.  Past that
+computes); it shrinks back by halves once it has caught up, and at each hand-off once none
+was slow for ``CONTENDED_FOR`` (a few slow ones, a collection's or the machine's, kept a 5 ms
+slice for the rest of a batch: a 5 ms wait for a handler at 20,000 events/s, #37).  Past that
 point the handler's tail is traded for not losing its events.
 """
 
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from .._buffer._buffer import Buffer
 
 __all__ = [
+    "CONTENDED_FOR",
     "HANDOFF",
     "LONGEST_SLICE",
     "SLICE",
@@ -55,8 +58,12 @@ HANDOFF = 20e-6
 SLOW_HANDOFF = 1e-3
 #: Handlers that emitted within this many seconds are taken to be running.
 ACTIVE = 0.05
+#: A grown slice shrinks at a hand-off once none was slow for this long: a handler that
+#: computes without pause makes every other one slow (each a switch interval), at least.
+CONTENDED_FOR = 0.02
 
 _local = threading.local()
+_INF = float("inf")
 
 
 class Slicer:
@@ -81,6 +88,7 @@ class Slicer:
         "_contended",
         "_emitted",
         "_sleep",
+        "_slow_at",
         "_started",
         "behind_above",
         "buffer",
@@ -108,6 +116,7 @@ class Slicer:
         self._emitted = -1
         self._active_until = 0.0
         self._contended = False
+        self._slow_at = -_INF  # (when a hand-off was last slow)
 
     @property
     def budget(self) -> float:
@@ -134,6 +143,14 @@ class Slicer:
             if self._budget > SLICE and not self._behind():
                 self._budget = max(SLICE, self._budget / 2)
 
+    def pause(self) -> None:
+        """A checkpoint in the sidecar's per-batch steps beyond serializing (into the backlog,
+        into a lane, settled, let go): none while a handler computes without pause, whose every
+        hand-off costs the sidecar a switch interval (it then hands over between the events it
+        serializes only, as :class:`SlicedSelector` does)."""
+        if not self._contended:
+            self.checkpoint()
+
     def checkpoint(self) -> None:
         """Between two events: if this slice has lasted its budget, hand the GIL over."""
         now = self._clock()
@@ -149,11 +166,17 @@ class Slicer:
             if now < self._active_until:
                 before = self._clock()
                 self._sleep(HANDOFF)
-                slow = self._contended = self._clock() - before > SLOW_HANDOFF
+                after = self._clock()
+                slow = self._contended = after - before > SLOW_HANDOFF
+                if slow:
+                    self._slow_at = after
                 behind = self._behind()
                 if slow and behind:
                     self._budget = min(LONGEST_SLICE, self._budget * 2)
-                elif not behind:
+                elif self._budget > SLICE and (not behind or after - self._slow_at > CONTENDED_FOR):
+                    # Caught up; or no hand-off was slow for a while: the one that grew the
+                    # slice was a collection or the machine, not a handler that computes
+                    # without pause (whose hand-offs are slow every other one at least).
                     self._budget = max(SLICE, self._budget / 2)
             else:
                 self._budget = SLICE  # nobody emits: no hand-off, and a short slice when they do

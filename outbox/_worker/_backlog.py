@@ -286,7 +286,10 @@ class Backlog:
         if fresh is not None:
             # Taken from fresh groups alone: none of its events is in a FIFO, so per key.
             mark, marked, nbytes = fresh
-            for key in marked:
+            pause = self.keys.pause
+            for i, key in enumerate(marked):
+                if not i & 31:
+                    pause()
                 state = keys.get(key)
                 if state is mark:
                     del keys[key]
@@ -297,7 +300,9 @@ class Backlog:
                 self._went_on(touched)
             return Settled(list(lane), [], [], nbytes)
         nbytes = 0
+        pause = self.keys.pause
         for item in lane:
+            pause()
             nbytes += item.size
             key = order_key(item.event, item.seq)
             state = keys.get(key)

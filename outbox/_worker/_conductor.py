@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import time
 from typing import Any
@@ -57,6 +58,10 @@ _ON_THE_WIRE = 0.001
 # The fewest events the backlog takes ahead of the lanes (a batch size of 1 must not leave a
 # refused event the only thing to send).
 _MIN_LOOKAHEAD = 64
+# Events a step of the sidecar's per-batch work handles between two checkpoints, where a step
+# is not one per key (a batch into the backlog, a settled lane freed): each is some tens of
+# microseconds, where a batch whole held the GIL for hundreds (#37: the whole invocation).
+_PIECE = 64
 
 
 class Worker:
@@ -106,8 +111,8 @@ class Worker:
             lowest_held=self.backlog.lowest_seq,
         )
         # At each slice's end, the intake samples what queued objects weigh (a long period of
-        # work cannot leave the estimate stale).
-        self.slicer.on_handoff = self.intake.sample
+        # work cannot leave the estimate stale); the backlog's per-batch loops pause per key.
+        self.slicer.on_handoff, self.backlog.keys.pause = self.intake.sample, self.slicer.pause
         #: Set once the drain loop runs (a thread that builds an outbox waits for it: see
         #: Sidecar.start_thread).
         self.ready = threading.Event()
@@ -287,7 +292,10 @@ class Worker:
         items = self.intake.take(events, nbytes, ahead_bytes)
         if self.spill is not None:  # on disk before any transport sees them
             self.spill.cover(buf, items)
-        self.backlog.add(items)
+        pause = self.slicer.pause
+        for start in range(0, len(items), _PIECE):
+            pause()
+            self.backlog.add(items[start : start + _PIECE])
         return True
 
     def _roomy(self, lookahead: int, lookahead_bytes: int) -> bool:
@@ -346,7 +354,20 @@ class Worker:
                 self.dispatch.release(lane, now)
                 continue
             self._apply(lane, future.result(), now)
+            self._free(lane)
         self._log_drops()
+
+    def _free(self, lane: Lane) -> None:
+        """Let go of a settled lane's events in pieces, between checkpoints: the last
+        references to a batch's events and bodies (freeing them whole held the GIL for
+        hundreds of microseconds)."""
+        items, lane.items = lane.items, []
+        if sys.getrefcount(items) > 2:  # (held elsewhere still: this is not the last reference)
+            return
+        pause = self.slicer.pause
+        while items:
+            pause()
+            del items[-_PIECE:]
 
     def _apply(self, lane: Lane, outcomes: list[Outcome], now: float) -> None:
         """Settle one lane by its answer: the buffer's accounts, the dead letters, the logs."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._held import Held, Key, order_key
 
@@ -113,6 +113,11 @@ class Keys:
         #: Suspect keys travel at most this many per lane (None: no suspects).
         self.split_to: int | None = None
         self.suspects = 0
+        #: Called between two keys (every 32 in the common loops) of the loops whose length is a
+        #: batch's (taking a lane, settling one delivered whole): the sidecar hands the GIL over
+        #: there once its slice has lasted its budget (``Slicer.checkpoint``).  It must not
+        #: touch the keys.
+        self.pause: Callable[[], None] = _nothing
 
     def __len__(self) -> int:
         return self.items
@@ -273,6 +278,7 @@ class Keys:
             if lane and suspects is None:
                 return self._lane(lane)  # the fairest key alone fills the lane
         while True:
+            self.pause()
             top = self._top()
             front = self._front(mark)
             if front is not None and (fresh_first or top is None or front[0][0].seq < top[0]):
@@ -318,7 +324,11 @@ class Keys:
         # their count alone up to there; then by their bytes too.
         sure = min(most_events, most_bytes // self._largest) if self._largest else most_events
         size = -1  # not counted yet
+        pause, groups = self.pause, 0
         while fresh:
+            groups += 1
+            if not groups & 31:  # (each a few hundred ns: a pause per 32 is a few µs)
+                pause()
             group = fresh[0]
             first = group[0]
             key = order_key(first.event, first.seq)
@@ -461,3 +471,7 @@ class Keys:
         self.split_to = None
         self.refused.clear()
         return [held[seq] for seq in sorted(held)]
+
+
+def _nothing() -> None:
+    pass

@@ -23,7 +23,7 @@ from outbox import DatasetRef, LineageJob, Outbox, Outcome, s3_dataset
 from outbox._buffer._buffer import FIRST_ESTIMATE, MEASURE_HERE_AFTER, UNLOOKED_MOST
 from outbox._buffer._holdings import Measure
 from outbox._run._serde import SerializedEvent, serialize, weight
-from outbox._runtime._slices import HANDOFF, LONGEST_SLICE, SLICE, Slicer
+from outbox._runtime._slices import CONTENDED_FOR, HANDOFF, LONGEST_SLICE, SLICE, Slicer
 from outbox._worker._intake import measure_here
 
 from support import parts
@@ -1121,6 +1121,128 @@ def test_a_closed_buffer_takes_no_object_into_the_spills_overflow(tmp_path):
     assert not outbox.emit(run_event())
     transport.release.set()
     outbox.close(10)
+
+
+def test_a_grown_slice_shrinks_once_no_hand_off_was_slow_for_a_while_even_while_behind():
+    """A few slow hand-offs (a collection in a handler, the machine taking the CPU) doubled the
+    slice while a batch was in hand, and it stayed grown until the sidecar caught up, up to
+    5 ms: at 20,000 events/s a handler waited up to 5 ms to start (the whole row's p99.9, #37).
+    Once no hand-off was slow for CONTENDED_FOR, each halves it.  A handler that computes
+    without pause makes every other hand-off slow (the one after a forced switch comes back at
+    once): the slice still grows to LONGEST_SLICE, or the sidecar starves (the busy rows)."""
+    buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    buffer.holdings.queue, buffer.holdings.in_flight = [None] * 3, 1_000  # a batch in hand
+    slicer.begin()
+    _work(slicer, buffer, clock, 1)
+    assert slicer.budget == 2 * SLICE
+    clock.late = 0.0  # the handler waits on its own I/O again: hand-offs come back at once
+    assert _work(slicer, buffer, clock, 1) == [2 * SLICE]  # (a slow one just now)
+    clock.now += CONTENDED_FOR
+    assert _work(slicer, buffer, clock, 2) == [SLICE, SLICE]
+    for i in range(24):  # a handler that computes without pause
+        clock.late = 5e-3 if i % 2 == 0 else 0.0
+        _work(slicer, buffer, clock, 1)
+    assert slicer.budget == LONGEST_SLICE
+    clock.late = 0.0
+    clock.now += CONTENDED_FOR
+    assert _work(slicer, buffer, clock, 12)[-1] == SLICE
+
+
+def test_the_per_batch_steps_pause_only_while_no_handler_computes_without_pause():
+    """``pause`` is a checkpoint for the per-batch steps beyond serializing, skipped while the
+    last hand-off was slow: each hand-off then costs the sidecar a switch interval, and pausing
+    in those steps too left it more often starved behind a busy handler (the busy rows)."""
+    buffer, clock = _Buffer(), _SlowClock(late=5e-3)
+    slicer = _slicer(buffer, clock, behind_above=10)
+    buffer.emitted = 1
+    slicer.begin()
+    clock.now += SLICE * 1.01
+    slicer.pause()
+    assert len(clock.sleeps) == 1
+    assert slicer.contended
+    clock.now += slicer.budget * 1.01
+    slicer.pause()  # contended: no hand-off
+    assert len(clock.sleeps) == 1
+    slicer.checkpoint()  # (serializing hands over all the same)
+    assert len(clock.sleeps) == 2
+
+
+def test_the_sidecars_per_batch_steps_pass_checkpoints_in_pieces():
+    """Past serialization, a batch went into the backlog, was taken into a lane and settled,
+    each in one step with no checkpoint: hundreds of microseconds with the GIL held, whatever
+    the slice (the whole invocation's tail, #37).  Now the backlog grows by at most a piece
+    between two pauses, and taking a lane and settling it pause every 32 keys."""
+    outbox, transport = _stuck(max_batch_events=1_000)
+    worker = parts.worker(outbox)
+    assert worker is not None
+    grew: list[int] = []
+    seen = Counter[int]()
+
+    class Counting(Slicer):
+        last = 0
+
+        def note(self) -> None:
+            held = len(worker.backlog)
+            grew.append(held - self.last)
+            self.last = held
+            seen[threading.get_ident()] += 1
+
+        def pause(self) -> None:  # (recorded whether or not the last hand-off was slow)
+            self.note()
+            super().pause()
+
+        def checkpoint(self) -> None:
+            self.note()
+            super().checkpoint()
+
+    worker.slicer = worker.intake.slicer = Counting(parts.buffer(outbox))
+    worker.backlog.keys.pause = worker.slicer.pause
+    job = LineageJob("ns", "job")
+    for _ in range(1_500):  # 3,000 events of 1,500 keys (runs)
+        with outbox.run(job):
+            pass
+    transport.gate.set()
+    report = outbox.close(30)
+    assert report.delivered == 3_000
+    assert max(grew) <= 64
+    assert threading.get_ident() not in seen
+    # A checkpoint per event serialized, and a pause every 32 keys taken into a lane, and settled.
+    assert sum(seen.values()) >= 3_000 + 2 * 1_500 // 32
+
+
+def test_a_settled_lane_is_let_go_in_pieces_between_checkpoints():
+    """A settled lane held the last references to a batch's events and bodies: freeing them
+    whole held the GIL for hundreds of microseconds.  They go in pieces, a checkpoint before
+    each; a lane whose list something else still holds is left to it, untouched."""
+    from outbox._worker._dispatch import Lane
+
+    outbox, _ = _stuck()
+    worker = parts.worker(outbox)
+    assert worker is not None
+
+    class Item:  # (an event's stand-in that can be watched)
+        pass
+
+    alive: weakref.WeakSet[Item] = weakref.WeakSet()
+    left: list[int] = []
+
+    class Counting(Slicer):
+        def checkpoint(self) -> None:
+            left.append(len(alive))
+
+    worker.slicer = Counting(parts.buffer(outbox))
+    lane = Lane([Item() for _ in range(1_000)], 0.0)
+    alive.update(lane.items)
+    worker._free(lane)
+    assert lane.items == []
+    assert len(alive) == 0
+    assert left == list(range(1_000, 0, -64))
+    shared = [Item() for _ in range(100)]
+    worker._free(Lane(shared, 0.0))
+    assert len(shared) == 100
+    outbox.close(0)
 
 
 def test_a_grown_slice_shrinks_as_the_sidecar_waits_once_caught_up():

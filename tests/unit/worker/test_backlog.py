@@ -311,3 +311,33 @@ def test_random_adds_lanes_and_answers_keep_each_keys_order_and_every_event_once
     for item in delivered:
         by_key.setdefault(key_of(item), []).append(item.seq)
     assert all(seqs == sorted(seqs) for seqs in by_key.values())
+
+
+def test_taking_a_lane_and_settling_it_pause_between_keys():
+    """The loops whose length is a batch's (a lane taken from fresh groups or from FIFOs; a
+    lane settled delivered whole) call the store's ``pause`` every 32 keys at least: the sidecar
+    hands the GIL over there once its slice has lasted its budget, where a batch of 1,000
+    events went through each loop with the GIL held for hundreds of microseconds (#37)."""
+    backlog = Backlog(poison_attempts=5)
+    pauses = []
+    backlog.keys.pause = lambda: pauses.append(len(backlog.keys.states))
+    backlog.add([held(seq, run=f"r{seq // 2}") for seq in range(1_000)])  # 500 keys
+    lane = backlog.take_lane(0.0, most_events=1_000, most_bytes=1 << 30)
+    assert len(lane) == 1_000
+    assert len(pauses) >= 500 // 32
+    pauses.clear()
+    backlog.settle(lane, [DELIVERED] * 1_000, 0.1, no_wait)
+    assert len(pauses) >= 500 // 32
+    assert not backlog
+    # Keys with FIFOs (their events held behind a refusal): taken and settled key by key too.
+    backlog.add([held(seq, run=f"r{seq // 2}") for seq in range(1_000, 1_200)])  # 100 keys
+    first = backlog.take_lane(0.0, most_events=1_000, most_bytes=1 << 30)
+    backlog.settle(first, [DOWN] * 200, 0.2, no_wait)
+    pauses.clear()
+    again = backlog.take_lane(0.3, most_events=1_000, most_bytes=1 << 30)
+    assert len(again) == 200
+    assert len(pauses) >= 100
+    pauses.clear()
+    backlog.settle(again, [DELIVERED] * 200, 0.4, no_wait)
+    assert len(pauses) >= 100
+    assert not backlog
