@@ -661,7 +661,7 @@ class Chaos:
         )
         buf = parts.buffer(outbox)
         max_bytes = self.settings["max_bytes"]
-        held, held_bytes, unmeasured, evicted, estimate = memory(buf)
+        held, held_bytes, overflow, evicted, estimate = memory(buf)
         window = buf.holdings.overflow
         if held_bytes > max_bytes and window is not None and window.events and not window.stuck:
             # The spill's overflow holds objects admitted at an estimate that grew since they
@@ -670,7 +670,7 @@ class Chaos:
             # at the sidecar's next turn (``Window.wants_write``), and then memory holds the
             # bound again.
             wait_until(lambda: memory(buf)[1] <= max_bytes or window.stuck, 5.0)
-            held, held_bytes, unmeasured, evicted, estimate = memory(buf)
+            held, held_bytes, overflow, evicted, estimate = memory(buf)
         check(
             evicted * estimate <= max_bytes // 32,
             f"{evicted} evicted events of {estimate} bytes wait to be freed, max_bytes {max_bytes}",
@@ -680,12 +680,13 @@ class Chaos:
             f"{held} events held, max_events {self.settings['max_events']}",
         )
         # (Unless the disk cannot take the overflow: then its objects hold beyond max_bytes as
-        # objects may, at most 2,048 of them: docs/operations.md, "Memory".)
+        # objects may, at most 2,048 of them: docs/operations.md, "Memory".  Chaos emits objects
+        # only: each came into the overflow at an estimate, priced anew or measured since.)
         stuck = window is not None and (window.stuck or not window.usable)
         check(
             held_bytes <= max_bytes
-            or (stuck and held_bytes - unmeasured * estimate <= max_bytes and unmeasured <= 2048),
-            f"{held_bytes} bytes held ({unmeasured} objects of the overflow at {estimate}), max {max_bytes}: "
+            or (stuck and held_bytes - overflow[1] <= max_bytes and overflow[0] <= 2048),
+            f"{held_bytes} bytes held ({overflow[0]} objects of the overflow), max {max_bytes}: "
             + held_in_memory(buf),
         )
         for name, counts in stats.members.items() if self.shape == "composite" else ():
@@ -748,20 +749,20 @@ def held_in_memory(buf: Any) -> str:
         return text
 
 
-def memory(buf: Any) -> tuple[int, int, int, int, int]:
+def memory(buf: Any) -> tuple[int, int, tuple[int, int], int, int]:
     """What a buffer holds in memory, under its lock: events, bytes (objects at the estimate),
-    the spill's overflow's objects not measured, evicted events not yet freed, the estimate.
+    the spill's overflow's events and bytes, evicted events not yet freed, the estimate.
     A spill's overflow and the room a read of its stretch holds are memory too."""
     with buf.lock:
         held = buf.holdings
         events = len(held.queue) + held.in_flight
         nbytes = held.queued_bytes + held.in_flight_bytes
-        window, unmeasured = held.overflow, 0
+        window, overflow = held.overflow, (0, 0)
         if window is not None:
             events += len(window.events) + window.reading_events
             nbytes += window.bytes(held.estimate) + window.reading_bytes
-            unmeasured = window.unmeasured()
-        return events, nbytes, unmeasured, len(held.evicted), held.estimate
+            overflow = (len(window.events), window.bytes(held.estimate))
+        return events, nbytes, overflow, len(held.evicted), held.estimate
 
 
 def run_chaos(seed: int, seconds: float, max_steps: int | None = None) -> Chaos:
