@@ -1,6 +1,8 @@
 """``python -m outbox.tools.benchmarks`` runs: each section's measure on a small scale, with what it
 counts checked (no timing is asserted: this machine is shared)."""
 
+import os
+
 import httpx
 import pytest
 
@@ -192,6 +194,30 @@ def test_tail_times_the_whole_invocation_and_counts_what_a_busy_handler_loses(tm
     assert busy["delivered"] + busy["dropped"][0] == 602  # every event counted (2 of warm-up)
     assert "whole invocation at 4,000 events/s, p99.9 <= 1.5x lineage off + 20 µs" in out.stdout
     assert "target 1/helpers/busy-50: a busy handler against a healthy sink loses nothing" in out.stdout
+
+
+def test_the_busy_rows_run_under_the_ordinary_scheduler_even_with_realtime():
+    # Under SCHED_FIFO a handler that computes without pause keeps its CPU from its own sidecar
+    # (no time slices at one priority): the busy rows, and the sink they start, run under the
+    # ordinary scheduler; the parent is put back under SCHED_FIFO after them.  (In a process of
+    # its own: this one's scheduling is left alone.  Needs root or CAP_SYS_NICE, as --realtime.)
+    import subprocess
+    import sys
+
+    child = (
+        "import os, subprocess, sys\n"
+        "from outbox.tools.benchmarks.tail import ordinary_scheduling\n"
+        "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))\n"
+        "with ordinary_scheduling():\n"
+        "    inside = os.sched_getscheduler(0)\n"
+        "    probe = 'import os; print(os.sched_getscheduler(0))'\n"
+        "    started = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)\n"
+        "print(inside, started.stdout.strip(), os.sched_getscheduler(0))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    inside, started, after = map(int, out.stdout.split())
+    assert (inside, started, after) == (os.SCHED_OTHER, os.SCHED_OTHER, os.SCHED_FIFO)
 
 
 def test_the_minimal_emitter_keeps_its_bound_and_refuses_what_is_no_event():
