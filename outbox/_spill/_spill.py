@@ -1,11 +1,8 @@
 """The spill: one owner's log of what happened to its events, driven by the sidecar.
 
-Every accepted event is written to this owner's segments (an *event* record) within ``interval``
-of being queued, and before any transport sees it; whatever becomes of it (delivered, or lost
-with a reason) is written too (a *settlement*), from the buffer's journal (``_disk``).  Recovery
-is a replay: a successor adopts a dead owner's directory (one rename, ``_owners``), reads its
-files (``_streams``) and hands on every event no settlement covers, in order, before its own
-newer events (``_window``).  Nothing here runs on ``emit``'s path.
+Every accepted event is written (an *event* record) within ``interval`` of being queued and
+before any transport sees it; what becomes of it is written too (a *settlement*, from the
+buffer's journal).  Nothing here runs on ``emit``'s path.
 """
 
 from __future__ import annotations
@@ -70,7 +67,7 @@ class Spill:
         self._adopt_at_attach = adopt
 
     def _begin(self, home: Home) -> None:
-        """This owner's files start (at construction, or over after its directory vanished)."""
+        """This owner's files start (anew after its directory vanished)."""
         self.home = home
         self.disk = Disk(home, self.max_bytes, self.log)
         #: Own queued events below this number are written (or were refused, and counted).
@@ -79,11 +76,9 @@ class Spill:
     # -- adoption ---------------------------------------------------------------------------
 
     def _adopt(self, room: int = 0, most: int = 0) -> None:
-        """Take over every dead owner's directory and replay its files: what is live joins the
-        stretch (``Window.place_locked``), ahead of anything accepted after.  An owner's events
-        that weigh ``room`` at most and are ``most`` at most (the window's bytes and count) are
-        kept as the replay reads them (one owner's): its run hands them out without reading its
-        files again."""
+        """Take over every dead owner's directory and replay its files: what is live waits to join
+        the stretch.  One owner's events that fit ``room`` bytes and ``most`` events are kept as
+        the replay reads them (its run does not read its files again)."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
             target = os.path.join(self.home.path, name)
@@ -114,16 +109,15 @@ class Spill:
                 self._pending.append(run)
 
     def _place_locked(self, buf: Buffer) -> None:
-        """Adopted events join the stretch (not while the overflow holds events in memory:
-        they would come between)."""
+        """Adopted events join the stretch (not past events the overflow holds in memory)."""
         if self._pending and not self.window.events and not buf.finalized:
             self.recovered += sum(run.remaining for run in self._pending)
             self.window.place_locked(buf.holdings, self._pending)
             self._pending = []
 
     def attach(self, buf: Buffer) -> None:
-        """Give the buffer its memory window and its journal, adopt the dead owners (what the
-        window has room for read once), and put their events first."""
+        """Give the buffer its memory window and its journal, adopt the dead owners, and put their
+        events first."""
         with buf.lock:
             self.window.attach(buf.holdings)
             buf.holdings.keep_journal_locked()
@@ -137,8 +131,7 @@ class Spill:
         return bool(self._pending or self._scan_now)
 
     def begin_close(self) -> None:
-        """A close began: look for dead owners at the next tick (their events are delivered by
-        the close's deadline too, if they can be)."""
+        """A close began: look for dead owners at the next tick."""
         self._scan_now = True
 
     # -- the worker's side ------------------------------------------------------------------
@@ -170,9 +163,8 @@ class Spill:
         return max(0.0, self._next_scan - now)
 
     def tick(self, buf: Buffer, slicer: Slicer | None, now: float, force: bool = False) -> None:
-        """Once an interval: write what was queued since the last write and the settlements,
-        delete what is settled, read the stretch back, adopt dead owners.  Never raises: a
-        failure of ours is logged and the outbox goes on in memory."""
+        """Once an interval: write the events and settlements, delete what is settled, read the
+        stretch back, adopt dead owners.  Never raises: the outbox goes on in memory."""
         window = self.window
         if self._closed or buf.holdings.overflow is not window:
             return
@@ -206,14 +198,13 @@ class Spill:
             self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
 
     def cover(self, buf: Buffer, items: list[Any]) -> None:
-        """Events just taken from the buffer (``Held``, serialized) that no write took yet (an
-        emit raced the last one): written now, before any transport sees them."""
+        """Events just taken from the buffer (``Held``, serialized) that no write took yet:
+        written now, before any transport sees them."""
         if self._closed or not items:
             return
         journal = buf.holdings.journal
         if journal is not None and any(entry[2] != DELIVERED for entry in list(journal.entries)):
-            # Losses first: a successor must not deliver an event counted lost here after these,
-            # its run's later events (first arrivals out of order, and counted lost and delivered).
+            # Losses first: else a successor could deliver an event counted lost here.
             self._settle(buf)
             self.disk.write_settlements()
         foreign, upto = self.window.foreign, self.written_upto
@@ -234,13 +225,10 @@ class Spill:
     # -- writing and settling ---------------------------------------------------------------
 
     def _write(self, buf: Buffer, slicer: Slicer | None) -> None:
-        """Write this owner's events not written yet, one write in the order of their numbers
-        (which a successor reads them in): the queued ones, serialized in place in the buffer
-        (the intake does not do it again), as many as the disk has room for; then, once every
-        queued one is, the overflow, released from memory once on disk (``Window.released_locked``).
-        A queued event that cannot be serialized is never on disk (the intake counts it
-        invalid_event), one larger than the whole spill stays in memory only, counted not
-        spilled; an overflow event either way is written as its tombstone."""
+        """Write this owner's events not written yet, in the order of their numbers: the queued
+        ones (serialized in place in the buffer) as the disk has room, then the overflow,
+        released from memory once on disk.  A queued event that cannot be serialized, or is
+        larger than the whole spill, stays in memory only; an overflow one is a tombstone."""
         room, window, held = self.disk.room(), self.window, buf.holdings
         with buf.lock:
             numbers, queue, foreign = held.numbers, held.queue, window.foreign
@@ -248,7 +236,7 @@ class Spill:
             end = numbers.end(n)
             start = max(self.written_upto, numbers.head)
             todo = []
-            if foreign.outside(start, end):  # (events read back from the stretch: written already)
+            if foreign.outside(start, end):  # (events read back from the stretch are on disk)
                 index = numbers.index_from(start, n)
                 todo = [(numbers.seq_at(i), queue[i]) for i in range(index, n)]
                 todo = [(seq, event) for seq, event in todo if seq not in foreign]
@@ -280,8 +268,8 @@ class Spill:
         self.written_upto = end if refused is None else refused
 
     def _settle(self, buf: Buffer) -> None:
-        """What the buffer settled since the last look: out of the live sets (this owner's
-        stream, or the stream a stretch event came from), written down at the next chance."""
+        """What the buffer settled since the last look, by the stream each event is in: out of
+        the live sets, and to be written down."""
         with buf.lock:
             entries = buf.holdings.journal.take() if buf.holdings.journal is not None else []
             if not entries:
@@ -297,10 +285,9 @@ class Spill:
             self.disk.settled(by)
 
     def _start_over(self, buf: Buffer) -> bool:
-        """This owner's directory was removed (or replaced) under it: its files are gone.  What
-        was only on disk (the stretch) is counted lost, once, the rest stays in memory; a new
-        directory is made (tried again ``RETRY_AFTER`` later, the outbox in memory meanwhile).
-        Returns whether there is one to write to."""
+        """This owner's directory was removed (or replaced) under it: the stretch is counted lost,
+        once, and a new directory made (tried again ``RETRY_AFTER`` later).  Returns whether
+        there is one to write to."""
         if time.monotonic() < self._retry_home_at:
             return False
         if self.home.lock_fd >= 0:  # (once per directory lost: its lock is let go of here)
@@ -333,9 +320,8 @@ class Spill:
     # -- the end ------------------------------------------------------------------------------
 
     def close(self, buf: Buffer) -> int:
-        """The worker is done: write the last events and settlements, let go of the files (a
-        successor adopts what is live).  Returns how many of the events still held are on disk
-        (the outbox counts them ``spilled_at_close``, the rest lost)."""
+        """The worker is done: write the last events and settlements, let go of the files.  Returns
+        how many of the events still held are on disk (counted ``spilled_at_close``)."""
         if self._closed:
             return 0
         if self.home.vanished():  # (its files gone: what is held is written again, if it can be)
@@ -349,8 +335,7 @@ class Spill:
         disk.rotate()
         on_disk = self.on_disk()
         if disk.unsettled_events(losses=True):
-            # A settlement of events counted lost could not be written: handing the files on
-            # would have a successor deliver them.  Nothing is handed on.
+            # Losses not written down: a successor would deliver them.  Nothing is handed on.
             self.log.error(
                 "spill-unsettled",
                 "spill: the last settlements could not be written to %s: its files are deleted and "
@@ -361,20 +346,28 @@ class Spill:
             disk.drop_all(spare={path for run in self._pending for path in run.paths})
         else:
             disk.tell_unsettled_deliveries()
-        _tell_left(self.left(), self.directory)
+        left = self.left()
+        if any(left.values()):
+            never_silent(
+                logging.WARNING,
+                "spill: %d event(s) of processes that are gone were not taken in by the close's "
+                "deadline, and %d such process(es)' files could not be taken over: left in %s",
+                left["events"],
+                left["owners"],
+                self.directory,
+            )
         if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
             disk.drop_all(keep=[self.directory])  # (this owner's directory too)
         self.home.release()
         return on_disk
 
     def left(self) -> dict[str, int]:
-        """What this owner leaves in the directory beyond its own held events: events of dead
-        owners it adopted and did not take in yet, and dead owners it could not take over."""
+        """Adopted events not taken in yet, and dead owners that could not be taken over."""
         return {"events": sum(run.remaining for run in self._pending), "owners": len(self._not_taken)}
 
     def on_disk(self, journal: list[list[Any]] | None = None) -> int:
-        """Of the events held, how many are on disk, live (less those settled in ``journal``,
-        not taken yet: for a close whose report is made without the worker, under the lock)."""
+        """Of the events held, how many are live on disk, less those settled in ``journal`` (a
+        close reported without the worker, under the lock)."""
         live = self.disk.streams.live() - sum(run.remaining for run in self._pending)
         own, foreign = self.disk.own.live, self.window.foreign
         for first, end, _ in journal or []:
@@ -383,8 +376,7 @@ class Spill:
         return max(0, live)
 
     def for_child(self) -> Spill:
-        """In a forked child: let go of the parent's files (the parent still owns them) and
-        start a spill of the child's own, adopting nothing."""
+        """In a forked child: let go of the parent's files and start the child's own spill."""
         self.window.close()
         for fd in (self.home.lock_fd, self.disk.fd):
             if fd >= 0:
@@ -399,7 +391,7 @@ class Spill:
         )
 
     def stats(self) -> dict[str, float]:
-        """What ``Stats.spill`` shows (read without the lock: a snapshot, maybe a tick old)."""
+        """What ``Stats.spill`` shows (read without the lock: maybe a tick old)."""
         disk, window, streams = self.disk, self.window, self.disk.streams
         return {
             "spilled_events": streams.live(),
@@ -420,15 +412,3 @@ class Spill:
             "invalid_bodies": window.invalid,
             "oldest_age": disk.oldest_age(),
         }
-
-
-def _tell_left(left: dict[str, int], directory: str) -> None:
-    if any(left.values()):
-        never_silent(
-            logging.WARNING,
-            "spill: %d event(s) of processes that are gone were not taken in by the close's "
-            "deadline, and %d such process(es)' files could not be taken over: left in %s",
-            left["events"],
-            left["owners"],
-            directory,
-        )
