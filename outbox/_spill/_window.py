@@ -40,7 +40,7 @@ from .._run._serde import SerializedEvent, weight
 from ._disk import Disk
 from ._format import TOMBSTONES
 from ._ranges import Ranges
-from ._streams import Read, Run
+from ._streams import Run
 
 __all__ = ["READ_AGAIN_AFTER", "Window"]
 
@@ -97,19 +97,15 @@ class Window:
         self.waiting = 0
 
     def attach(self, held: Holdings) -> None:
-        self.share_events, self.share_bytes = (
-            max(1, held.max_events // 2),
-            max(1, held.max_bytes // 2),
-        )
+        self.share_events, self.share_bytes = max(1, held.max_events // 2), max(1, held.max_bytes // 2)
         # An eighth of max_events and of max_bytes (a quarter of the overflow's room at least),
         # whichever the overflow reaches first (``recompute``): the interval's write keeps up
         # with an ordinary outage and this wake is for a burst.  Waking costs the emitting
         # thread (the sidecar takes the CPU, and the GIL, from it): `tail --spill` measures it.
         self.wake_bytes = max(1, held.max_bytes // 8)
         self.wake_events = max(1, held.max_events // 8)
-        self.wake_at = max(1, min(self.wake_events, self.wake_bytes // held.estimate))
         held.attach_overflow(self)
-        self.restore(held)
+        self.restore(held)  # (which sets wake_at: ``recompute``)
 
     # -- the buffer's protocol (``_buffer.Overflow``) ----------------------------------------
 
@@ -124,11 +120,9 @@ class Window:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
 
     def has_room(self, held: Holdings, nbytes: int) -> bool:
-        if not self.active:
-            return self._fits_queue(held, nbytes) or (
-                self.usable and self._fits(held, nbytes or held.estimate)
-            )
-        return self._fits(held, nbytes or held.estimate)
+        if not self.active and self._fits_queue(held, nbytes):
+            return True
+        return (self.active or self.usable) and self._fits(held, nbytes or held.estimate)
 
     def put(self, buf: Buffer, event: Any, nbytes: int) -> Admission:
         """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
@@ -203,15 +197,9 @@ class Window:
         return len(self.events) - self.exact_count
 
     def newest_objects(self, start: int, most: int, span: int) -> list[tuple[int, Any]]:
-        events, sizes = self.events, self.sizes
-        picked: list[tuple[int, Any]] = []
-        index = len(events) - 1
-        stop = max(-1, index - span)
-        while index > stop and len(picked) < most:
-            if not sizes[index]:
-                picked.append((start + index, events[index]))
-            index -= 1
-        return picked
+        last = len(self.events) - 1
+        newest = range(last, max(-1, last - span), -1)
+        return list(islice(((start + i, self.events[i]) for i in newest if not self.sizes[i]), most))
 
     def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
         index = seq - start
@@ -286,17 +274,21 @@ class Window:
         room, room_bytes = self.room(held, beside_overflow=False)
         estimate = held.estimate
         take = 0
-        for size in islice(self.sizes, max(0, min(room, len(self.events)))):
+        for size in islice(self.sizes, max(0, room)):
             room_bytes -= size or estimate
             if room_bytes < 0:
                 break
             take += 1
         if take:
-            events = [self.events.popleft() for _ in range(take)]
-            sizes = [self.sizes.popleft() for _ in range(take)]
-            self.exact_bytes -= sum(sizes)
-            self.exact_count -= take - sizes.count(0)
-            held.rejoin_locked(events, sizes)  # (one recount for all of them)
+            held.rejoin_locked(*self._popleft(take))  # (one recount for all of them)
+
+    def _popleft(self, n: int) -> tuple[list[Any], list[int]]:
+        """The overflow's oldest ``n`` events and their sizes, out of it and its accounts."""
+        events = [self.events.popleft() for _ in range(n)]
+        sizes = [self.sizes.popleft() for _ in range(n)]
+        self.exact_bytes -= sum(sizes)
+        self.exact_count -= n - sizes.count(0)
+        return events, sizes
 
     def settle(self, held: Holdings) -> None:
         """End the overflow once the stretch and the overflow are both empty."""
@@ -333,28 +325,15 @@ class Window:
         self.usable = not disk.failing and not disk.full
         if not wrote or disk.last is None:
             return
-        for _ in range(wrote):
-            self.events.popleft()
-            size = self.sizes.popleft()
-            if size:
-                self.exact_bytes -= size
-                self.exact_count -= 1
+        self._popleft(wrote)
         self.disk += wrote
         self.foreign.add(start, start + wrote)
         buf.holdings.recompute_locked()  # (room in the overflow: its fast path's bound)
-        last, owner = self.runs[-1] if self.runs else None, disk.home.owner
-        if last is not None and last.own and last.first + last.remaining == start:
-            last.extend(owner, start, start + wrote, disk.last.path)
-        else:
-            self.runs.append(
-                Run(
-                    start,
-                    [disk.last.path],
-                    {owner: Ranges([(start, start + wrote)])},
-                    own=True,
-                    damage=disk.streams.damage,
-                )
-            )
+        last = self.runs[-1] if self.runs else None
+        if last is None or not last.own or last.first + last.remaining != start:
+            last = Run(start, [], {}, own=True, damage=disk.streams.damage)
+            self.runs.append(last)
+        last.extend(disk.home.owner, start, start + wrote, disk.last.path)
         buf.notify_locked()  # room in the overflow for blocked emitters
 
     def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
@@ -376,11 +355,10 @@ class Window:
             self.reading_events, self.reading_bytes = room, max(0, room_bytes)
             buf.holdings.recompute_locked()
         try:
-            read: Read = run.read(room, room_bytes, alone)
+            events, origins = run.read(room, room_bytes, alone)
         except OSError as exc:
             log.warning("spill-read", "spill: reading back failed: %s", exc)
-            read = [], []
-        events, origins = read
+            events, origins = [], []
         with buf.lock:
             self.reading_events = self.reading_bytes = 0
             buf.holdings.recompute_locked()
@@ -389,9 +367,7 @@ class Window:
                 self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             if buf.finalized or self.disk != disk or not events:
                 return
-            self.remember(
-                buf.holdings.next_seq - buf.holdings.beyond, origins
-            )  # (from the stretch's first number)
+            self.remember(buf.holdings.next_seq - buf.holdings.beyond, origins)  # (the stretch's first)
             if not run.remaining:
                 self.runs.popleft()
                 run.close()
@@ -434,11 +410,11 @@ class Window:
     def origins(self, first: int, end: int) -> list[tuple[str, int, int]]:
         """Where the events numbered ``[first, end)`` here came from: ``(stream, first, end)``
         ranges there (spans forgotten once all their events are settled)."""
-        spans = self.spans
         out: list[tuple[str, int, int]] = []
-        i = max(0, bisect_right([span.first for span in spans], first) - 1)
-        while i < len(spans) and spans[i].first < end:
-            span = spans[i]
+        start = max(0, bisect_right(self.spans, first, key=lambda span: span.first) - 1)
+        for span in self.spans[start:]:
+            if span.first >= end:
+                break
             at = span.first  # (the number here of each origin's first event)
             for stream, seq, n in span.origins:
                 lo, hi = max(first, at), min(end, at + n)
@@ -446,8 +422,7 @@ class Window:
                     out.append((stream, seq + lo - at, seq + hi - at))
                     span.left -= hi - lo
                 at += n
-            i += 1
-        self.spans = [span for span in spans if span.left > 0]
+        self.spans = [span for span in self.spans if span.left > 0]
         self.foreign.remove(first, end)
         return out
 
