@@ -119,12 +119,13 @@ class Streams:
                 for record in reader.records():
                     if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
-                        room -= weight(record.event) if kept is not None else 0
-                        if kept is not None and room >= 0 and len(kept) < most:
-                            kept.append((named, reader.vouched, record))
-                        elif kept is not None:
-                            kept.clear()
-                            kept = None  # (too many: read back from the files)
+                        if kept is not None:
+                            room -= weight(record.event)
+                            if room >= 0 and len(kept) < most:
+                                kept.append((named, reader.vouched, record))
+                            else:
+                                kept.clear()
+                                kept = None  # (too many: read back from the files)
                     elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
@@ -208,8 +209,7 @@ class Streams:
         if id(self.checkpoint_file) in gone:
             self.checkpoint_file = None
         kept = {seg.stream for seg in self.files} | {self.home}
-        for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
-            del self.streams[name]
+        self.streams = {name: stream for name, stream in self.streams.items() if stream.live or name in kept}
         prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))
 
 
