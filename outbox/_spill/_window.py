@@ -85,8 +85,7 @@ class Window:
         self.share_events, self.share_bytes = max(1, held.max_events // 2), max(1, held.max_bytes // 2)
         # An eighth of the bounds: the interval's write keeps up with an ordinary outage, this
         # wake is for a burst.  Waking costs the emitting thread the GIL (`tail --spill`).
-        self.wake_bytes = max(1, held.max_bytes // 8)
-        self.wake_events = max(1, held.max_events // 8)
+        self.wake_events, self.wake_bytes = max(1, held.max_events // 8), max(1, held.max_bytes // 8)
         held.attach_overflow(self)
         self.restore(held)  # (which sets wake_at: ``recompute``)
 
@@ -94,10 +93,8 @@ class Window:
 
     def restore(self, held: Holdings) -> None:
         """The fast paths' bounds: the window, or none while overflowing."""
-        if self.active:
-            held.set_room_locked(0, -1)
-        else:
-            held.set_room_locked(self.share_events, self.share_bytes)
+        room = (0, -1) if self.active else (self.share_events, self.share_bytes)
+        held.set_room_locked(*room)
 
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
