@@ -1,10 +1,9 @@
 """What this owner holds on disk: its files and, for each *stream* (the owner that wrote the
 events: this one, or one it adopted), which numbers are *live* (on disk, not settled) and which
-are settled; replay, checkpoints (every stream's settled numbers restated in a segment that
-stays, before a file whose settlements may be the only word on other files' events goes), and
-the *runs* that read the stretch (``_window``) back.  A run hands out each record whose number
-it still holds, once, in file order; what it holds when its last file is read to its end is a
-*gap* (counted lost).  Memory: one record or a 256 KiB chunk, and what a replay kept.
+are settled; the replay; checkpoints (every stream's settled numbers restated before a file whose
+settlements may be the only word on other files' events goes); and the *runs* that read the
+stretch (``_window``) back, each record once, in file order; what a run still holds at its last
+file's end is a *gap* (lost).  Memory: one record or a 256 KiB chunk, and what a replay kept.
 """
 
 from __future__ import annotations
@@ -182,8 +181,7 @@ class Streams:
         return records
 
     def forget(self, dead: list[SegFile], keep: Collection[str]) -> None:
-        """Delete ``dead`` files (one that fails stays), and the directories they leave empty but
-        ``keep``."""
+        """Delete ``dead`` files (one that fails stays) and the directories they empty, but ``keep``."""
         gone, dirs = set(), set()
         for seg in dead:
             try:
@@ -204,8 +202,7 @@ class Streams:
 
 @dataclass(slots=True, eq=False)
 class Run:
-    """Events numbered here from ``first``, read from ``paths``; ``todo``: the numbers not
-    handed out yet, by stream."""
+    """Events numbered here from ``first``, read from ``paths``; ``todo``: those not handed out."""
 
     first: int
     paths: list[str]
@@ -281,8 +278,7 @@ class Run:
         return events, origins
 
     def _unread(self, stream: str, vouched: bool, record: Event) -> None:
-        """The record just read goes back where it was, not into memory beside a buffer that may
-        fill: the next read begins with it."""
+        """The record just read goes back where it was (not into memory): the next read begins there."""
         if self.reader is None:
             self.kept.appendleft((stream, vouched, record))
         else:

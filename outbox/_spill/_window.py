@@ -1,15 +1,12 @@
 """The spill's memory window: the buffer's overflow (``_holdings.Overflow``), in memory and on
-disk (docs/architecture.md, "The spill: a log").
+disk; see "The spill: a log" in docs/architecture.md.
 
-With a spill the queue and what is in flight keep a *window*, half of ``max_events`` /
-``max_bytes``.  Once an event does not fit, the buffer *overflows*: every event goes to a second
-deque (the overflow), never to the queue.  The sidecar writes the overflow to disk and releases
-it: only its count stays (``disk``, the *stretch*, with dead owners' events adopted ahead of it),
-read back as the window has room; with the stretch empty the rest joins the queue and the
-overflow ends.  So queue < stretch < overflow by number.  The policy applies only when the
-overflow is full (``dropped_spill_full`` when the disk holds ``max_spill_bytes``); ``drop_oldest``
-never evicts the stretch.  The stretch is a queue of runs (``_streams.Run``); the numbers given
-here to its events are *foreign*: their records stay in their stream, where the *spans* say.
+The queue and what is in flight keep a *window*, half the buffer's bounds.  Once an event does
+not fit, the buffer *overflows*: every event goes to the overflow, never to the queue, until the
+sidecar has written it to disk and released it (``disk`` counts it: the *stretch*, behind dead
+owners' events adopted) and read it back as the window has room: queue < stretch < overflow by
+number.  The policy applies only when the overflow is full.  Numbers given here to the stretch's
+events are *foreign*: their records stay in their run's stream, where the *spans* say.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ _ACCEPTED, _WAKE = Admission.ACCEPTED, Admission.WAKE
 
 @dataclass(slots=True)
 class Span:
-    """Events read back, numbered here from ``first``: their ``origins`` (``[stream, first
-    number there, how many]``), ``left`` of them not settled yet."""
+    """Events read back, numbered here from ``first``: ``origins`` as a ``Read``'s, ``left`` unsettled."""
 
     first: int
     origins: list[list[Any]]
@@ -159,8 +155,7 @@ class Window:
         return len(self.events)
 
     def wants_write(self, held: Holdings) -> bool:
-        """Whether the overflow is to be written now: it holds what wakes the sidecar, or more
-        than the bounds leave it (an estimate that grew)."""
+        """Whether the overflow is to be written now: what wakes the sidecar, or past the bounds."""
         n = len(self.events)
         return (
             n - self.exact_count >= self.wake_at
@@ -309,8 +304,7 @@ class Window:
         buf.notify_locked()  # room in the overflow for blocked emitters
 
     def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
-        """Read the stretch back as the window has room, then the overflow; end the overflow
-        once both are empty."""
+        """Read the stretch back as the window has room, then the overflow; end the overflow."""
         with buf.lock:
             if buf.finalized:
                 return
