@@ -1,16 +1,9 @@
-"""What this owner holds on disk: its files and, for each stream (the owner that wrote the events:
-this one, or one it adopted), which numbers are *live* (an event record on disk, not settled) and
-which are settled.  Recovery is a replay: every file read, events less settlements is what lives.
-
-A file goes once none of its events is live; but its settlements may still be the only word on
-events of other files, so before such a file goes a *checkpoint* (every stream's settled numbers,
-restated) is written to a segment that stays.
-
-What lives is read back by *runs* (the stretch, ``_window``): some files and the numbers to hand
-out of them, by stream.  A run hands out, in file order, each record whose number it still holds,
-once; whatever it holds when its last file is read to its end was damaged (a *gap*, which the
-spill counts lost).  Memory: one record, or a 256 KiB chunk; and at start, what the memory
-window has room for, kept as the replay reads it (the run does not read its files again).
+"""What this owner holds on disk: its files and, for each *stream* (the owner that wrote the
+events: this one, or one it adopted), which numbers are *live* (on disk, not settled) and which
+are settled; the replay; checkpoints (every stream's settled numbers restated before a file whose
+settlements may be the only word on other files' events goes); and the *runs* that read the
+stretch (``_window``) back, each record once, in file order; what a run still holds at its last
+file's end is a *gap* (lost).  Memory: one record or a 256 KiB chunk, and what a replay kept.
 """
 
 from __future__ import annotations
@@ -30,10 +23,9 @@ from ._ranges import Ranges
 
 __all__ = ["Kept", "Read", "Run", "SegFile", "Stream", "Streams"]
 
-#: What a run hands out: the events (None: a gap), and where they came from, in order, as
-#: ``[stream, the first's number there, how many]``.
+#: What a run hands out: the events (None: a gap), and their origins ``[stream, first, count]``.
 Read = tuple[list[SerializedEvent | None], list[list[Any]]]
-#: Events a replay kept, read once: (their stream, whether its file is vouched for, the record).
+#: Events a replay kept: (their stream, whether their file is vouched for, the record).
 Kept = deque[tuple[str, bool, Event]]
 
 
@@ -50,7 +42,7 @@ class SegFile:
 
 @dataclass(slots=True)
 class Stream:
-    """The numbers of one stream: live (on disk, unsettled) and settled."""
+    """One stream's numbers: live and settled."""
 
     live: Ranges = field(default_factory=Ranges)
     settled: Ranges = field(default_factory=Ranges)
@@ -60,15 +52,14 @@ class Stream:
         self.live.remove(first, end)
 
     def written(self, first: int, end: int) -> None:
-        """Event records ``[first, end)`` are on disk: live, unless settled meanwhile."""
+        """Records ``[first, end)`` are on disk: live, unless settled meanwhile."""
         for a, b in self.settled.outside(first, end):
             self.live.add(a, b)
 
 
 class Streams:
     """Every stream and file this owner holds; ``home`` is its own stream (never forgotten).
-    ``damage`` counts what replays could not use: ``corrupt_records``, ``torn_records``,
-    ``unreadable_files``, ``foreign_files`` (no header of ours: never read further)."""
+    ``damage`` counts what replays and reads could not use, by kind."""
 
     def __init__(self, home: str = "") -> None:
         self.home = home
@@ -77,7 +68,7 @@ class Streams:
         self.damage: Counter[str] = Counter(
             corrupt_records=0, torn_records=0, unreadable_files=0, foreign_files=0
         )
-        #: The file holding the last checkpoint (never deleted while anything is live).
+        #: The last checkpoint's file (kept while anything is live).
         self.checkpoint_file: SegFile | None = None
 
     def stream(self, name: str) -> Stream:
@@ -95,11 +86,9 @@ class Streams:
         room: int = 0,
         most: int = 0,
     ) -> dict[str, Ranges]:
-        """Read ``paths`` (an adopted owner's): their files join this owner's; returns the live
-        numbers of each stream found (what is to be handed on).  Each damage is ``warn``-ed.
-        With ``kept``, every event is kept there if all of them weigh ``room`` at most and are
-        ``most`` at most (a run then hands them out without reading them again: they are in
-        memory beside the buffer's); else ``kept`` is left empty."""
+        """Read ``paths`` (an adopted owner's) into this owner's files; returns each stream's live
+        numbers.  Each damage is ``warn``-ed.  Every event is kept in ``kept`` if they weigh
+        ``room`` and number ``most`` at most (a run need not read them again), else none."""
         present: dict[str, Ranges] = {}
         settled: dict[str, Ranges] = {}
         kept = kept if room > 0 else None
@@ -113,18 +102,19 @@ class Streams:
             try:
                 named = reader.open()
                 if named != os.path.basename(os.path.dirname(path)):
-                    raise NotOurs(path)  # (an owner's segments name it: a copy, or forged)
+                    raise NotOurs(path)  # (a copy, or forged)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
                 numbers = seg.numbers
                 for record in reader.records():
                     if record.__class__ is Event:
                         numbers.add(record.seq, record.seq + 1)
-                        room -= weight(record.event) if kept is not None else 0
-                        if kept is not None and room >= 0 and len(kept) < most:
-                            kept.append((named, reader.vouched, record))
-                        elif kept is not None:
-                            kept.clear()
-                            kept = None  # (too many: read back from the files)
+                        if kept is not None:
+                            room -= weight(record.event)
+                            if room >= 0 and len(kept) < most:
+                                kept.append((named, reader.vouched, record))
+                            else:
+                                kept.clear()
+                                kept = None  # (too many: read back from the files)
                     elif record.__class__ is Settle:
                         seg.settles = True
                         for a, b in record.ranges:
@@ -149,7 +139,7 @@ class Streams:
         return self._live(present, settled)
 
     def _live(self, present: dict[str, Ranges], settled: dict[str, Ranges]) -> dict[str, Ranges]:
-        """What a replay found, by stream: events (``present``) less settlements is live."""
+        """Live, by stream: events ``present`` less ``settled``."""
         handed: dict[str, Ranges] = {}
         for name, numbers in present.items():
             stream, done, top = self.stream(name), settled.get(name, Ranges()), numbers.last()
@@ -164,7 +154,7 @@ class Streams:
         return handed
 
     def deletable(self) -> list[SegFile]:
-        """The files none of whose events is live (not the last checkpoint's while any is)."""
+        """The files none of whose events is live (not the checkpoint's while any is)."""
         anything = any(stream.live for stream in self.streams.values())
         return [
             seg
@@ -177,9 +167,8 @@ class Streams:
         return any(seg.settles for seg in dead) and any(stream.live for stream in self.streams.values())
 
     def checkpoint(self) -> list[bytes]:
-        """Settlement records restating what is settled of every stream with live events, or
-        with event records in a file that may stay (the checkpoint's own, say: their
-        settlements may be in the files about to go)."""
+        """Settlement records restating the settled numbers of every stream with live events or
+        with event records in a file that may stay (their settlements may be in those that go)."""
         records = []
         on_disk = {seg.stream for seg in self.files if seg.numbers}
         for name, stream in self.streams.items():
@@ -192,8 +181,7 @@ class Streams:
         return records
 
     def forget(self, dead: list[SegFile], keep: Collection[str]) -> None:
-        """Delete ``dead`` files, and the adopted owners' directories they leave empty (never
-        one of ``keep``: this owner's own, while it lives)."""
+        """Delete ``dead`` files (one that fails stays) and the directories they empty, but ``keep``."""
         gone, dirs = set(), set()
         for seg in dead:
             try:
@@ -208,15 +196,13 @@ class Streams:
         if id(self.checkpoint_file) in gone:
             self.checkpoint_file = None
         kept = {seg.stream for seg in self.files} | {self.home}
-        for name in [name for name, stream in self.streams.items() if not stream.live and name not in kept]:
-            del self.streams[name]
+        self.streams = {name: stream for name, stream in self.streams.items() if stream.live or name in kept}
         prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))
 
 
 @dataclass(slots=True, eq=False)
 class Run:
-    """One run: events numbered here from ``first``, to be read from ``paths`` (``todo``: the
-    numbers, by stream, not handed out yet)."""
+    """Events numbered here from ``first``, read from ``paths``; ``todo``: those not handed out."""
 
     first: int
     paths: list[str]
@@ -225,13 +211,11 @@ class Run:
     index: int = 0
     reader: SegmentReader | None = None
     records: Iterator[tuple[str, bool, Event | Settle | int]] | None = None
-    #: Where a stretch of bytes that is not a sound record is counted (``corrupt_records``): an
-    #: own run's files were never replayed; an adopted one's were, which counted each (None).
+    #: Where a damaged record is counted: an own run's files (an adopted one's replay did).
     damage: Counter[str] | None = None
-    #: What the replay kept of its files (all of their events: they are not read again).
+    #: All the events of its files, if the replay kept them (they are not read again).
     kept: Kept = field(default_factory=deque)
-    #: The bytes of the event the last read stopped short of (it would have passed the read's
-    #: ``max_bytes``), left where it was for the next (0: none).
+    #: The bytes of the event the last read stopped short of, left for the next (0: none).
     wants: int = 0
 
     @property
@@ -239,7 +223,7 @@ class Run:
         return sum(len(numbers) for numbers in self.todo.values())
 
     def extend(self, stream: str, first: int, end: int, path: str) -> None:
-        """More of this owner's events, written to ``path`` (its own runs grow)."""
+        """More of this owner's events, written to ``path``."""
         self.todo.setdefault(stream, Ranges()).add(first, end)
         if not self.paths or self.paths[-1] != path:
             self.paths.append(path)
@@ -250,11 +234,10 @@ class Run:
             self.reader = self.records = None
 
     def read(self, want: int, max_bytes: int, first_anyway: bool = True) -> Read:
-        """Up to ``want`` events and ``max_bytes`` (the first past them if ``first_anyway``; one
-        left for the next read is ``wants`` bytes), in file order, and where each came from; once the
-        last file is read to its end, what is still to hand out comes as gaps (None).  A body
-        that is not a JSON object comes as the ``invalid_event`` tombstone.  Raises OSError if
-        the disk fails."""
+        """Up to ``want`` events and ``max_bytes`` (the first past them if ``first_anyway``), in
+        file order, and their origins; once the last file is read to its end, what is left comes
+        as gaps.  A body not a JSON object comes as the ``invalid_event`` tombstone.  Raises
+        OSError if the disk fails."""
         events: list[SerializedEvent | None] = []
         origins: list[list[Any]] = []
         last: list[Any] = ["", -2, 0]  # (the origin the next number may extend)
@@ -286,8 +269,7 @@ class Run:
             elif record.__class__ is int and self.damage is not None:
                 self.damage["corrupt_records"] += 1
         self.records = None
-        # Its last file read to its end: what it still holds is not there (each was written
-        # whole before it was handed to this run).
+        # What it still holds is not there (each was written whole before this run had it).
         for stream, numbers in self.todo.items():
             while (gap := numbers.first()) is not None and len(events) < want:
                 numbers.remove(gap, gap + 1)
@@ -296,9 +278,7 @@ class Run:
         return events, origins
 
     def _unread(self, stream: str, vouched: bool, record: Event) -> None:
-        """The record just read goes back where it was (not kept aside in memory, beside a
-        buffer that may fill meanwhile): to what the replay kept, or its file's reader goes
-        back to its start; the next read begins again from there."""
+        """The record just read goes back where it was (not into memory): the next read begins there."""
         if self.reader is None:
             self.kept.appendleft((stream, vouched, record))
         else:
@@ -306,9 +286,8 @@ class Run:
         self.records = None
 
     def _records(self) -> Iterator[tuple[str, bool, Event | Settle | int]]:
-        """The records left to read, with their stream and whether their file is vouched for:
-        those the replay kept, then the files' from where the last read stopped, to the end of
-        what is written of the last one (more may be appended: a next one goes on from there)."""
+        """The records left, with their stream and whether their file is vouched for: those the
+        replay kept, then the files', to the end of what is written of the last one."""
         while self.kept:
             yield self.kept.popleft()
         while self.index < len(self.paths):

@@ -1,27 +1,12 @@
-"""The memory window: with a spill, an outage longer than the buffer goes to disk, not to
-``dropped_full``.  This is the buffer's *overflow* (the protocol ``_holdings.Overflow``).
+"""The spill's memory window: the buffer's overflow (``_holdings.Overflow``), in memory and on
+disk; see "The spill: a log" in docs/architecture.md.
 
-With a spill, the queue (and what is in flight) keeps only a *window*, half of ``max_events`` /
-``max_bytes``.  When an event does not fit, the buffer *overflows*: ``emit`` appends every event
-(O(1), in memory, under the buffer's lock, as ever) to a second, small deque, the overflow,
-never to the queue.  The sidecar writes the overflow to disk and *releases* it: only its count
-stays, ``disk`` (the *stretch*, the numbers right after the queue's last, with the events of dead
-owners adopted ahead of it), read back as the queue has room.  Once the stretch is empty the
-overflow (what the disk did not take) joins the queue, and the overflow ends.  So the order is
-queue < stretch < overflow by number, and each run's order holds.  Only when the overflow is
-full (the disk full or failing, or the sidecar behind by half the buffer) does the policy apply,
-counted ``dropped_spill_full`` when the disk holds ``max_spill_bytes``, else ``dropped_full``;
-``drop_oldest`` evicts the oldest queued events, never the stretch's.  The queue's fast paths
-in ``Buffer.put`` compare against ``room_events`` / ``room_bytes``: the window, and 0 / -1 while
-overflowing.  Then an object goes to the overflow by a fast path of its own while the overflow
-is shorter than ``fast_room`` (what fits by count, by bytes at the estimate, and before the
-sidecar's next look: ``recompute``, after every change of the accounts, as the queue's own
-bounds are); anything else takes the slow path, which comes here (``put``).
-
-The stretch is a queue of *runs* (``_streams.Run``): this owner's own events, written from the
-overflow, or a dead owner's, adopted and read in place.  Numbers given here to events of the
-stretch are *foreign*: their records are in their run's stream, under the numbers the *spans*
-say (where each event read back came from), and are never written again.
+The queue and what is in flight keep a *window*, half the buffer's bounds.  Once an event does
+not fit, the buffer *overflows*: every event goes to the overflow, never to the queue, until the
+sidecar has written it to disk and released it (``disk`` counts it: the *stretch*, behind dead
+owners' events adopted) and read it back as the window has room: queue < stretch < overflow by
+number.  The policy applies only when the overflow is full.  Numbers given here to the stretch's
+events are *foreign*: their records stay in their run's stream, where the *spans* say.
 """
 
 from __future__ import annotations
@@ -40,7 +25,7 @@ from .._run._serde import SerializedEvent, weight
 from ._disk import Disk
 from ._format import TOMBSTONES
 from ._ranges import Ranges
-from ._streams import Read, Run
+from ._streams import Run
 
 __all__ = ["READ_AGAIN_AFTER", "Window"]
 
@@ -52,9 +37,7 @@ _ACCEPTED, _WAKE = Admission.ACCEPTED, Admission.WAKE
 
 @dataclass(slots=True)
 class Span:
-    """Events read back, numbered here from ``first``: where each came from (``origins``, runs
-    of ``(stream, its first number there, how many)``), to settle them there; ``left`` of
-    them not settled yet."""
+    """Events read back, numbered here from ``first``: ``origins`` as a ``Read``'s, ``left`` unsettled."""
 
     first: int
     origins: list[list[Any]]
@@ -62,78 +45,64 @@ class Span:
 
 
 class Window:
-    """The overflow of one buffer, in memory and on disk (see the module's docstring).  The
-    buffer's protocol runs with its lock held; so do the methods named ``_locked``."""
+    """One buffer's overflow.  The protocol's methods and those named ``_locked`` need its lock."""
 
     def __init__(self) -> None:
         self.share_events = self.share_bytes = self.wake_at = self.wake_bytes = self.wake_events = 0
         self.active = False
-        #: False while the disk fails or is full: then, unless overflowing, memory only.
+        #: False while the disk fails or is full: memory only, unless overflowing.
         self.usable = True
         self.events: deque[Any] = deque()
         self.sizes: deque[int] = deque()
         self.exact_bytes = self.exact_count = 0
         #: Events of the stretch: on disk only, to be read back.
         self.disk = 0
-        #: Room a read of the stretch holds while it reads outside the lock (:meth:`refill`).
+        #: Room a read of the stretch holds while it reads outside the lock.
         self.reading_events = self.reading_bytes = 0
-        #: While overflowing, the overflow's length below which an object fits: ``Buffer.put``
-        #: appends it here itself (:meth:`put_object`); 0 otherwise (:meth:`recompute`).
+        #: The overflow's length below which ``Buffer.put`` appends an object here itself.
         self.fast_room = 0
         self._new_stretch()
 
     def _new_stretch(self) -> None:
-        """The stretch's own state, anew (at the start, and once its files are gone)."""
+        """The stretch's state, anew (also once its files are gone)."""
         self.runs: deque[Run] = deque()
         self.spans: list[Span] = []
         self.foreign = Ranges()
-        #: A read back failed: none again before this time (``time.monotonic``).
+        #: After a failed read, no read before this time (``time.monotonic``).
         self.read_again_at = 0.0
-        #: The last release found the disk full or failing: none again before the next tick.
+        #: The last release found the disk full or failing: no write before the next tick.
         self.stuck = False
-        #: Events read back that were not there (``lost``) or whose body is not a JSON object.
+        #: Events read back that were not there, or whose body is not a JSON object.
         self.lost = self.invalid = 0
         #: The bytes of the event a read held back for want of room (0: none).
         self.waiting = 0
 
     def attach(self, held: Holdings) -> None:
-        self.share_events, self.share_bytes = (
-            max(1, held.max_events // 2),
-            max(1, held.max_bytes // 2),
-        )
-        # An eighth of max_events and of max_bytes (a quarter of the overflow's room at least),
-        # whichever the overflow reaches first (``recompute``): the interval's write keeps up
-        # with an ordinary outage and this wake is for a burst.  Waking costs the emitting
-        # thread (the sidecar takes the CPU, and the GIL, from it): `tail --spill` measures it.
-        self.wake_bytes = max(1, held.max_bytes // 8)
-        self.wake_events = max(1, held.max_events // 8)
-        self.wake_at = max(1, min(self.wake_events, self.wake_bytes // held.estimate))
+        self.share_events, self.share_bytes = max(1, held.max_events // 2), max(1, held.max_bytes // 2)
+        # An eighth of the bounds: the interval's write keeps up with an ordinary outage, this
+        # wake is for a burst.  Waking costs the emitting thread the GIL (`tail --spill`).
+        self.wake_events, self.wake_bytes = max(1, held.max_events // 8), max(1, held.max_bytes // 8)
         held.attach_overflow(self)
-        self.restore(held)
+        self.restore(held)  # (which sets wake_at: ``recompute``)
 
     # -- the buffer's protocol (``_buffer.Overflow``) ----------------------------------------
 
     def restore(self, held: Holdings) -> None:
         """The fast paths' bounds: the window, or none while overflowing."""
-        if self.active:
-            held.set_room_locked(0, -1)
-        else:
-            held.set_room_locked(self.share_events, self.share_bytes)
+        room = (0, -1) if self.active else (self.share_events, self.share_bytes)
+        held.set_room_locked(*room)
 
     def bytes(self, estimate: int) -> int:
         return self.exact_bytes + (len(self.events) - self.exact_count) * estimate
 
     def has_room(self, held: Holdings, nbytes: int) -> bool:
-        if not self.active:
-            return self._fits_queue(held, nbytes) or (
-                self.usable and self._fits(held, nbytes or held.estimate)
-            )
-        return self._fits(held, nbytes or held.estimate)
+        if not self.active and self._fits_queue(held, nbytes):
+            return True
+        return (self.active or self.usable) and self._fits(held, nbytes or held.estimate)
 
     def put(self, buf: Buffer, event: Any, nbytes: int) -> Admission:
         """``Buffer.put_locked`` with a spill: the queue while the window has room, else the
-        overflow.  Returns ``ACCEPTED``, ``WAKE`` (wake the worker) or ``REFUSED`` (no room: the
-        buffer applies its policy)."""
+        overflow.  Returns ``ACCEPTED``, ``WAKE`` or ``REFUSED`` (the policy applies)."""
         held = buf.holdings
         if not self.active:
             if self._fits_queue(held, nbytes) or not self.usable:
@@ -145,10 +114,8 @@ class Window:
         self.sizes.append(nbytes)
         held.went_beyond_locked(1)
         n = len(self.events)
-        # The sidecar is woken for the first, and once every wake_at objects (at the estimate),
-        # every wake_bytes of text (its exact size: never counted at the estimate, which may make
-        # wake_at 1) or every wake_events events, not on every emit of an outage (its ``due``
-        # keeps it going while the overflow holds that much: ``wants_write``).
+        # Woken for the first, then every wake_at objects, wake_bytes of text (never at the
+        # estimate, which may make wake_at 1) or wake_events events; ``wants_write`` does the rest.
         if nbytes:
             before, step = self.exact_bytes, self.wake_bytes
             wake = n == 1 or n % self.wake_events == 0 or before // step != (before + nbytes) // step
@@ -169,9 +136,8 @@ class Window:
         return _WAKE if n == 1 or (n - self.exact_count) % self.wake_at == 0 else _ACCEPTED
 
     def recompute(self, held: Holdings) -> None:
-        """``fast_room``: the overflow's length below which an object fits by count, by bytes
-        at the estimate, and before the sidecar must look at the newest objects (as ``put``
-        and ``Buffer.put_locked`` would decide); 0 unless overflowing with a measured estimate."""
+        """``fast_room``: the overflow's length below which an object fits by count, by bytes at
+        the estimate and before the sidecar's next look; 0 unless overflowing, measured."""
         m, estimate, next_seq = len(self.events), held.estimate, held.next_seq
         self.wake_at = max(1, min(self.wake_events, self.wake_bytes // estimate))
         if not self.active or held.closed or not held.measured:
@@ -189,8 +155,7 @@ class Window:
         return len(self.events)
 
     def wants_write(self, held: Holdings) -> bool:
-        """Whether the overflow holds what wakes the sidecar (:meth:`put`), or more than the
-        bounds leave it (its objects priced anew at an estimate that grew): written at once."""
+        """Whether the overflow is to be written now: what wakes the sidecar, or past the bounds."""
         n = len(self.events)
         return (
             n - self.exact_count >= self.wake_at
@@ -203,15 +168,9 @@ class Window:
         return len(self.events) - self.exact_count
 
     def newest_objects(self, start: int, most: int, span: int) -> list[tuple[int, Any]]:
-        events, sizes = self.events, self.sizes
-        picked: list[tuple[int, Any]] = []
-        index = len(events) - 1
-        stop = max(-1, index - span)
-        while index > stop and len(picked) < most:
-            if not sizes[index]:
-                picked.append((start + index, events[index]))
-            index -= 1
-        return picked
+        last = len(self.events) - 1
+        newest = range(last, max(-1, last - span), -1)
+        return list(islice(((start + i, self.events[i]) for i in newest if not self.sizes[i]), most))
 
     def replace(self, start: int, seq: int, event: Any, ser: SerializedEvent) -> int:
         index = seq - start
@@ -235,7 +194,7 @@ class Window:
     # -- the memory window ------------------------------------------------------------------
 
     def activate(self, held: Holdings) -> None:
-        """Overflow from now on: every event accepted goes behind the stretch."""
+        """Overflow from now on."""
         self.active = True
         self.restore(held)
 
@@ -246,9 +205,8 @@ class Window:
         )
 
     def room(self, held: Holdings, beside_overflow: bool = True) -> tuple[int, int]:
-        """What the queue's window has room for, by count and by bytes; ``beside_overflow`` (a
-        read of the stretch, which adds to memory), within what the overflow leaves of the
-        buffer's bounds too (the overflow moving to the queue adds nothing)."""
+        """The queue's window's room, by count and by bytes; ``beside_overflow`` (a read of the
+        stretch, which adds to memory), within what the overflow leaves of the bounds too."""
         queued, held_bytes = len(held.queue) + held.in_flight, held.held_bytes_locked()
         events, nbytes = self.share_events - queued, self.share_bytes - held_bytes
         if beside_overflow:
@@ -257,12 +215,10 @@ class Window:
         return events, nbytes
 
     def readable(self, held: Holdings) -> tuple[int, int, bool]:
-        """The room a read of the stretch may take now, by count and by bytes (none: ``(0, 0)``),
-        and whether it takes one event past the bytes: when nothing else would ever make room
-        for it (no queue, and the overflow empty or stuck on a full or failing disk).  With no
-        queue, an event held back for more than the window has room for is read on its own
-        within what the overflow leaves of ``max_bytes``: the window may never have room for it
-        (more than half the bound), and emits that go on never leave the overflow empty."""
+        """The room a read of the stretch may take now, by count and by bytes, and whether it
+        takes one event past the bytes (nothing else would ever make room for it).  With no
+        queue, an event larger than the window's room is read alone within what the overflow
+        leaves of ``max_bytes``: the window may never have room for it."""
         events, nbytes = self.room(held)
         idle = not held.queue and not held.in_flight
         alone = idle and (not self.events or self.stuck or not self.usable)
@@ -281,22 +237,25 @@ class Window:
         return n < held.max_events and held_bytes + price <= held.max_bytes
 
     def _to_queue_locked(self, held: Holdings) -> None:
-        """With the stretch empty: move the overflow to the queue, in memory (what the disk
-        would not take), as much as fits the queue's window."""
+        """With the stretch empty: the overflow's head joins the queue, as much as fits the window."""
         room, room_bytes = self.room(held, beside_overflow=False)
         estimate = held.estimate
         take = 0
-        for size in islice(self.sizes, max(0, min(room, len(self.events)))):
+        for size in islice(self.sizes, max(0, room)):
             room_bytes -= size or estimate
             if room_bytes < 0:
                 break
             take += 1
         if take:
-            events = [self.events.popleft() for _ in range(take)]
-            sizes = [self.sizes.popleft() for _ in range(take)]
-            self.exact_bytes -= sum(sizes)
-            self.exact_count -= take - sizes.count(0)
-            held.rejoin_locked(events, sizes)  # (one recount for all of them)
+            held.rejoin_locked(*self._popleft(take))  # (one recount for all of them)
+
+    def _popleft(self, n: int) -> tuple[list[Any], list[int]]:
+        """The overflow's oldest ``n`` events and their sizes, out of it and its accounts."""
+        events = [self.events.popleft() for _ in range(n)]
+        sizes = [self.sizes.popleft() for _ in range(n)]
+        self.exact_bytes -= sum(sizes)
+        self.exact_count -= n - sizes.count(0)
+        return events, sizes
 
     def settle(self, held: Holdings) -> None:
         """End the overflow once the stretch and the overflow are both empty."""
@@ -317,8 +276,8 @@ class Window:
         self.activate(held)
 
     def writable(self, ser: SerializedEvent | None, disk: Disk) -> SerializedEvent:
-        """What is written for an overflow event: itself, or its tombstone (it cannot be
-        serialized, or is larger than the whole spill): the events after it flow."""
+        """What is written for an overflow event: itself, or its tombstone (not serializable, or
+        larger than the whole spill), so that the events after it flow."""
         if ser is None:
             return TOMBSTONES[Reason.INVALID_EVENT]
         return ser if disk.holds(ser) else TOMBSTONES[Reason.DROPPED_SPILL_FULL]
@@ -333,33 +292,19 @@ class Window:
         self.usable = not disk.failing and not disk.full
         if not wrote or disk.last is None:
             return
-        for _ in range(wrote):
-            self.events.popleft()
-            size = self.sizes.popleft()
-            if size:
-                self.exact_bytes -= size
-                self.exact_count -= 1
+        self._popleft(wrote)
         self.disk += wrote
         self.foreign.add(start, start + wrote)
         buf.holdings.recompute_locked()  # (room in the overflow: its fast path's bound)
-        last, owner = self.runs[-1] if self.runs else None, disk.home.owner
-        if last is not None and last.own and last.first + last.remaining == start:
-            last.extend(owner, start, start + wrote, disk.last.path)
-        else:
-            self.runs.append(
-                Run(
-                    start,
-                    [disk.last.path],
-                    {owner: Ranges([(start, start + wrote)])},
-                    own=True,
-                    damage=disk.streams.damage,
-                )
-            )
+        last = self.runs[-1] if self.runs else None
+        if last is None or not last.own or last.first + last.remaining != start:
+            last = Run(start, [], {}, own=True, damage=disk.streams.damage)
+            self.runs.append(last)
+        last.extend(disk.home.owner, start, start + wrote, disk.last.path)
         buf.notify_locked()  # room in the overflow for blocked emitters
 
     def refill(self, buf: Buffer, log: RateLimitedLog) -> None:
-        """Read the stretch back into the queue as its window has room; with the stretch empty,
-        move the overflow to the queue; end the overflow once both are empty."""
+        """Read the stretch back as the window has room, then the overflow; end the overflow."""
         with buf.lock:
             if buf.finalized:
                 return
@@ -370,17 +315,16 @@ class Window:
             room, room_bytes, alone = self.readable(buf.holdings)
             if room <= 0 or time.monotonic() < self.read_again_at:
                 return
-            # The read's room is held (emits do not take it into the overflow) while it reads.
+            # The read's room is held (emits do not take it) while it reads.
             run, disk = self.runs[0], self.disk
             room = min(room, run.remaining)
             self.reading_events, self.reading_bytes = room, max(0, room_bytes)
             buf.holdings.recompute_locked()
         try:
-            read: Read = run.read(room, room_bytes, alone)
+            events, origins = run.read(room, room_bytes, alone)
         except OSError as exc:
             log.warning("spill-read", "spill: reading back failed: %s", exc)
-            read = [], []
-        events, origins = read
+            events, origins = [], []
         with buf.lock:
             self.reading_events = self.reading_bytes = 0
             buf.holdings.recompute_locked()
@@ -389,9 +333,7 @@ class Window:
                 self.read_again_at = time.monotonic() + READ_AGAIN_AFTER
             if buf.finalized or self.disk != disk or not events:
                 return
-            self.remember(
-                buf.holdings.next_seq - buf.holdings.beyond, origins
-            )  # (from the stretch's first number)
+            self.remember(buf.holdings.next_seq - buf.holdings.beyond, origins)  # (the stretch's first)
             if not run.remaining:
                 self.runs.popleft()
                 run.close()
@@ -402,9 +344,8 @@ class Window:
             log.warning("spill-unreadable", "spill: %d event(s) could not be read back; counted lost", bad)
 
     def _rejoin_locked(self, buf: Buffer, read: list[SerializedEvent | None]) -> int:
-        """Events read back join the queue's tail, in order; one that cannot be read, or whose
-        body is not a JSON object (a tombstone, say), is counted lost in its place (its number
-        retired).  Returns how many were."""
+        """Events read back join the queue, in order; one that is a gap or whose body is not a
+        JSON object (a tombstone) is counted lost in its place.  Returns how many were."""
         events: list[SerializedEvent] = []
         bad = 0
         for event in read:
@@ -432,13 +373,13 @@ class Window:
         self.spans.append(Span(first, origins, sum(n for _, _, n in origins)))
 
     def origins(self, first: int, end: int) -> list[tuple[str, int, int]]:
-        """Where the events numbered ``[first, end)`` here came from: ``(stream, first, end)``
-        ranges there (spans forgotten once all their events are settled)."""
-        spans = self.spans
+        """Where the events numbered ``[first, end)`` here came from, as ``(stream, first, end)``;
+        they are settled (a span goes with its last)."""
         out: list[tuple[str, int, int]] = []
-        i = max(0, bisect_right([span.first for span in spans], first) - 1)
-        while i < len(spans) and spans[i].first < end:
-            span = spans[i]
+        start = max(0, bisect_right(self.spans, first, key=lambda span: span.first) - 1)
+        for span in self.spans[start:]:
+            if span.first >= end:
+                break
             at = span.first  # (the number here of each origin's first event)
             for stream, seq, n in span.origins:
                 lo, hi = max(first, at), min(end, at + n)
@@ -446,14 +387,12 @@ class Window:
                     out.append((stream, seq + lo - at, seq + hi - at))
                     span.left -= hi - lo
                 at += n
-            i += 1
-        self.spans = [span for span in spans if span.left > 0]
+        self.spans = [span for span in self.spans if span.left > 0]
         self.foreign.remove(first, end)
         return out
 
     def lose_disk_locked(self, buf: Buffer) -> int:
-        """The stretch's files are gone: what was on disk only is counted lost (its numbers
-        retired).  Returns how many."""
+        """The stretch's files are gone: its events are counted lost.  Returns how many."""
         lost = self.disk
         if lost:
             buf.holdings.retire_beyond_locked(lost, Reason.SPILL_LOST)
