@@ -63,8 +63,7 @@ class Disk:
         self.last: SegFile | None = None
         self.fd, self.number, self.retry_at = -1, 0, -float("inf")
         self.failures: Counter[str] = Counter()
-        #: The last write found max_bytes reached; RESERVE is allocated; the last failed write
-        #: failed for want of disk space.
+        #: The last write found max_bytes reached; RESERVE is allocated; the disk was full.
         self.full = self.reserved = self.full_disk = False
         #: Settlement records not yet on disk: (record, its events, whether it says "lost").
         self.unsettled: list[tuple[bytes, int, bool]] = []
@@ -92,8 +91,6 @@ class Disk:
     def size(self) -> int:
         """Bytes of this owner's segments (what ``max_bytes`` bounds)."""
         return sum(seg.size for seg in self.streams.files if seg.stream == self.home.owner)
-
-    # -- events -------------------------------------------------------------------------------
 
     def append(
         self, events: list[tuple[int, SerializedEvent]], lock: AbstractContextManager[Any], drain: Any
@@ -127,8 +124,6 @@ class Disk:
             self.not_spilled["spill_failed" if self.failing else "spill_full"] += count
             self.counted_upto = end
 
-    # -- settlements --------------------------------------------------------------------------
-
     def settled(self, by: dict[tuple[str, str], Ranges]) -> None:
         """Numbers settled, by (stream, outcome): out of the live sets (the caller holds the
         buffer's lock), and to be written down."""
@@ -161,12 +156,9 @@ class Disk:
         if self.unsettled:
             del self.unsettled[: self.write([record for record, _, _ in self.unsettled], settles=True)]
 
-    # -- writing ------------------------------------------------------------------------------
-
     def write(self, records: list[bytes], settles: bool = False) -> int:
-        """Append ``records`` in order (``settles``: settlements, which may use the room kept for
-        them, and the reserve's bytes once the disk is full).  Returns how many of the first
-        are on disk, whole."""
+        """Append ``records``; returns how many of the first are on disk, whole.  Settlements
+        (``settles``) may use the room kept for them, and the reserve once the disk is full."""
         fit = self._write(records, settles)
         if settles and fit < len(records) and self.reserved and self.full_disk:
             with contextlib.suppress(OSError):
@@ -265,8 +257,6 @@ class Disk:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-
-    # -- the files that go --------------------------------------------------------------------
 
     def make_room(self) -> None:
         """Write the settlements down, delete the files that frees, allocate the reserve again."""

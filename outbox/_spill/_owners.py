@@ -144,8 +144,7 @@ def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
 
 def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """What ``outbox check`` shows of a spill directory, taking nothing over: whether it is
-    writable, its owners (alive or gone), segments, bytes, the age of its oldest event, and the
-    entries that are not ours."""
+    writable, its owners, segments, bytes, oldest event's age, and entries not ours."""
     path = os.fspath(directory)
     state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
     if not state["exists"]:
