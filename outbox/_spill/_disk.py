@@ -1,8 +1,6 @@
-"""This owner's log on disk: its segments (appended to within ``max_spill_bytes``, a failing disk
-counted, warned about and tried again later), its settlements, and the files that can go.  A
-write the disk cuts short (ENOSPC, EFBIG, EIO) closes its segment, the torn bytes at its end
-(which readers skip), and the caller learns exactly which records are on disk, whole.  No buffer
-here: the spill hands it events and settlements, and the lock to hold around its bookkeeping.
+"""This owner's log on disk: its segments within ``max_spill_bytes``, its settlements, its reserve.
+A write the disk cuts short closes its segment and says which records are on disk, whole.  No
+buffer here: the spill hands it events, settlements and the lock to hold around its bookkeeping.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import errno
 import logging
 import os
 import time
+from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Collection
 from contextlib import AbstractContextManager
@@ -31,10 +30,9 @@ __all__ = ["RETRY_AFTER", "SEGMENT_BYTES", "SETTLE_ROOM", "Disk"]
 SEGMENT_BYTES = 4 * 1024 * 1024
 #: Seconds before writing again after the disk failed.
 RETRY_AFTER = 5.0
-#: Bytes of max_spill_bytes only settlements may use (or an eighth of a smaller one): a full
-#: spill still takes the records that say its events were settled.  So does a full *disk*: the
-#: owner keeps that many bytes allocated in a file of its own (``RESERVE``), deleted the moment a
-#: settlement finds the disk full, and allocated again once it has room.
+#: Bytes of max_spill_bytes only settlements may use (or an eighth of a smaller one), and kept
+#: allocated in ``RESERVE`` until a settlement finds the disk full: a full spill, or a full disk,
+#: still takes the records that say its events were settled.
 SETTLE_ROOM = 64 * 1024
 _FIXES = {
     errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
@@ -48,10 +46,8 @@ _FIXES = {
 
 
 class Disk:
-    """The log of the owner ``home`` (see the module's docstring): its segments
-    (``NNNNNNNN.seg`` in its directory) within ``max_bytes``, what it holds (``streams``),
-    the settlements not yet written, what the disk refused, and its failed writes (counted by
-    errno in ``failures``, warned about)."""
+    """The log of the owner ``home``: its segments (``NNNNNNNN.seg`` in its directory) within
+    ``max_bytes``, what they hold (``streams``), and its failed writes (by errno: ``failures``)."""
 
     def __init__(self, home: Home, max_bytes: int, log: RateLimitedLog) -> None:
         self.home, self.max_bytes, self.log = home, max_bytes, log
@@ -67,8 +63,7 @@ class Disk:
         self.last: SegFile | None = None
         self.fd, self.number, self.retry_at = -1, 0, -float("inf")
         self.failures: Counter[str] = Counter()
-        #: The last write found max_bytes reached; RESERVE is allocated; the last failed write
-        #: failed for want of disk space.
+        #: The last write found max_bytes reached; RESERVE is allocated; the disk was full.
         self.full = self.reserved = self.full_disk = False
         #: Settlement records not yet on disk: (record, its events, whether it says "lost").
         self.unsettled: list[tuple[bytes, int, bool]] = []
@@ -97,8 +92,6 @@ class Disk:
         """Bytes of this owner's segments (what ``max_bytes`` bounds)."""
         return sum(seg.size for seg in self.streams.files if seg.stream == self.home.owner)
 
-    # -- events -------------------------------------------------------------------------------
-
     def append(
         self, events: list[tuple[int, SerializedEvent]], lock: AbstractContextManager[Any], drain: Any
     ) -> int:
@@ -112,12 +105,7 @@ class Disk:
             self.make_room()
         wrote, segment = self.write(records), self.last
         if wrote and segment is not None:
-            runs: list[list[int]] = []
-            for seq, _ in events[:wrote]:  # (ranges of consecutive numbers)
-                if runs and runs[-1][1] == seq:
-                    runs[-1][1] += 1
-                else:
-                    runs.append([seq, seq + 1])
+            runs = Ranges((seq, seq + 1) for seq, _ in events[:wrote])
             with lock:
                 for first, end in runs:
                     self.own.written(first, end)
@@ -135,8 +123,6 @@ class Disk:
             count = n if n is not None and first >= self.counted_upto else end - max(first, self.counted_upto)
             self.not_spilled["spill_failed" if self.failing else "spill_full"] += count
             self.counted_upto = end
-
-    # -- settlements --------------------------------------------------------------------------
 
     def settled(self, by: dict[tuple[str, str], Ranges]) -> None:
         """Numbers settled, by (stream, outcome): out of the live sets (the caller holds the
@@ -170,12 +156,9 @@ class Disk:
         if self.unsettled:
             del self.unsettled[: self.write([record for record, _, _ in self.unsettled], settles=True)]
 
-    # -- writing ------------------------------------------------------------------------------
-
     def write(self, records: list[bytes], settles: bool = False) -> int:
-        """Append ``records`` in order (``settles``: settlements, which may use the room kept for
-        them, and the reserve's bytes once the disk is full).  Returns how many of the first
-        are on disk, whole."""
+        """Append ``records``; returns how many of the first are on disk, whole.  Settlements
+        (``settles``) may use the room kept for them, and the reserve once the disk is full."""
         fit = self._write(records, settles)
         if settles and fit < len(records) and self.reserved and self.full_disk:
             with contextlib.suppress(OSError):
@@ -189,7 +172,7 @@ class Disk:
             return 0
         room = self.max_bytes - self.size - (0 if settles else self.settle_room)
         ends = list(accumulate(map(len, records)))
-        fit = next((i for i, end in enumerate(ends) if end > room), len(records))
+        fit = bisect_right(ends, room)
         self.full = fit < len(records)
         if self.full:
             self.log.warning(
@@ -207,17 +190,14 @@ class Disk:
             while wrote < len(data):
                 wrote += os.write(self.fd, data[wrote:])
         except OSError as exc:
-            # Cut short: the whole records are on disk, and nothing is appended after a torn one.
-            fit = next((i for i, end in enumerate(ends[:fit]) if end > wrote), fit)
-            if self.current is not None:
-                self.current.size += wrote
-                self.rotate()
             self.failed(exc)
-            if not fit:
+            if self.current is None:  # (no segment could be begun)
                 return 0
-        else:
-            segment.size += wrote
-        segment.settles = segment.settles or settles
+            # Cut short: the whole records are on disk, and nothing is appended after a torn one.
+            self.rotate()
+            fit = bisect_right(ends, wrote)
+        segment.size += wrote
+        segment.settles = segment.settles or (settles and fit > 0)
         if segment.size >= self.segment_bytes:
             self.rotate()
         return fit
@@ -278,11 +258,8 @@ class Disk:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
-    # -- the files that go --------------------------------------------------------------------
-
     def make_room(self) -> None:
-        """Write the settlements down, delete the files that frees, and allocate the reserve
-        again if it was used."""
+        """Write the settlements down, delete the files that frees, allocate the reserve again."""
         self.write_settlements()
         self.forget()
         if not self.unsettled:
@@ -295,16 +272,14 @@ class Disk:
         dead = streams.deletable()
         if not dead:
             return
+        if self.current in dead:
+            self.rotate()  # (a checkpoint goes to a segment that stays)
         if streams.needs_checkpoint(dead):
-            if self.current in dead:
-                self.rotate()
             records = streams.checkpoint()
             if self.write(records, settles=True) < len(records):
                 return  # the settlements stay until a checkpoint can be written
             streams.checkpoint_file = self.last
             dead = [seg for seg in dead if seg is not self.last]
-        if self.current in dead:
-            self.rotate()
         streams.forget(dead, [self.home.path])
         lowest = self.own.live.first()
         while self.marks and (lowest is None or self.marks[0][0] < lowest):

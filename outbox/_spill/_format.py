@@ -1,30 +1,21 @@
 """The spill's files, byte for byte, and reading them back.
 
-A segment file begins with a header naming the *stream* it belongs to (the owner that wrote it)::
+A segment is a header naming its *stream* (the owner that wrote it), then framed records::
 
     b"OBXL" | u8 version (1) | u8 flags | u16 len(stream) | stream
-
-(flags bit 0, ``VOUCHED``: every event body in the file is this library's serializer's output, a
-JSON object, which the writer vouches for; a reader parses only the bodies of other files, and
-never sends one that is not a JSON object), then holds framed, checksummed records, appended::
-
     b"OBXs" | u32 len(payload) | u32 crc32(payload) | payload
-
-A payload is an *event* or a *settlement*::
-
     EVENT   u8 1 | u64 seq | f64 wall time | u16 len(run id) | u16 len(key) | run id | key | JSON
     SETTLE  u8 3 | u8 outcome | u16 len(stream) | u32 n | stream | n x (u64 first, u64 end)
 
-An event record holds one accepted event of the file's stream under its sequence number (a run
-id or message key 0xFFFF long: none).  A settlement says that the numbers ``[first, end)`` of a
-stream (any stream: an adopter settles the events it adopted) are settled, delivered or lost
-(the outcome, informational); a *checkpoint* is a settlement with outcome 0 restating what is
-settled of a stream.  An event whose body is ``!`` and a reason is a *tombstone*: an event that
-could not be written (``TOMBSTONES``), counted lost under that reason when read back, in its
-order.  Numbers are never reused, so a settlement is a fact for ever, and replay is
-a union.  A record cut short (a crash mid-write) or whose checksum fails is skipped: the reader
-looks for the next magic and goes on from there, never gluing a torn record to the next one (a
-frame whose length runs past the end of the file is a torn tail only if no magic follows it).
+Flag bit 0, ``VOUCHED``: every event body in the file is our serializer's JSON object (a reader
+parses only other files' bodies, and never sends one that is not a JSON object).  A run id or key
+0xFFFF long is none.  A settlement says the numbers ``[first, end)`` of a stream (any: an adopter
+settles what it adopted) are settled, delivered or lost (informational); a *checkpoint*, outcome
+0, restates what is settled of a stream.  A *tombstone* (``TOMBSTONES``) is an event that could
+not be written, its body ``!`` and the reason it is counted lost under, in its order, when read.
+A record cut short or whose checksum fails is skipped: the reader goes on from the next magic,
+never gluing a torn record to the next (a frame running past the end of the file is a torn tail
+only if no magic follows it).
 """
 
 from __future__ import annotations
@@ -59,8 +50,7 @@ _EVENT, _SETTLE, _RANGE = struct.Struct(">BQdHH"), struct.Struct(">BBHI"), struc
 HEADER = FRAME.size + _EVENT.size
 _NONE = 0xFFFF
 _CHUNK = 256 * 1024
-# (Bound once: _decode runs for every record read.  NamedTuples built without their Python-level
-# __new__.)
+# Bound once: _decode runs for every record read (NamedTuples built without their __new__).
 _EVENT_SIZE, _unpack_event, _new = _EVENT.size, _EVENT.unpack_from, tuple.__new__
 #: A record's payload never exceeds this (an event larger than any batch is never spilled).
 MAX_PAYLOAD = 1 << 30
@@ -107,39 +97,29 @@ def read_header(data: bytes) -> tuple[str, int] | None:
         return None
 
 
-def _frame(payload: bytes) -> bytes:
-    return FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
-
-
 def encode_event(seq: int, at: float, event: SerializedEvent) -> bytes:
     """An event's record (its body copied once: the checksum runs over the parts)."""
     run_id, key, body = event.run_id, event.key, event.body
     run = b"" if run_id is None else run_id.encode()[: _NONE - 1]
     keyed = b"" if key is None else key.encode()[: _NONE - 1]
-    head = _EVENT.pack(
-        1, seq, at, _NONE if run_id is None else len(run), _NONE if key is None else len(keyed)
-    )
-    head += run + keyed
-    return b"".join(
-        (FRAME.pack(MAGIC, len(head) + len(body), zlib.crc32(body, zlib.crc32(head))), head, body)
-    )
+    lengths = (_NONE if run_id is None else len(run), _NONE if key is None else len(keyed))
+    head = _EVENT.pack(1, seq, at, *lengths) + run + keyed
+    frame = FRAME.pack(MAGIC, len(head) + len(body), zlib.crc32(body, zlib.crc32(head)))
+    return b"".join((frame, head, body))
 
 
 def record_size(event: SerializedEvent) -> int:
     """The bytes of ``event``'s record (at most: run id and key as UTF-8, not cut)."""
     run_id, key = event.run_id, event.key
-    return (
-        HEADER
-        + len(event.body)
-        + (0 if run_id is None else len(run_id.encode()))
-        + (0 if key is None else len(key.encode()))
-    )
+    texts = (0 if run_id is None else len(run_id.encode())) + (0 if key is None else len(key.encode()))
+    return HEADER + len(event.body) + texts
 
 
 def encode_settle(stream: str, outcome: str, ranges: list[tuple[int, int]]) -> bytes:
     name = stream.encode()
     head = _SETTLE.pack(3, _CODES.get(outcome, 0), len(name), len(ranges))
-    return _frame(b"".join((head, name, *(_RANGE.pack(a, b) for a, b in ranges))))
+    payload = b"".join((head, name, *(_RANGE.pack(a, b) for a, b in ranges)))
+    return FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
 _NO_BODY = SerializedEvent(b"", None, None)
@@ -159,11 +139,9 @@ def _decode(data: bytes, start: int, end: int, bodies: bool) -> Event | Settle |
             run_id, pos = str(data[pos : pos + run_len], "utf-8", "replace"), pos + run_len
         if key_len != _NONE:
             key, pos = str(data[pos : pos + key_len], "utf-8", "replace"), pos + key_len
-        return (
-            _new(Event, (seq, at, _new(SerializedEvent, (data[pos:end], run_id, key))))
-            if pos <= end
-            else None
-        )
+        if pos > end:
+            return None
+        return _new(Event, (seq, at, _new(SerializedEvent, (data[pos:end], run_id, key))))
     if kind == 3 and end - start >= _SETTLE.size:
         _, code, name_len, n = _SETTLE.unpack_from(data, start)
         pos = start + _SETTLE.size + name_len
@@ -173,10 +151,8 @@ def _decode(data: bytes, start: int, end: int, bodies: bool) -> Event | Settle |
             stream = data[start + _SETTLE.size : pos].decode()
         except UnicodeDecodeError:
             return None
-        ranges = [_RANGE.unpack_from(data, pos + i * _RANGE.size) for i in range(n)]
-        return Settle(
-            stream, OUTCOMES[code] if code < len(OUTCOMES) else "settled", [r for r in ranges if r[0] < r[1]]
-        )
+        outcome = OUTCOMES[code] if code < len(OUTCOMES) else "settled"
+        return Settle(stream, outcome, [r for r in _RANGE.iter_unpack(data[pos:end]) if r[0] < r[1]])
     return None
 
 
@@ -185,32 +161,26 @@ class NotOurs(Exception):
 
 
 class SegmentReader:
-    """The records of one segment, in order, read in chunks of ``_CHUNK`` bytes with ``os.pread``
-    on a bare file descriptor (no buffered file object whose lock a fork could copy held): a
-    chunk, or one record if it is larger, in memory at most.  Without ``bodies``, events come
-    without their JSON (a replay needs only their numbers).
+    """The records of one segment, read with ``os.pread`` on a bare fd (no buffered file object
+    whose lock a fork could copy held): a ``_CHUNK``, or one larger record, in memory at most.
 
-    :meth:`records` yields each record from ``offset`` on, and an ``int`` (the offset of a
-    stretch of bytes that is not a sound record: torn or corrupt; reading goes on after it),
-    up to the end of what is written (:meth:`tail_left` then tells a torn tail from a clean
-    end); called again, it goes on from there (a segment still being appended to)."""
+    :meth:`records` yields each record from ``offset`` on (without ``bodies``, events without
+    their JSON), and the offset (an ``int``) of each stretch that is not a sound record, torn or
+    corrupt, read past, up to the end of what is written (:meth:`tail_left` then tells a torn
+    tail from a clean end); called again, it goes on from there."""
 
     def __init__(self, path: str, bodies: bool = True) -> None:
         self.path, self.fd, self.offset, self.stream, self.bodies = path, -1, 0, "", bodies
+        self.vouched = False
         #: The offset of the last record :meth:`records` yielded (to read it again from there).
         self.start = 0
-        #: The last call stopped inside a damaged stretch it yielded, at the end of what was
-        #: written: the next goes on with the same stretch (not yielded again).
+        #: The last call stopped at the end of what is written inside a damaged stretch it
+        #: yielded: the next goes on with that stretch, not yielding it again.
         self.in_damage = False
-        self.vouched = False
 
     def open(self) -> str:
-        """Open the file and read its header; returns its stream.
-
-        Raises:
-            OSError: it cannot be opened or read.
-            NotOurs: it is not a segment of ours.
-        """
+        """Open the file and read its header; returns its stream.  Raises OSError (it cannot be
+        opened or read) or NotOurs (not a segment of ours)."""
         self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         data = os.pread(self.fd, _FILE.size + _NONE, 0)
         header = read_header(data)
@@ -235,7 +205,7 @@ class SegmentReader:
         offset = self.offset
         while True:
             pos = offset - at
-            if pos < 0 or pos + size > len(chunk):
+            if pos + size > len(chunk):  # (offset never goes back: pos >= 0)
                 chunk, at, pos = pread(fd, _CHUNK, offset), offset, 0
                 mv = view(chunk)
                 if len(chunk) < size:

@@ -1,25 +1,17 @@
 """Owners: who holds which files of a spill directory, and the hand-over of a dead one's.
 
-Each outbox (each process) is an *owner* with a directory of its own in the spill directory,
-named by its id (the time it started, its pid, a random part: ``18f0c...-4d2-9a1b2c3d``), holding
-a ``lock`` file it keeps an ``flock`` on for its whole life (the kernel lets go of it however the
-process dies).  The directory is made under a temporary name (``.tmp-ID``) with its lock taken,
-then renamed: no scanner ever sees an owner without its lock held.
-
-Adoption is one ``rename``: a dead owner's directory (one whose lock can be taken) is moved, whole,
-into the adopter's, where it is a subdirectory (and any owners *it* had adopted, subdirectories of
-it).  A rename is atomic, so a crash at any point leaves the files either with the dead owner
-(adoptable) or with the adopter (adoptable with it, once the adopter dies): never both, never
-neither.  Exactly one process adopts a dead owner: the one that holds its lock while renaming.
-
-Only what looks like ours is touched: a directory named like an owner id, holding a ``lock`` file
-that begins with ``LOCK_TEXT``.  Anything else in the spill directory is left alone.
+An owner's directory (named by its id: ``18f0c...-4d2-9a1b2c3d``) holds a ``lock`` it keeps an
+``flock`` on for its life (the kernel lets go however the process dies); it is made as ``.tmp-ID``
+with its lock taken, then renamed, so no scanner sees an owner unlocked.  Adoption renames a dead
+owner's directory, whole, into the adopter's: atomic, so after a crash the files are with one of
+them (adoptable), never both, never neither; only the process holding its lock can adopt it.
+Only what looks ours is touched: a directory named like an owner id whose ``lock`` begins with
+``LOCK_TEXT``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
@@ -55,22 +47,17 @@ def _probe(root: str, name: str, how: int) -> int | None:
         fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    try:
+    with contextlib.suppress(OSError):
         if os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
             return fd
-    except OSError:
-        pass
     os.close(fd)
     return None
 
 
 class Home:
-    """This owner's directory in ``root`` (made, with its lock held).
-
-    Raises:
-        ConfigError: ``root`` cannot be made, is not a directory, or is not writable.
-    """
+    """This owner's directory in ``root``, made with its lock held.  Raises ConfigError if
+    ``root`` cannot be made, is not a directory, or is not writable."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -78,9 +65,7 @@ class Home:
         self.owner = f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
         self.path = os.path.join(root, self.owner)
         try:
-            os.makedirs(root, exist_ok=True)
-            if not os.path.isdir(root):
-                raise NotADirectoryError(errno.ENOTDIR, "not a directory", root)
+            os.makedirs(root, exist_ok=True)  # (FileExistsError if it is not a directory)
             tmp = os.path.join(root, f".tmp-{self.owner}")
             os.mkdir(tmp)
             fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -97,19 +82,16 @@ class Home:
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
                 "directory on local disk (it is made if missing)"
             ) from exc
-        self.lock_fd = fd
-        st = os.stat(self.path)
-        self.identity = (st.st_dev, st.st_ino)
+        self.lock_fd, self.identity = fd, os.stat(self.path)
 
     def vanished(self) -> bool:
         """Whether this owner's directory or lock was removed (or replaced) under it."""
         try:
             if os.fstat(self.lock_fd).st_nlink == 0:
                 return True
-            st = os.stat(self.path)
+            return not os.path.samestat(os.stat(self.path), self.identity)
         except OSError:
             return True
-        return (st.st_dev, st.st_ino) != self.identity
 
     def release(self) -> None:
         """Let go of the lock (a successor may adopt what is left)."""
@@ -162,8 +144,7 @@ def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
 
 def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """What ``outbox check`` shows of a spill directory, taking nothing over: whether it is
-    writable, its owners (alive or gone), segments, bytes, the age of its oldest event, and the
-    entries that are not ours."""
+    writable, its owners, segments, bytes, oldest event's age, and entries not ours."""
     path = os.fspath(directory)
     state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
     if not state["exists"]:
