@@ -12,6 +12,7 @@ Only what looks ours is touched: a directory named like an owner id whose ``lock
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -65,7 +66,9 @@ class Home:
         self.owner = f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
         self.path = os.path.join(root, self.owner)
         try:
-            os.makedirs(root, exist_ok=True)  # (FileExistsError if it is not a directory)
+            if os.path.lexists(root) and not os.path.isdir(root):  # (makedirs would say "File exists")
+                raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", root)
+            os.makedirs(root, exist_ok=True)
             tmp = os.path.join(root, f".tmp-{self.owner}")
             os.mkdir(tmp)
             fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -168,7 +171,7 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
             os.close(fd)
         for seg in segment_paths(os.path.join(path, name)):
             counts["segments"] += 1
-            reader = SegmentReader(seg)
+            reader = SegmentReader(seg, bodies=False)  # (an event's time is all it needs)
             with contextlib.suppress(OSError, NotOurs):
                 reader.open()
                 counts["bytes"] += os.fstat(reader.fd).st_size

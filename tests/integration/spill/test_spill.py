@@ -140,6 +140,8 @@ def test_an_unusable_directory_is_a_config_error(tmp_path):
     a_file.write_text("x")
     with pytest.raises(ConfigError, match=r"spill_dir=.*not usable.*writable directory"):
         Outbox(HttpTransport(refused_url()), spill_dir=str(a_file / "sub"))
+    with pytest.raises(ConfigError, match=r"spill_dir=.*: it is a file, not a directory; pass a writable"):
+        Outbox(HttpTransport(refused_url()), spill_dir=str(a_file))
     with pytest.raises(ConfigError, match="max_spill_bytes"):
         Outbox(HttpTransport(refused_url()), spill_dir=str(tmp_path), max_spill_bytes=0)
     with pytest.raises(ConfigError, match="spill_interval"):
