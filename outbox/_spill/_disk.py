@@ -274,12 +274,11 @@ class Disk:
             return
         if self.current in dead:
             self.rotate()  # (a checkpoint goes to a segment that stays)
-        if streams.needs_checkpoint(dead):
-            records = streams.checkpoint()
+        # (No records: no settled number has an event record on disk, nothing to restate.)
+        if streams.needs_checkpoint(dead) and (records := streams.checkpoint()):
             if self.write(records, settles=True) < len(records):
                 return  # the settlements stay until a checkpoint can be written
             streams.checkpoint_file = self.last
-            dead = [seg for seg in dead if seg is not self.last]
         streams.forget(dead, [self.home.path])
         lowest = self.own.live.first()
         while self.marks and (lowest is None or self.marks[0][0] < lowest):

@@ -250,6 +250,30 @@ def test_a_checkpoint_restates_the_settlements_of_every_stream_whose_events_stay
     home.release()
 
 
+def test_a_file_whose_settlements_no_checkpoint_needs_goes(tmp_path):
+    """Own events 0-4 are on disk and live; 5-9 were never written (the disk refused them) and are
+    counted lost, in a segment of its own that settles nothing on disk.  The checkpoint that file
+    would need restates nothing (no settled number has a record on disk), so the file goes.  It
+    was: an empty checkpoint written nowhere, and that very file kept as the checkpoint's while
+    anything was live."""
+    home = Home(str(tmp_path / "spill"))
+    disk = Disk(home, 64 * 1024, RateLimitedLog(30))
+    me, lock = home.owner, threading.Lock()
+    disk.append([(i, SerializedEvent(b'{"n": %d}' % i, RUNS[0], None)) for i in range(5)], lock, lambda: None)
+    disk.rotate()
+    disk.settled({(me, "dropped_full"): Ranges([(5, 10)])})
+    disk.write_settlements()
+    settles_only = disk.last
+    assert settles_only is not None
+    assert not settles_only.numbers
+    disk.make_room()
+    assert not os.path.exists(settles_only.path)
+    assert disk.streams.checkpoint_file is None
+    handed = Streams().replay(segment_paths(home.path), lambda *args: None)
+    assert list(handed[me]) == [(0, 5)]
+    home.release()
+
+
 # -- 6. an event larger than the spill: everything after it dropped_spill_full --------------------
 
 
