@@ -148,6 +148,16 @@ def test_an_unusable_directory_is_a_config_error(tmp_path):
         Outbox(HttpTransport(refused_url()), spill_dir=str(tmp_path), spill_interval=0)
 
 
+def test_a_spill_dir_that_is_a_broken_symlink_is_not_called_a_file(tmp_path):
+    """A spill_dir that is a symbolic link to nothing (a volume not mounted, say) is refused, and
+    the error does not tell the operator it is a file: there is no file to remove."""
+    link = tmp_path / "spill"
+    link.symlink_to(tmp_path / "unmounted" / "spill")
+    with pytest.raises(ConfigError, match=r"spill_dir=.*not usable") as caught:
+        Outbox(HttpTransport(refused_url()), spill_dir=str(link))
+    assert "it is a file" not in str(caught.value)
+
+
 def test_from_env_reads_the_spill_variables(tmp_path):
     env = {
         "OPENLINEAGE_URL": refused_url(),
