@@ -67,7 +67,9 @@ class Home:
         self.path = os.path.join(root, self.owner)
         try:
             if os.path.lexists(root) and not os.path.isdir(root):  # (makedirs would say "File exists")
-                raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory", root)
+                dangling = os.path.islink(root) and not os.path.exists(root)  # (a volume not mounted?)
+                what = "a broken symbolic link" if dangling else "a file"
+                raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
             os.makedirs(root, exist_ok=True)
             tmp = os.path.join(root, f".tmp-{self.owner}")
             os.mkdir(tmp)

@@ -156,6 +156,7 @@ def test_a_spill_dir_that_is_a_broken_symlink_is_not_called_a_file(tmp_path):
     with pytest.raises(ConfigError, match=r"spill_dir=.*not usable") as caught:
         Outbox(HttpTransport(refused_url()), spill_dir=str(link))
     assert "it is a file" not in str(caught.value)
+    assert "it is a broken symbolic link, not a directory" in str(caught.value)
 
 
 def test_from_env_reads_the_spill_variables(tmp_path):
