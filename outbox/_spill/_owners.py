@@ -32,6 +32,7 @@ LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
 RESERVE = "reserve"
 LOCK_TEXT = b"lineage-outbox spill owner 1\n"
+_FULL = "free space (or lower max_spill_bytes of the outboxes sharing it), or pass another directory"
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
 
@@ -71,23 +72,39 @@ class Home:
                 what = "a broken symbolic link" if dangling else "a file"
                 raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
             os.makedirs(root, exist_ok=True)
-            tmp = os.path.join(root, f".tmp-{self.owner}")
-            os.mkdir(tmp)
-            fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.write(fd, LOCK_TEXT)
-                os.rename(tmp, self.path)
-            except BaseException:
-                os.close(fd)
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+                fd = self._make()
+            except OSError as exc:
+                # A disk full of a dead owner's spill: its reserve is of no use to it now (its
+                # successor settles in its own files), and makes room for this owner's lock.
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _free_reserves(root, self.owner):
+                    raise
+                fd = self._make()
         except OSError as exc:
+            fix = _FULL if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a writable directory"
             raise ConfigError(
-                f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
-                "directory on local disk (it is made if missing)"
+                f"spill_dir={root!r} is not usable: {exc.strerror or exc}; {fix} on local disk (it is "
+                "made if missing)"
             ) from exc
         self.lock_fd, self.identity = fd, os.stat(self.path)
+
+    def _make(self) -> int:
+        """Make the directory under a temporary name with its lock taken, then rename it.
+        Returns the lock's fd; nothing is left behind if it fails."""
+        tmp = os.path.join(self.root, f".tmp-{self.owner}")
+        os.mkdir(tmp)
+        fd = -1
+        try:
+            fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, LOCK_TEXT)
+            os.rename(tmp, self.path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return fd
 
     def vanished(self) -> bool:
         """Whether this owner's directory or lock was removed (or replaced) under it."""
@@ -145,6 +162,21 @@ def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
         return []
     found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
     return [(name, fd) for name, fd in found if fd is not None]
+
+
+def _free_reserves(root: str, me: str) -> int:
+    """Delete the reserves of the dead owners of ``root`` (each under its lock, so none is being
+    adopted meanwhile); returns how many were."""
+    freed = 0
+    for name, fd in dead_owners(root, me):
+        try:
+            os.unlink(os.path.join(root, name, RESERVE))
+            freed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return freed
 
 
 def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:

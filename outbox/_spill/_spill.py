@@ -22,7 +22,7 @@ from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
-from ._owners import Home, dead_owners, segment_paths
+from ._owners import RESERVE, Home, dead_owners, segment_paths
 from ._ranges import Ranges
 from ._streams import Kept, Run
 from ._window import Window
@@ -95,6 +95,8 @@ class Spill:
             finally:
                 os.close(fd)
             self.owners_adopted += 1
+            with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
+                os.unlink(os.path.join(target, RESERVE))
             paths, kept = segment_paths(target), Kept()
             run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
             if kept:

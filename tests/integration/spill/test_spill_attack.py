@@ -19,7 +19,7 @@ import orjson
 import pytest
 from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
-from outbox import Outbox
+from outbox import ConfigError, Outbox
 from outbox._observability._log import RateLimitedLog
 from outbox._run._serde import SerializedEvent
 from outbox._spill._disk import Disk
@@ -160,6 +160,47 @@ def test_a_clean_close_on_a_full_disk_hands_on_only_what_it_counts_spilled_at_cl
     assert first
     assert not set(second) & first, f"{len(set(second) & first)} delivered again, no crash"
     assert len(second) == handed_on, (len(second), handed_on)
+
+
+def test_a_successor_starts_on_a_disk_a_dead_owner_left_full_and_delivers_its_events(tmpfs):
+    """A process died with 100 events on disk, and the disk then filled.  Its successor could
+    not write its own lock: ``Outbox()`` raised (ENOSPC), and the application could not start
+    until someone freed space.  A dead owner's reserve (the room it kept for its settlements) is
+    of no use once it is dead (its successor settles in its own files): the successor frees it,
+    starts, and delivers every event."""
+    spill = tmpfs / "spill"
+    dead_owner(spill, 0, 100)
+    (dead,) = owner_dirs(spill)
+    assert (dead / "reserve").exists()
+    fill(tmpfs)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
+        assert box.close(20).complete
+        delivered = ns(sink)
+    assert sorted(set(delivered)) == list(range(100))
+
+
+def test_a_full_disk_with_no_reserve_to_free_is_a_config_error_naming_it(tmpfs):
+    fill(tmpfs)
+    with pytest.raises(ConfigError, match=r"spill_dir=.*not usable: No space left on device; free space"):
+        Outbox(HttpTransport(refused_url()), spill_dir=str(tmpfs / "spill"))
+    assert not [p for p in (tmpfs / "spill").iterdir() if p.name.startswith(".tmp-")]  # (nothing left)
+
+
+def test_an_adopted_owner_keeps_no_reserve(tmp_path):
+    """A dead owner's reserve is deleted when it is adopted: its settlements are the adopter's to
+    write, in its own files and room.  It was kept, 64 KiB per adopted owner, for as long as any
+    of its events was live: a chain of crashes piled them up on the disk they were to help."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 20)
+    (dead,) = owner_dirs(spill)
+    assert (dead / "reserve").exists()
+    box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=1)
+    try:
+        assert box.stats().spill["owners_adopted"] == 1
+        assert not list(spill.glob("*/*/reserve")), list(spill.glob("*/*/reserve"))
+    finally:
+        box.close()
 
 
 # -- 4. a close that cannot write its losses deletes dead owners' files it says it leaves ---------
