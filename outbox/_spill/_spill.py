@@ -308,7 +308,7 @@ class Spill:
             )
         try:
             home = Home(self.directory)
-        except ConfigError as exc:  # (counted by errno, as a failed write: failed_eexist, ...)
+        except ConfigError as exc:  # (counted by errno, as a failed write: failed_enotdir, ...)
             self.disk.failures[errno.errorcode.get(getattr(exc.__cause__, "errno", None) or 0, "EOTHER")] += 1
             self._retry_home_at = time.monotonic() + RETRY_AFTER
             with buf.lock:

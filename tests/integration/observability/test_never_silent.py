@@ -244,11 +244,11 @@ def test_a_spill_directory_that_fails_is_said_once(tmp_path):
     open("spill", "w").close()  # the directory is now a file: it cannot be made again
     # Until making it again has failed twice (tried again some seconds after a failure).
     n, deadline = 0, time.monotonic() + 60
-    while outbox.stats().spill.get("failed_eexist", 0) < 2 and time.monotonic() < deadline:
+    while outbox.stats().spill.get("failed_enotdir", 0) < 2 and time.monotonic() < deadline:
         outbox.emit(event(n))
         n += 1
         time.sleep(0.02)
-    print(outbox.stats().spill.get("failed_eexist", 0) >= 2, n)
+    print(outbox.stats().spill.get("failed_enotdir", 0) >= 2, n)
     """
     result = child(code, tmp_path)
     failed_twice, emitted = result.stdout.split()
