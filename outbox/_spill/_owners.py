@@ -67,9 +67,7 @@ class Home:
         self.owner = f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
         self.path = os.path.join(root, self.owner)
         try:
-            if os.path.lexists(root) and not os.path.isdir(root):  # (makedirs would say "File exists")
-                dangling = os.path.islink(root) and not os.path.exists(root)  # (a volume not mounted?)
-                what = "a broken symbolic link" if dangling else "a file"
+            if what := _not_a_directory(root):  # (makedirs would say "File exists")
                 raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
             os.makedirs(root, exist_ok=True)
             try:
@@ -120,6 +118,14 @@ class Home:
         with contextlib.suppress(OSError):
             os.close(self.lock_fd)
         self.lock_fd = -1
+
+
+def _not_a_directory(path: str) -> str | None:
+    """What is at ``path`` if it is there and not a directory (nor a link to one)."""
+    if not os.path.lexists(path) or os.path.isdir(path):
+        return None
+    dangling = os.path.islink(path) and not os.path.exists(path)  # (a volume not mounted?)
+    return "a broken symbolic link" if dangling else "a file"
 
 
 def segment_paths(directory: str) -> list[str]:
@@ -184,6 +190,8 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
     writable, its owners, segments, bytes, oldest event's age, and entries not ours."""
     path = os.fspath(directory)
     state: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
+    if what := _not_a_directory(path):  # (an outbox refuses it)
+        return {**state, "writable": False, "not_a_directory": what}
     if not state["exists"]:
         parent = os.path.dirname(os.path.abspath(path))
         while not os.path.exists(parent):

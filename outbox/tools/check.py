@@ -597,6 +597,10 @@ def _check_spill(environ: Mapping[str, str]) -> Check | None:
         return Check(
             "spill", False, f"{directory}: cannot be read ({exc}); pass a readable, writable directory"
         )
+    if what := state.get("not_a_directory"):
+        return Check(
+            "spill", False, f"{directory}: it is {what}, not a directory; pass a directory (made if missing)"
+        )
     if not state["writable"]:
         return Check("spill", False, f"{directory}: not writable by this process; fix its permissions")
     if not state["exists"]:

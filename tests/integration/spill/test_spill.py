@@ -527,6 +527,15 @@ def test_outbox_check_reports_the_spill_directory_without_adopting_it(tmp_path):
         assert status == 1
         assert spill_line.startswith("FAIL")
         assert "not writable" in spill_line
+        # A file, or a symbolic link to nothing, where the directory would be: Outbox() refuses
+        # it (it said "does not exist yet (made at start)").
+        dangling = tmp_path / "link"
+        dangling.symlink_to(tmp_path / "unmounted" / "spill")
+        for directory, what in ((a_file, "a file"), (dangling, "a broken symbolic link")):
+            status, spill_line = check(directory)
+            assert status == 1, spill_line
+            assert spill_line.startswith("FAIL"), spill_line
+            assert f"it is {what}, not a directory" in spill_line, spill_line
 
 
 FORKING = """
