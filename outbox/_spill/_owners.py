@@ -32,7 +32,6 @@ LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
 RESERVE = "reserve"
 LOCK_TEXT = b"lineage-outbox spill owner 1\n"
-_FULL = "free space (or lower max_spill_bytes of the outboxes sharing it), or pass another directory"
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
 
@@ -57,14 +56,17 @@ def _probe(root: str, name: str, how: int) -> int | None:
     return None
 
 
+def _new_owner() -> str:
+    """An owner id, which sorts by the time the owner started."""
+    return f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
+
+
 class Home:
     """This owner's directory in ``root``, made with its lock held.  Raises ConfigError if
     ``root`` cannot be made, is not a directory, or is not writable."""
 
     def __init__(self, root: str) -> None:
-        self.root = root
-        # An id that sorts by the time the owner started.
-        self.owner = f"{time.time_ns():016x}-{os.getpid() & 0xFFFFFFFF:x}-{secrets.token_hex(4)}"
+        self.root, self.owner = root, _new_owner()
         self.path = os.path.join(root, self.owner)
         try:
             if what := _not_a_directory(root):  # (makedirs would say "File exists")
@@ -79,12 +81,20 @@ class Home:
                     raise
                 fd = self._make()
         except OSError as exc:
-            fix = _FULL if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a writable directory"
             raise ConfigError(
-                f"spill_dir={root!r} is not usable: {exc.strerror or exc}; {fix} on local disk (it is "
-                "made if missing)"
+                f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
+                "directory on local disk (it is made if missing)"
             ) from exc
-        self.lock_fd, self.identity = fd, os.stat(self.path)
+        self.lock_fd = fd
+        self.identity: os.stat_result | None = os.stat(self.path)
+
+    @classmethod
+    def unmade(cls, root: str) -> Home:
+        """An owner whose directory could not be made (a full disk): vanished from the start."""
+        home = cls.__new__(cls)
+        home.root, home.owner, home.lock_fd, home.identity = root, _new_owner(), -1, None
+        home.path = os.path.join(root, home.owner)
+        return home
 
     def _make(self) -> int:
         """Make the directory under a temporary name with its lock taken, then rename it.
@@ -109,7 +119,7 @@ class Home:
         try:
             if os.fstat(self.lock_fd).st_nlink == 0:
                 return True
-            return not os.path.samestat(os.stat(self.path), self.identity)
+            return self.identity is None or not os.path.samestat(os.stat(self.path), self.identity)
         except OSError:
             return True
 

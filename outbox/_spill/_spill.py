@@ -40,7 +40,8 @@ class Spill:
     """One owner's spill in ``directory`` (see the module's docstring).
 
     Raises:
-        ConfigError: the directory cannot be made, is not a directory, or is not writable.
+        ConfigError: the directory cannot be made, is not a directory, or is not writable (a full
+            disk is not an error: the outbox starts in memory and makes it once there is room).
     """
 
     def __init__(
@@ -56,12 +57,23 @@ class Spill:
         self.max_bytes, self.interval = max_bytes, interval
         self.log = RateLimitedLog(log_interval)
         self.window = Window()
-        self._begin(Home(self.directory))
+        self._retry_home_at = 0.0  # (a directory that could not be made, or made again)
+        full: OSError | None = None
+        try:
+            home = Home(self.directory)
+        except ConfigError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            home, full = Home.unmade(self.directory), cause
+        self._begin(home)
+        if full is not None:  # in memory until the disk has room, as when the directory vanished
+            self.disk.failed(full)
+            self._retry_home_at = self.disk.retry_at
         self.recovered = self.owners_adopted = 0
         self._pending: list[Run] = []  # adopted, not yet in the stretch
         self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
         self._closed = self._scan_now = False
-        self._retry_home_at = 0.0  # (a vanished directory that could not be made again)
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._adopt_at_attach = adopt

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
-from outbox import ConfigError, Outbox
+from outbox import Outbox
 from outbox._observability._log import RateLimitedLog
 from outbox._run._serde import SerializedEvent
 from outbox._spill._disk import Disk
@@ -180,11 +180,35 @@ def test_a_successor_starts_on_a_disk_a_dead_owner_left_full_and_delivers_its_ev
     assert sorted(set(delivered)) == list(range(100))
 
 
-def test_a_full_disk_with_no_reserve_to_free_is_a_config_error_naming_it(tmpfs):
+def test_on_a_full_disk_with_no_reserve_to_free_an_outbox_starts_in_memory_then_spills(tmpfs, caplog):
+    """A disk full of someone else's files, no dead owner's reserve to free: the outbox cannot
+    make its directory.  It raised ConfigError: the application could not start, for want of a
+    disk it needs only in an outage.  Now it starts in memory (as when its directory vanishes),
+    says so once (the error and the fix), counts ``failed_enospc``, delivers, and makes its
+    directory, and spills, once the disk has room."""
+    spill = tmpfs / "spill"
     fill(tmpfs)
-    with pytest.raises(ConfigError, match=r"spill_dir=.*not usable: No space left on device; free space"):
-        Outbox(HttpTransport(refused_url()), spill_dir=str(tmpfs / "spill"))
-    assert not [p for p in (tmpfs / "spill").iterdir() if p.name.startswith(".tmp-")]  # (nothing left)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), spill_interval=0.05)
+        try:
+            assert "failed (No space left on device): the disk is full: free space" in caplog.text
+            assert box.stats().spill["failed_enospc"] == 1
+            for n in range(20):
+                assert box.emit(run_event(run_id=RUNS[0], n=n))
+            assert sink.wait_for(20, 20)
+            assert not [p for p in spill.iterdir() if not p.name.startswith("filler")]  # nothing made
+            os.unlink(tmpfs / "filler")
+            n = 20
+            deadline = time.monotonic() + 30  # (the directory is tried again 5 s after a failure)
+            while not box.stats().spill["written"] and time.monotonic() < deadline:
+                assert box.emit(run_event(run_id=RUNS[0], n=n))
+                n += 1
+                time.sleep(0.05)
+            assert box.stats().spill["written"], box.stats().spill
+            assert len(owner_dirs(spill)) == 1
+        finally:
+            assert box.close(20).complete
+    assert sorted(set(ns(sink))) == list(range(n))
 
 
 def test_an_adopted_owner_keeps_no_reserve(tmp_path):
