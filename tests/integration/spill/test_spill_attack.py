@@ -404,3 +404,60 @@ def test_a_segment_naming_another_owner_is_never_both_delivered_and_counted_lost
         delivered = ns(sink)
     both = [n for n in delivered if n >= 9000]
     assert not (both and report.undelivered.get("spill_lost")), (both, report.undelivered)
+
+
+# -- 8. an outbox started on a full disk: its directory made only when it has an event to write ----
+
+
+def test_an_outbox_started_on_a_full_disk_makes_its_directory_once_there_is_room_with_the_backend_down(
+    tmpfs,
+):
+    """The disk full at start (no reserve to free): the outbox starts in memory.  The backend is
+    down; 10 events are emitted, the sender takes them (in flight, refused by the disk: counted
+    ``not_spilled_failed``).  The disk is then freed.  The directory is made again only by a
+    write (``_append``), and no event is left to write: 12 s on (RETRY_AFTER is 5 s), no
+    directory, and the close counts the 10 events ``dropped_shutdown``: an outage the spill was
+    there for, a disk with room for 12 s, and nothing handed on."""
+    spill = tmpfs / "spill"
+    fill(tmpfs)
+    box = Outbox(
+        HttpTransport(refused_url(), timeout=0.5),
+        spill_dir=str(spill),
+        shutdown_timeout=1,
+        spill_interval=0.05,
+        backoff_base=0.05,
+        backoff_cap=0.2,
+    )
+    try:
+        assert box.stats().spill["failed_enospc"] == 1
+        for n in range(10):
+            assert box.emit(run_event(run_id=RUNS[0], n=n))
+        time.sleep(0.5)
+        os.unlink(tmpfs / "filler")
+        assert wait_until(lambda: owner_dirs(spill), 12), box.stats().spill  # (made within RETRY_AFTER)
+        assert wait_until(lambda: box.stats().spill["spilled_events"] == 10, 5), box.stats().spill
+    finally:
+        report = box.close()
+    assert report.undelivered == {"spilled_at_close": 10}, report
+
+
+def test_an_outbox_started_on_a_full_disk_reports_the_dead_owners_it_could_not_take_over(tmpfs):
+    """A dead owner's 50 events on a disk full of other files, its reserve already used: its
+    successor starts in memory, with no directory to rename the dead owner's into.  The rename
+    fails ENOENT, which ``_adopt`` reads as "another process adopted it first": the close
+    reports ``spill_left == {"events": 0, "owners": 0}`` and says nothing of the 50 events it
+    leaves on the disk.  (It also warns that the 10 events it delivered "could not be written
+    down" and that "the next outbox ... delivers them again": they were never on disk.)"""
+    spill = tmpfs / "spill"
+    dead_owner(spill, 0, 50)
+    (dead,) = owner_dirs(spill)
+    os.unlink(dead / "reserve")
+    fill(tmpfs)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), shutdown_timeout=3)
+        for n in range(100, 110):
+            assert box.emit(run_event(run_id=RUNS[0], n=n))
+        assert sink.wait_for(10, 10)
+        report = box.close(5)
+    assert owner_dirs(spill) == [dead] and segment_paths(str(dead))  # (left on the disk, whole)
+    assert report.spill_left["owners"] == 1, report
