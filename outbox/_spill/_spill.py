@@ -93,12 +93,13 @@ class Spill:
         the replay reads them (its run does not read its files again)."""
         self._not_taken.clear()
         for name, fd in dead_owners(self.directory, self.home.owner):
-            target = os.path.join(self.home.path, name)
+            source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
             try:
-                os.rename(os.path.join(self.directory, name), target)
-            except FileNotFoundError:
-                continue  # another process adopted it first
+                os.rename(source, target)
             except OSError as exc:
+                if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
+                    continue  # another process adopted it first
+                # (or this owner has no directory to take it into: started on a full disk)
                 self._not_taken.add(name)
                 self.log.warning(
                     "spill-adopt", "spill: cannot take over %s in %s: %s", name, self.directory, exc
