@@ -191,6 +191,8 @@ class Spill:
             if not force and now < self._last_tick + self.interval:
                 return
             self._last_tick, window.stuck = now, False
+            if self.home.lock_fd < 0:  # no directory (a full disk, or it vanished): tried again
+                self._start_over(buf)
             # Settled files go first: their room is this write's (after an outage that filled
             # the disk, the backend's catching up frees it).
             self._settle(buf)
