@@ -98,6 +98,9 @@ class Sidecar:
         self.task: asyncio.Task[None] | None = None
         #: Resolved when the worker has ended (drained, deadline passed, or stopped).
         self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        #: Set once the report's loss is said: a close hands the report out only then (the
+        #: program may exit at once, and the thread that made it is a daemon).
+        self._told = threading.Event()
         self.report: CloseReport | None = None
         self.close_started: float | None = None
         #: How the close came (``at exit``, ``on signal 15``, ...), for the loss warning.
@@ -398,6 +401,7 @@ class Sidecar:
         report.  Idempotent.  Re-entered from a signal handler that interrupted this thread
         inside the outbox, it returns a provisional report (``pending`` events) instead."""
         if self.report is not None:
+            self._told.wait(_TELL_WAIT)
             return self.report
         buf = self.buffer
         started = self.close_started if self.close_started is not None else time.monotonic()
@@ -415,13 +419,19 @@ class Sidecar:
             )
         members = self.members.finish() if self.members is not None else {}
         with self._lock, buf.lock:
-            if self.report is not None:
-                return self.report
-            report = self.report = _account_locked(buf, self.spill, members, started)
-            self.state = State.CLOSED
+            report, made = self.report, self.report is None
+            if report is None:
+                report = self.report = _account_locked(buf, self.spill, members, started)
+                self.state = State.CLOSED
+        if not made:  # (another thread made it meanwhile, and says it)
+            self._told.wait(_TELL_WAIT)
+            return report
         no_longer_closes_at_exit(self)
-        if self.tells_losses:
-            _tell_losses(self.name, self.closed_why, report)
+        try:
+            if self.tells_losses:
+                _tell_losses(self.name, self.closed_why, report)
+        finally:
+            self._told.set()
         return report
 
     def close_in_background(self) -> None:
@@ -502,6 +512,9 @@ def _on_disk(spill: Spill | None, buf: Buffer) -> int:
 
 #: Counted in ``dropped`` but not lost: lineage was turned off (``OPENLINEAGE_DISABLED``).
 _NOT_LOST = frozenset({Reason.DISABLED})
+#: Seconds a close waits for the thread that made the report to say its loss (a logging handler
+#: that blocks must not hold a close for ever).
+_TELL_WAIT = 2.0
 #: A fan-out member's accounts that are not loss reasons (``_fanout.Member.stats``).
 _MEMBER_ACCOUNTS = frozenset({"emitted", "delivered", "retried", "queued_events", "in_flight"})
 
