@@ -9,14 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import orjson
-import pytest
 from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
 from outbox import Outbox
@@ -30,6 +26,7 @@ from outbox._spill._streams import Streams
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support.disk import fill, free
 from support.helpers import run_event, wait_until
 
 
@@ -37,32 +34,6 @@ def padded(n: int, pad: int = 500) -> dict:
     event = run_event(run_id=RUNS[n % 4], n=n)
     event["job"]["facets"] = {"pad": {"_producer": "p", "_schemaURL": "s", "v": "x" * pad}}
     return event
-
-
-@pytest.fixture
-def tmpfs():
-    """A 1 MiB tmpfs (root only): a disk that fills."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = Path(tempfile.mkdtemp(prefix="spill-tmpfs-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def fill(disk: Path) -> None:
-    """Fill the filesystem of ``disk`` (a file of someone else's, until ENOSPC)."""
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # -- 1. a flipped bit in a record's length field: every later record of the file, silently --------
@@ -152,7 +123,7 @@ def test_a_clean_close_on_a_full_disk_hands_on_only_what_it_counts_spilled_at_cl
         time.sleep(0.5)
         first = set(ns(sink))
         handed_on = box.close().undelivered["spilled_at_close"]
-        os.unlink(tmpfs / "filler")
+        free(tmpfs)
         sink.clear()
         behaviour.fail_status = None
         assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
@@ -197,7 +168,7 @@ def test_on_a_full_disk_with_no_reserve_to_free_an_outbox_starts_in_memory_then_
                 assert box.emit(run_event(run_id=RUNS[0], n=n))
             assert sink.wait_for(20, 20)
             assert not [p for p in spill.iterdir() if not p.name.startswith("filler")]  # nothing made
-            os.unlink(tmpfs / "filler")
+            free(tmpfs)
             n = 20
             deadline = time.monotonic() + 30  # (the directory is tried again 5 s after a failure)
             while not box.stats().spill["written"] and time.monotonic() < deadline:
@@ -267,7 +238,7 @@ def test_a_close_that_cannot_write_its_losses_leaves_the_dead_owners_it_had_not_
     dead.rename(spill / dead.name)
     report = box.close()
     assert report.spill_left == {"events": 20, "owners": 0}, report
-    os.unlink(tmpfs / "filler")
+    free(tmpfs)
     with Sink() as sink:
         assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
         delivered = ns(sink)
@@ -434,7 +405,7 @@ def test_an_outbox_started_on_a_full_disk_makes_its_directory_once_there_is_room
         for n in range(10):
             assert box.emit(run_event(run_id=RUNS[0], n=n))
         time.sleep(0.5)
-        os.unlink(tmpfs / "filler")
+        free(tmpfs)
         assert wait_until(lambda: owner_dirs(spill), 12), box.stats().spill  # (made within RETRY_AFTER)
         for n in range(10, 20):
             assert box.emit(run_event(run_id=RUNS[0], n=n))

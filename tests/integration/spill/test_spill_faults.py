@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -35,24 +32,6 @@ from outbox.transports import HttpTransport
 from support import parts
 from support.helpers import run_event, wait_until
 from support.spill_children import read_line, start_child, tell
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode:
-        why = f"cannot mount a tmpfs here: {done.stderr.strip()}"
-        if os.geteuid() == 0 or os.environ.get("CI") == "true":
-            pytest.fail(why)  # CI runs as root: ENOSPC must be proven there, never skipped
-        pytest.skip(f"{why} (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def spill_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -1,0 +1,60 @@
+"""A disk that fills, for real: a small tmpfs mounted for a test (root only; CI runs as root),
+and a file of someone else's that takes its room until ENOSPC, then gives it back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+FILLER = "filler"
+
+
+@contextlib.contextmanager
+def small_disk(size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``), unmounted and removed on exit.
+
+    Raises:
+        OSError: it cannot be mounted here (not root, or no ``mount``): the message says why.
+    """
+    path = Path(tempfile.mkdtemp(prefix="small-disk-"))
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+        )
+    except OSError as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise OSError(f"cannot mount a tmpfs here: {exc}") from exc
+    if done.returncode:
+        shutil.rmtree(path, ignore_errors=True)
+        raise OSError(f"cannot mount a tmpfs here (root only): {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def fill(disk: Path, leave: int = 0) -> int:
+    """Fill the filesystem of ``disk`` with the file ``disk/filler`` until ENOSPC (growing it
+    if it is there already), then give back ``leave`` bytes of it.  Returns the bytes it holds."""
+    fd = os.open(disk / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\0" * 4096)
+        size = max(0, os.fstat(fd).st_size - leave)
+        os.ftruncate(fd, size)
+        return size
+    finally:
+        os.close(fd)
+
+
+def free(disk: Path) -> None:
+    """Give back what :func:`fill` took."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(disk / FILLER)
