@@ -20,7 +20,7 @@ from typing import Any
 from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent
 from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
-from ._owners import RESERVE, Home, prune
+from ._owners import RESERVE, Home, prune_all
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
 
@@ -291,7 +291,7 @@ class Disk:
         kept = {seg.stream for seg in self.streams.files if seg.path in spare}
         keep = keep or [self.home.path]
         self.streams.forget([seg for seg in self.streams.files if seg.path not in spare], keep)
-        prune({self.home.path}, keep)  # (files or not)
+        prune_all(self.home.path, keep)  # (files or not; its adopted owners' too)
         for name, stream in self.streams.streams.items():
             if name not in kept:
                 stream.live = Ranges()

@@ -26,7 +26,7 @@ from typing import Any
 from .._errors import ConfigError
 from ._format import Event, NotOurs, SegmentReader
 
-__all__ = ["RESERVE", "Home", "dead_owners", "inspect_dir", "is_owner", "prune", "segment_paths"]
+__all__ = ["RESERVE", "Home", "dead_owners", "inspect_dir", "is_owner", "prune", "prune_all", "segment_paths"]
 
 LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
@@ -39,9 +39,10 @@ def is_owner(name: str) -> bool:
     return bool(_OWNER.match(name))
 
 
-def _probe(root: str, name: str, how: int) -> int | None:
+def _probe(root: str, name: str, how: int, mine: int = -1) -> int | None:
     """If ``name`` is an owner of ours in ``root`` that is gone: its lock's fd, locked ``how``
-    by us now; else None (alive, being adopted, or not ours)."""
+    by us now (or its lock is ``mine``, borrowed: ``Home._borrow``); else None (alive, being
+    adopted, or not ours)."""
     if not is_owner(name):
         return None
     try:
@@ -50,7 +51,8 @@ def _probe(root: str, name: str, how: int) -> int | None:
         return None
     with contextlib.suppress(OSError):
         if os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            if mine < 0 or not os.path.samestat(os.fstat(fd), os.fstat(mine)):
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
             return fd
     os.close(fd)
     return None
@@ -75,11 +77,12 @@ class Home:
             try:
                 fd = self._make()
             except OSError as exc:
-                # A disk full of a dead owner's spill: its reserve is of no use to it now (its
-                # successor settles in its own files), and makes room for this owner's lock.
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _free_reserves(root, self.owner):
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
-                fd = self._make()
+                # A disk full of dead owners' spill: their reserves are of no use to them now (a
+                # successor settles in its own files) and make room for this owner's lock; with
+                # none, a dead owner's lock is this owner's too, until it adopts that owner.
+                fd = self._make() if _free_reserves(root, self.owner) else self._borrow(exc)
         except OSError as exc:
             raise ConfigError(
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
@@ -96,23 +99,45 @@ class Home:
         home.path = os.path.join(root, home.owner)
         return home
 
-    def _make(self) -> int:
+    def _make(self, borrowed: tuple[str, int] | None = None) -> int:
         """Make the directory under a temporary name with its lock taken, then rename it.
-        Returns the lock's fd; nothing is left behind if it fails."""
+        Returns the lock's fd; nothing is left behind if it fails.  ``borrowed``: a dead owner's
+        lock (its path, and its fd, locked by us) to be this one's too, by a second name."""
         tmp = os.path.join(self.root, f".tmp-{self.owner}")
         os.mkdir(tmp)
         fd = -1
         try:
-            fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.write(fd, LOCK_TEXT)
+            if borrowed is not None:  # (a link: no room needed)
+                os.link(borrowed[0], os.path.join(tmp, LOCK))
+                fd = borrowed[1]
+            else:
+                fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.write(fd, LOCK_TEXT)
             os.rename(tmp, self.path)
         except BaseException:
-            if fd >= 0:
+            if fd >= 0 and borrowed is None:
                 os.close(fd)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return fd
+
+    def _borrow(self, full: OSError) -> int:
+        """Make the directory on a full disk with the oldest dead owner's lock as its lock: the
+        same file by a second name, so that whoever finds one locked finds both.  The dead owner is
+        adopted by this one next (``dead_owners`` knows its lock as ours).  Raises ``full`` if
+        there is no dead owner."""
+        found = dead_owners(self.root, self.owner)
+        for _, fd in found[1:]:
+            os.close(fd)
+        if not found:
+            raise full
+        name, fd = found[0]
+        try:
+            return self._make((os.path.join(self.root, name, LOCK), fd))
+        except BaseException:
+            os.close(fd)
+            raise
 
     def vanished(self) -> bool:
         """Whether this owner's directory or lock was removed (or replaced) under it."""
@@ -153,6 +178,11 @@ def segment_paths(directory: str) -> list[str]:
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
 
 
+def prune_all(path: str, keep: Collection[str]) -> None:
+    """:func:`prune` ``path`` and every directory in it (its adopted owners', files or not)."""
+    prune({root for root, _, _ in os.walk(path)}, keep)
+
+
 def prune(dirs: set[str], keep: Collection[str]) -> None:
     """Remove the owner directories ``dirs`` that hold nothing but their lock and reserve, then
     their parents the same way, deepest first; never one of ``keep`` nor one above it."""
@@ -169,14 +199,15 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             dirs.add(os.path.dirname(path))
 
 
-def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
+def dead_owners(root: str, me: str, mine: int = -1) -> list[tuple[str, int]]:
     """The owners of ``root`` that are gone, oldest first: (name, the fd of their lock, which we
-    now hold).  An owner whose lock another process holds is alive (or being adopted)."""
+    now hold, or which is ``mine``).  An owner whose lock another process holds is alive (or
+    being adopted)."""
     try:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
+    found = [(name, _probe(root, name, fcntl.LOCK_EX, mine)) for name in names if name != me]
     return [(name, fd) for name, fd in found if fd is not None]
 
 

@@ -22,7 +22,7 @@ from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
-from ._owners import RESERVE, Home, dead_owners, segment_paths
+from ._owners import RESERVE, Home, dead_owners, prune_all, segment_paths
 from ._ranges import Ranges
 from ._streams import Kept, Run
 from ._window import Window
@@ -92,7 +92,7 @@ class Spill:
         the stretch.  One owner's events that fit ``room`` bytes and ``most`` events are kept as
         the replay reads them (its run does not read its files again)."""
         self._not_taken.clear()
-        for name, fd in dead_owners(self.directory, self.home.owner):
+        for name, fd in dead_owners(self.directory, self.home.owner, self.home.lock_fd):
             source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
             try:
                 os.rename(source, target)
@@ -111,6 +111,8 @@ class Spill:
             with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
                 os.unlink(os.path.join(target, RESERVE))
             paths, kept = segment_paths(target), Kept()
+            if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
+                prune_all(target, [self.home.path])
             run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
             if kept:
                 run.index, room = len(paths), 0

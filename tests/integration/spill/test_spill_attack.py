@@ -151,6 +151,34 @@ def test_a_successor_starts_on_a_disk_a_dead_owner_left_full_and_delivers_its_ev
     assert sorted(set(delivered)) == list(range(100))
 
 
+def test_on_a_disk_full_of_dead_owners_with_no_reserve_left_each_successor_adopts_them(tmpfs):
+    """A process died with 100 events on disk and no reserve left (it spent it on settlements
+    when the disk filled), the disk full: its successor could not write its lock, started in
+    memory, and could never take the dead owner in (a rename into a directory it did not have).
+    Freeing other files did not help when the spill's own files filled the disk (a
+    ``max_spill_bytes`` above the disk's room): the events stayed on disk for good.  Now the
+    successor makes its directory with the dead owner's lock as its own (a second name of that
+    file: no room needed) and adopts it; and so does the next one, when that successor dies
+    before delivering (a crash loop on a full disk); the last delivers all 100."""
+    spill = tmpfs / "spill"
+    dead_owner(spill, 0, 100)
+    (dead,) = owner_dirs(spill)
+    (dead / "reserve").unlink()
+    fill(tmpfs)
+    for generation in range(2):  # each one adopts the last one's files, and dies with them
+        box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=0.5)
+        assert box.stats().spill["owners_adopted"] == 1, (generation, box.stats().spill)
+        box.close()
+        assert owner_dirs(spill) != [dead]
+        (dead,) = owner_dirs(spill)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
+        report = box.close(20)
+        assert report.complete, report
+        delivered = ns(sink)
+    assert sorted(set(delivered)) == list(range(100))
+
+
 def test_on_a_full_disk_with_no_reserve_to_free_an_outbox_starts_in_memory_then_spills(tmpfs, caplog):
     """A disk full of someone else's files, no dead owner's reserve to free: the outbox cannot
     make its directory.  It raised ConfigError: the application could not start, for want of a
@@ -415,24 +443,30 @@ def test_an_outbox_started_on_a_full_disk_makes_its_directory_once_there_is_room
     assert report.undelivered == {"dropped_shutdown": 10, "spilled_at_close": 10}, report
 
 
-def test_an_outbox_started_on_a_full_disk_reports_the_dead_owners_it_could_not_take_over(tmpfs):
-    """A dead owner's 50 events on a disk full of other files, its reserve already used: its
-    successor starts in memory, with no directory to rename the dead owner's into.  The rename
-    fails ENOENT, which ``_adopt`` reads as "another process adopted it first": the close
-    reports ``spill_left == {"events": 0, "owners": 0}`` and says nothing of the 50 events it
-    leaves on the disk.  (It also warns that the 10 events it delivered "could not be written
-    down" and that "the next outbox ... delivers them again": they were never on disk.)"""
+def test_an_outbox_started_on_a_full_disk_reports_the_dead_owners_it_could_not_take_over(
+    tmpfs, caplog, monkeypatch
+):
+    """An outbox in memory on a full disk (no dead owner then, to make its directory with), and
+    then a dead owner's 50 events show up, its reserve already used: the close finds it with no
+    directory to rename it into.  The rename failed ENOENT, which ``_adopt`` read as "another
+    process adopted it first": the close reported ``spill_left == {"events": 0, "owners": 0}``
+    and said nothing of the 50 events it left on the disk.  (It also warned that the 10 events
+    it delivered "could not be written down" and that "the next outbox ... delivers them
+    again": they were never on disk.)"""
     spill = tmpfs / "spill"
-    dead_owner(spill, 0, 50)
-    (dead,) = owner_dirs(spill)
+    parked = tmpfs / "parked"  # (same filesystem: moved in later by a rename)
+    dead_owner(parked, 0, 50)
+    (dead,) = owner_dirs(parked)
     os.unlink(dead / "reserve")
     fill(tmpfs)
+    monkeypatch.setattr("outbox._spill._disk.RETRY_AFTER", 600.0)  # (its directory not tried again)
     with Sink() as sink:
         box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), shutdown_timeout=3)
         for n in range(100, 110):
             assert box.emit(run_event(run_id=RUNS[0], n=n))
         assert sink.wait_for(10, 10)
-        report = box.close(5)
+        dead = dead.rename(spill / dead.name)
+        report = box.close(3)
     assert owner_dirs(spill) == [dead]  # (left on the disk, whole)
     assert segment_paths(str(dead))
     assert report.spill_left["owners"] == 1, report

@@ -20,6 +20,7 @@ from outbox import Outbox
 from outbox._run._serde import SerializedEvent
 from outbox._spill import inspect_dir
 from outbox._spill._format import SegmentReader, encode_event, file_header
+from outbox._spill._owners import LOCK_TEXT
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
@@ -379,3 +380,22 @@ def test_what_the_window_has_room_for_at_start_is_read_once(tmp_path, monkeypatc
     opens = [path.split(os.sep)[-2] for path in opened]
     assert opens.count(first.name) == 1, opens
     assert opens.count(second.name) == 2, opens
+
+
+def test_owners_that_died_with_no_files_leave_no_directories_behind(tmp_path):
+    """Dead owners that held nothing but their lock (one died before writing, one adopted by it
+    and emptied): adopted, then the clean close of a drained directory left them, one inside the
+    other, and the adopter's own directory around them, for good (its close pruned only the
+    directories its deleted files had emptied, and these had none).  Now they go once adopted."""
+    spill = tmp_path / "spill"
+    alone, adopter = spill / "18eede7303f8dae8-5920-b9183112", spill / "18eede72c6bdf34b-58f7-056adfae"
+    for owner in (alone, adopter, adopter / "18eede71c6bdf34b-58f7-056adfae"):
+        owner.mkdir(parents=True)
+        (owner / "lock").write_bytes(LOCK_TEXT)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
+        assert box.stats().spill["owners_adopted"] == 2, box.stats().spill
+        assert not [path for path in spill.glob("*/*") if path.is_dir()]  # (gone once adopted)
+        assert box.emit(run_event(run_id=RUNS[0], n=1))
+        assert box.close(10).complete
+    assert list(spill.iterdir()) == [], list(spill.rglob("*"))
