@@ -79,13 +79,19 @@ class Disk:
         """Whether the disk failed less than ``RETRY_AFTER`` ago."""
         return time.monotonic() < self.retry_at
 
+    @property
+    def refusing(self) -> bool:
+        """Whether events are not written: the disk is failing, or full with the reserve spent
+        (what room the disk has is the settlements', until the reserve can be made again)."""
+        return self.failing or (self.full_disk and not self.reserved)
+
     def holds(self, event: SerializedEvent) -> bool:
         """Whether the spill could ever hold ``event``'s record (an empty one of the stream)."""
         return record_size(event) <= self.most
 
     def room(self) -> int:
-        """Bytes the next append may write of events: none while the disk is failing."""
-        return 0 if self.failing else max(0, self.max_bytes - self.size - self.settle_room)
+        """Bytes the next append may write of events: none while the disk refuses them."""
+        return 0 if self.refusing else max(0, self.max_bytes - self.size - self.settle_room)
 
     @property
     def size(self) -> int:
@@ -121,7 +127,7 @@ class Disk:
         counted once each, however often they are tried again."""
         if end > self.counted_upto:
             count = n if n is not None and first >= self.counted_upto else end - max(first, self.counted_upto)
-            self.not_spilled["spill_failed" if self.failing else "spill_full"] += count
+            self.not_spilled["spill_failed" if self.refusing else "spill_full"] += count
             self.counted_upto = end
 
     def settled(self, by: dict[tuple[str, str], Ranges]) -> None:
@@ -168,7 +174,7 @@ class Disk:
         return fit
 
     def _write(self, records: list[bytes], settles: bool) -> int:
-        if not records or self.failing:
+        if not records or (self.failing if settles else self.refusing):
             return 0
         room = self.max_bytes - self.size - (0 if settles else self.settle_room)
         ends = list(accumulate(map(len, records)))

@@ -209,8 +209,8 @@ class Spill:
             disk = self.disk
             with buf.lock:
                 if not window.active:  # overflow to disk again once it works and has room
-                    full = disk.room() <= 0 and not disk.failing
-                    window.usable = not disk.failing and not full
+                    full = disk.room() <= 0 and not disk.refusing
+                    window.usable = not disk.refusing and not full
                     buf.spill_full_locked(full)
                 self._place_locked(buf)
         except Exception as exc:  # a bug of ours must not stop the worker

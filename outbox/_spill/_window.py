@@ -288,8 +288,8 @@ class Window:
         self.stuck = wrote < offered
         if buf.finalized or buf.holdings.next_seq - len(self.events) != start:
             return  # cleared meanwhile (a close that reported without the worker)
-        buf.spill_full_locked(disk.full and not disk.failing)
-        self.usable = not disk.failing and not disk.full
+        buf.spill_full_locked(disk.full and not disk.refusing)
+        self.usable = not disk.refusing and not disk.full
         if not wrote or disk.last is None:
             return
         self._popleft(wrote)
