@@ -74,6 +74,13 @@ class Disk:
         self.marks: deque[tuple[int, float]] = deque()
         self.keep_reserve()
 
+    def carry_counts(self, before: Disk) -> None:
+        """Go on counting from what ``before`` (this owner's last files, vanished) counted."""
+        self.written, self.counted_upto = before.written, before.counted_upto
+        self.failures.update(before.failures)
+        self.not_spilled.update(before.not_spilled)
+        self.streams.damage.update(before.streams.damage)
+
     @property
     def failing(self) -> bool:
         """Whether the disk failed less than ``RETRY_AFTER`` ago."""
@@ -134,16 +141,17 @@ class Disk:
         """Numbers settled, by (stream, outcome): out of the live sets (the caller holds the
         buffer's lock), and to be written down."""
         for (stream, outcome), ranges in by.items():
-            pairs = list(ranges)
-            for first, end in pairs:
-                self.streams.stream(stream).settle(first, end)
+            held, pairs = self.streams.stream(stream), list(ranges)
             for i in range(0, len(pairs), 4096):
                 part = pairs[i : i + 4096]
-                record = encode_settle(stream, outcome, part)
-                self.unsettled.append((record, sum(b - a for a, b in part), outcome != "delivered"))
+                live = 0  # (what a successor would replay: events never written are not)
+                for first, end in part:
+                    live += held.live.count(first, end)
+                    held.settle(first, end)
+                self.unsettled.append((encode_settle(stream, outcome, part), live, outcome != "delivered"))
 
     def unsettled_events(self, losses: bool) -> int:
-        """Events settled here (lost, or delivered) whose settlement is not on disk yet."""
+        """Events on disk settled here (lost, or delivered) whose settlement is not on disk yet."""
         return sum(n for _, n, lost in self.unsettled if lost == losses)
 
     def tell_unsettled_deliveries(self) -> None:

@@ -79,9 +79,13 @@ class Spill:
         self._adopt_at_attach = adopt
 
     def _begin(self, home: Home) -> None:
-        """This owner's files start (anew after its directory vanished)."""
+        """This owner's files start (anew after its directory vanished: what the last ones
+        counted is carried on, so that ``stats()`` never goes back)."""
+        before = getattr(self, "disk", None)
         self.home = home
         self.disk = Disk(home, self.max_bytes, self.log)
+        if before is not None:
+            self.disk.carry_counts(before)
         #: Own queued events below this number are written (or were refused, and counted).
         self.written_upto = 0
 

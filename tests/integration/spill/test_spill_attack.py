@@ -205,9 +205,28 @@ def test_on_a_full_disk_with_no_reserve_to_free_an_outbox_starts_in_memory_then_
                 time.sleep(0.05)
             assert box.stats().spill["written"], box.stats().spill
             assert len(owner_dirs(spill)) == 1
+            # (the counts of the files it had none of are carried on: a counter never goes back)
+            assert box.stats().spill["failed_enospc"] >= 1, box.stats().spill
         finally:
             assert box.close(20).complete
     assert sorted(set(ns(sink))) == list(range(n))
+
+
+def test_an_outbox_that_never_had_a_disk_does_not_say_a_successor_delivers_its_events_again(tmpfs, caplog):
+    """An outbox on a full disk delivers in memory and closes: none of its events was ever on
+    disk.  Its close said "20 event(s) were delivered, but that could not be written down ...:
+    the next outbox started with it delivers them again": false, and an alarm for nothing.  A
+    settlement left unwritten is counted only for events a successor would find on disk."""
+    spill = tmpfs / "spill"
+    fill(tmpfs)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), spill_interval=0.05)
+        for n in range(20):
+            assert box.emit(run_event(run_id=RUNS[0], n=n))
+        assert sink.wait_for(20, 20)
+        assert box.close(20).complete
+    assert box.stats().spill["written"] == 0
+    assert "could not be written down" not in caplog.text
 
 
 def test_an_adopted_owner_keeps_no_reserve(tmp_path):
@@ -470,6 +489,7 @@ def test_an_outbox_started_on_a_full_disk_reports_the_dead_owners_it_could_not_t
     assert owner_dirs(spill) == [dead]  # (left on the disk, whole)
     assert segment_paths(str(dead))
     assert report.spill_left["owners"] == 1, report
+    assert "could not be written down" not in caplog.text
 
 
 def test_on_a_full_disk_the_reserve_is_spent_on_settlements_never_on_events(tmpfs):
