@@ -1,12 +1,14 @@
 """The spill's chaos test: generations of owners sharing one spill directory, a backend that
-flaps, SIGKILLs at random points and graceful closes, every overflow policy, small disks; then a
-last outbox drains the directory.  The accounting is checked event by event, from what each
+flaps, SIGKILLs at random points and graceful closes, every overflow policy, small bounds and
+(``--disk``, root only) a real disk that fills and frees (ENOSPC); then a last outbox drains the
+directory.  The accounting is checked event by event, from what each
 child said it accepted, what its audit says the library counted (``spill_chaos_child.py``) and
 what the backend received:
 
 - nothing arrives that was not emitted; each run's first arrivals are in order;
 - no event is counted lost twice, and none is both counted lost and delivered (a loss that a
-  killed child never wrote down died with its counts, and does not count);
+  killed child never wrote down, its settlement record not on disk and its file not deleted, died
+  with its counts, and does not count);
 - every accepted event not delivered is counted lost by a child's audit, or is one of the
   events a graceful close counted ``dropped_shutdown`` (their number must match exactly, but for
   those of them that arrived all the same: on the wire when the close let go, or sent before by a
@@ -16,12 +18,13 @@ what the backend received:
   timed out or failed on the wire (the sink may have taken it: at least once);
 - the last outbox's close is complete, and leaves the directory empty.
 
-    python tests/support/spill_chaos.py --seed 7 --generations 8
+    python tests/support/spill_chaos.py --seed 7 --generations 8 [--disk]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -42,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent.parent))
 
 from outbox.tools.faultproxy import FaultProxy
 from outbox.tools.sink import Sink, SinkBehaviour
+
+from support.disk import fill, free, small_disk
 
 CHILD = str(Path(__file__).parent / "spill_chaos_child.py")
 LOSSES_AT_CLOSE = ("dropped_shutdown", "worker_stopped")
@@ -66,7 +71,7 @@ class Child:
 
 
 class SpillChaos:
-    def __init__(self, seed: int, generations: int) -> None:
+    def __init__(self, seed: int, generations: int, disk: bool = False) -> None:
         self.seed, self.generations = seed, generations
         self.rng = random.Random(seed)
         # The run's shape (children, who is killed) from a generator of its own: the flapping
@@ -75,6 +80,18 @@ class SpillChaos:
         self.plan = random.Random(seed + 1)
         self.folder = Path(tempfile.mkdtemp(prefix="spill-chaos-"))
         self.spill = self.folder / "spill"
+        # A real disk that fills (a 2 MiB tmpfs under the spill directory, the audits beside
+        # it), filled and freed by draws of its own: a seed without it runs the same steps.
+        self.mounts = contextlib.ExitStack()
+        self.disk: Path | None = None
+        self.fills = random.Random(seed + 2)
+        if disk:
+            try:
+                self.disk = self.mounts.enter_context(small_disk("2m"))
+            except OSError:  # (not root: said by the caller)
+                shutil.rmtree(self.folder, ignore_errors=True)
+                raise
+            self.spill = self.disk / "spill"
         self.behaviour = SinkBehaviour()
         self.sink = Sink(behaviour=self.behaviour).start()
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
@@ -87,6 +104,7 @@ class SpillChaos:
                 child.proc.kill()
         self.proxy.stop()
         self.sink.stop()
+        self.mounts.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     # -- driving ----------------------------------------------------------------------------
@@ -96,6 +114,12 @@ class SpillChaos:
         self.behaviour.fail_status = 503 if state == "503" else None
         self.proxy.mode = "pass" if state == "503" else state  # type: ignore[assignment]
         self.steps.append(f"backend {state}")
+        if self.disk is not None and self.fills.random() < 0.3:
+            if self.fills.random() < 0.5:
+                self.steps.append(f"disk filled (the filler holds {fill(self.disk)} bytes)")
+            else:
+                free(self.disk)
+                self.steps.append("disk freed")
 
     def _start(self, settings: dict[str, Any] | None = None) -> Child:
         rng = self.rng
@@ -185,7 +209,9 @@ class SpillChaos:
             self.steps.append(f"generation {generation + 1} ended")
         self.proxy.mode = "pass"
         self.behaviour.fail_status = None
-        self.steps.append("backend pass: the last outbox drains the directory")
+        if self.disk is not None:
+            free(self.disk)
+        self.steps.append("backend pass, disk free: the last outbox drains the directory")
         last = self._start(
             {
                 "policy": "drop_newest",
@@ -245,6 +271,9 @@ class SpillChaos:
             pending: list[tuple[int, str]] = []  # loss notes not known to be on disk yet
             durable_upto = -1
             taken_at = -1
+            # The settlements taken at each S: (S's position, its disk, its last record's count).
+            needs: list[tuple[int, str, int]] = []
+            deleted: set[int] = set()  # ids of events whose file was deleted
             ended_in_flight = child.killed or any(
                 child.report["undelivered"].get(r, 0) for r in ("spilled_at_close", "dropped_shutdown")
             )
@@ -273,10 +302,20 @@ class SpillChaos:
                     again.extend(int(seq) for seq in rest.split())
                 elif kind == "C":
                     cut_here.extend(int(seq) for seq in rest.split())
-                elif kind == "W":
-                    durable_upto = taken_at
+                elif kind == "Q":
+                    disk, upto = rest.split()
+                    needs.append((taken_at, disk, int(upto)))
+                elif kind == "D":  # (the settlements of every S whose records are all written)
+                    disk, upto = rest.split()
+                    done = [at for at, d, n in needs if d == disk and n <= int(upto)]
+                    durable_upto = max([durable_upto, *done])
                 elif kind == "X":
                     durable_upto = position
+                elif kind == "G":  # (a file deleted: its events settled for any successor)
+                    stream, *ranges = rest.split()
+                    for pair in ranges:
+                        a, b = map(int, pair.split(":"))
+                        deleted.update(found for n in range(a, b) if (found := id_of(stream, n)) is not None)
             for seqs, into in ((again, sent_again), (cut_here, cut)):
                 for seq in seqs:
                     stream, number = origin.get(seq, (child.owner, seq))
@@ -294,7 +333,7 @@ class SpillChaos:
                 if outcome == "delivered":
                     continue
                 # A loss a killed child never wrote down died with its counts.
-                if child.killed and position > durable_upto:
+                if child.killed and position > durable_upto and found not in deleted:
                     pending.append((found, outcome))
                     continue
                 losses[found].append((child.index, outcome))
@@ -376,8 +415,8 @@ class SpillChaos:
             last[run] = n
 
 
-def run_spill_chaos(seed: int, generations: int) -> dict[str, int]:
-    chaos = SpillChaos(seed, generations)
+def run_spill_chaos(seed: int, generations: int, disk: bool = False) -> dict[str, int]:
+    chaos = SpillChaos(seed, generations, disk)
     try:
         chaos.run()
         return chaos.check()
@@ -394,8 +433,9 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--disk", action="store_true", help="the directory on a 2 MiB tmpfs that fills")
     args = parser.parse_args()
-    print(run_spill_chaos(args.seed, args.generations))
+    print(run_spill_chaos(args.seed, args.generations, args.disk))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,12 @@ The audit file (appended to with unbuffered writes, so that a SIGKILL loses at m
 being written) is what the buffer counted, number by number, as the library notes it:
 ``N first end outcome`` (the journal: settled, delivered or lost), ``T first stream:seq ...``
 (events of the stretch read back: where each came from), ``E seq ...`` (this owner's events on
-disk), ``S`` (the journal taken for writing), ``W`` (every settlement taken so far is on disk),
-``X`` (nothing handed on: the close deleted the files), ``R seq ...`` (events whose request timed
+disk), ``S`` (the journal taken for writing), ``Q disk n`` (the settlements taken at the last
+``S`` end at record ``n`` of that disk's: a ``Disk``'s own number here, a new one after its
+directory is made again), ``D disk n`` (that disk's settlement records up to ``n`` are on disk),
+``G stream first:end ...`` (a file deleted: the numbers of that stream it held, settled as far
+as a successor can tell, written down or not), ``X`` (nothing handed on: the close deleted the
+files), ``R seq ...`` (events whose request timed
 out or failed on the wire: the backend may have taken them, and they go again: at least once),
 ``C seq ...`` (events on the wire when the close let go of what it held: counted lost at close, and
 the backend may take them all the same).
@@ -21,18 +25,20 @@ the backend may take them all the same).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 import threading
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import outbox._spill._spill
 from outbox import Outbox
 from outbox._buffer._numbering import Journal
-from outbox._spill import _disk, _window
+from outbox._spill import _disk, _streams, _window
 from outbox._worker import _conductor, _keys
 from outbox.transports import HttpTransport
 
@@ -75,12 +81,42 @@ def install_audit(path: str) -> None:
             say("E " + " ".join(str(seq) for seq, _ in events[:wrote]))
         return wrote
 
+    # Settlement records, counted per Disk (a new one after a directory is made again):
+    # appended to ``unsettled``, and written from its head.
+    disks = itertools.count(1)
+
+    def counts(disk: Any) -> list[int]:  # [its number, appended, written]
+        if not hasattr(disk, "audit_counts"):
+            disk.audit_counts = [next(disks), 0, 0]
+        return disk.audit_counts  # type: ignore[no-any-return]
+
+    settled = _disk.Disk.settled
+
+    def audited_settled(self, by):  # type: ignore[no-untyped-def]
+        before = len(self.unsettled)
+        settled(self, by)
+        mine = counts(self)
+        mine[1] += len(self.unsettled) - before
+        say(f"Q {mine[0]} {mine[1]}")
+
     write = _disk.Disk.write_settlements
 
     def audited_write(self):  # type: ignore[no-untyped-def]
+        before = len(self.unsettled)
         write(self)
-        if not self.unsettled:
-            say("W")
+        if before > len(self.unsettled):
+            mine = counts(self)
+            mine[2] += before - len(self.unsettled)
+            say(f"D {mine[0]} {mine[2]}")
+
+    forget = _streams.Streams.forget
+
+    def audited_forget(self, dead, keep):  # type: ignore[no-untyped-def]
+        before = list(self.files)
+        forget(self, dead, keep)
+        for seg in (seg for seg in before if seg not in self.files):
+            if seg.numbers:
+                say(f"G {seg.stream} " + " ".join(f"{a}:{b}" for a, b in seg.numbers))
 
     drop = _disk.Disk.drop_all
 
@@ -111,8 +147,10 @@ def install_audit(path: str) -> None:
     Journal.take = audited_take  # type: ignore[method-assign]
     _window.Window.remember = audited_remember  # type: ignore[method-assign]
     _disk.Disk.append = audited_append  # type: ignore[method-assign]
+    _disk.Disk.settled = audited_settled  # type: ignore[method-assign]
     _disk.Disk.write_settlements = audited_write  # type: ignore[method-assign]
     _disk.Disk.drop_all = audited_drop  # type: ignore[method-assign]
+    _streams.Streams.forget = audited_forget  # type: ignore[method-assign]
 
 
 def main() -> None:
