@@ -42,8 +42,8 @@ def is_owner(name: str) -> bool:
 def _probe(root: str, name: str, how: int, mine: int = -1) -> int | None:
     """If ``name`` is an owner of ours in ``root`` that is gone: its lock's fd, locked ``how``
     by us now (or its lock is ``mine``, borrowed: ``Home._borrow``); else None (alive, being
-    adopted, or not ours)."""
-    if not is_owner(name):
+    adopted, or not ours).  ``name`` may be one being made (``.tmp-ID``)."""
+    if not is_owner(name.removeprefix(".tmp-")):
         return None
     try:
         fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC)
@@ -208,7 +208,11 @@ def dead_owners(root: str, me: str, mine: int = -1) -> list[tuple[str, int]]:
     except OSError:
         return []
     found = [(name, _probe(root, name, fcntl.LOCK_EX, mine)) for name in names if name != me]
-    return [(name, fd) for name, fd in found if fd is not None]
+    for name, fd in found:  # (one a process died making: its lock, or a link to one, alone)
+        if fd is not None and name.startswith(".tmp-"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            os.close(fd)
+    return [(name, fd) for name, fd in found if fd is not None and not name.startswith(".tmp-")]
 
 
 def _free_reserves(root: str, me: str) -> int:

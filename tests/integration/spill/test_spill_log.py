@@ -5,6 +5,7 @@ outbox, a successor far smaller than what it adopts.  Real outboxes, real files,
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -399,3 +400,24 @@ def test_owners_that_died_with_no_files_leave_no_directories_behind(tmp_path):
         assert box.emit(run_event(run_id=RUNS[0], n=1))
         assert box.close(10).complete
     assert list(spill.iterdir()) == [], list(spill.rglob("*"))
+
+
+def test_a_directory_a_process_died_making_goes_and_one_being_made_stays(tmp_path):
+    """An owner's directory is made as ``.tmp-ID`` with its lock taken, then renamed: a process
+    killed in between left it (with its lock, or a link to a dead owner's lock: a directory made
+    on a full disk) for good, as nothing but ``outbox check``'s listing ever looked at it.  The
+    next look for dead owners removes one whose lock no one holds, and only such a one."""
+    spill = tmp_path / "spill"
+    died, alive = spill / ".tmp-18eede7303f8dae8-5920-b9183112", spill / ".tmp-18eede7303f8dae9-5920-b9183113"
+    for made in (died, alive):
+        made.mkdir(parents=True)
+        (made / "lock").write_bytes(LOCK_TEXT)
+    held = os.open(alive / "lock", os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # (as the process making it holds it)
+        box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(spill), shutdown_timeout=0.5)
+        box.close()
+        assert not died.exists()
+        assert (alive / "lock").read_bytes() == LOCK_TEXT
+    finally:
+        os.close(held)
