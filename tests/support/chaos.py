@@ -13,6 +13,7 @@ interleaving.  A failure prints the seed and the steps taken.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import random
@@ -44,6 +45,7 @@ from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import CompositeTransport, HttpTransport, OpenLineageTransportAdapter
 
 from support import parts
+from support.disk import fill, free, small_disk
 from support.helpers import close_account, run_event, wait_until
 
 GRACE = 0.5  # what close() may take beyond its deadline
@@ -195,7 +197,14 @@ def check(condition: bool, message: str) -> None:
 
 
 class Chaos:
-    def __init__(self, seed: int, *, seconds: float, max_steps: int | None = None) -> None:
+    def __init__(
+        self, seed: int, *, seconds: float, max_steps: int | None = None, disk: bool = False
+    ) -> None:
+        # With ``disk``, the spill directory is on a 4 MiB tmpfs (root only) that a file of
+        # someone else's fills and frees before some steps, drawn from a stream of its own.
+        self.mounts = contextlib.ExitStack()
+        self.disk: Path | None = self.mounts.enter_context(small_disk("4m")) if disk else None
+        self.disk_rng = random.Random(seed ^ 0xD15C)
         self.seed = seed
         self.rng = random.Random(seed)
         self.seconds = seconds
@@ -219,7 +228,8 @@ class Chaos:
         # The spill: one directory for every generation, each outbox using it or not (drawn from
         # a stream of its own, so that a seed's other steps stay what they were): a generation
         # closed with events held hands them to the next one that uses it.
-        self.spill_dir = tempfile.mkdtemp(prefix="chaos-spill-")
+        # (With ``disk``, on the tmpfs.)
+        self.spill_dir = str(self.disk / "spill") if self.disk else tempfile.mkdtemp(prefix="chaos-spill-")
         self.spill_rng = random.Random(seed ^ 0x5EED)
         self.spilled = 0  # generations with a spill
         self.checked: dict[int, int] = {}  # per sink: its events looked at by the last check
@@ -266,8 +276,9 @@ class Chaos:
                 "retry": {"total": 0},
             }
             transport = OpenLineageTransportAdapter.from_config(ResolvedTransport(config))
-        # The spill with the HTTP transport alone (a composite's members and the adapter have none).
-        if self.shape == "http" and self.spill_rng.random() < 0.5:
+        # The spill with the HTTP transport alone (a composite's members and the adapter have none),
+        # every time on a disk that fills.
+        if self.shape == "http" and (self.disk is not None or self.spill_rng.random() < 0.5):
             self.spilled += 1
             spill = {
                 "spill_dir": self.spill_dir,
@@ -292,6 +303,13 @@ class Chaos:
         while time.monotonic() - started < self.seconds and (self.max_steps is None or step < self.max_steps):
             step += 1
             name, action = self._choose()
+            if self.disk is not None and self.disk_rng.random() < 0.1:
+                if self.disk_rng.random() < 0.5:
+                    fill(self.disk)
+                    name += " (disk filled first)"
+                else:
+                    free(self.disk)
+                    name += " (disk freed first)"
             self.steps.append(name)
             action()
             self.check_invariants()
@@ -722,6 +740,7 @@ class Chaos:
         self.sink2.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
         shutil.rmtree(self.spill_dir, ignore_errors=True)
+        self.mounts.close()
 
     def summary(self) -> str:
         return (
@@ -765,8 +784,8 @@ def memory(buf: Any) -> tuple[int, int, tuple[int, int], int, int]:
         return events, nbytes, overflow, len(held.evicted), held.estimate
 
 
-def run_chaos(seed: int, seconds: float, max_steps: int | None = None) -> Chaos:
-    chaos = Chaos(seed, seconds=seconds, max_steps=max_steps)
+def run_chaos(seed: int, seconds: float, max_steps: int | None = None, disk: bool = False) -> Chaos:
+    chaos = Chaos(seed, seconds=seconds, max_steps=max_steps, disk=disk)
     try:
         chaos.run()
         chaos.check_invariants()
@@ -774,7 +793,8 @@ def run_chaos(seed: int, seconds: float, max_steps: int | None = None) -> Chaos:
         steps = "\n".join(f"  {i + 1:4d}. {step}" for i, step in enumerate(chaos.steps))
         raise AssertionError(
             f"chaos seed {seed} failed at step {len(chaos.steps)}: {exc}\n"
-            f"replay: python tests/support/chaos.py --seed {seed} --steps {len(chaos.steps)}\nsteps:\n{steps}"
+            f"replay: python tests/support/chaos.py --seed {seed} --steps {len(chaos.steps)}"
+            f"{' --disk' if disk else ''}\nsteps:\n{steps}"
         ) from exc
     finally:
         chaos.close()
@@ -788,8 +808,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60.0, help="run for this long (default 60)")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps")
+    parser.add_argument("--disk", action="store_true", help="the spill on a 4 MiB tmpfs that fills (root)")
     args = parser.parse_args()
-    print(run_chaos(args.seed, args.seconds, args.steps).summary())
+    print(run_chaos(args.seed, args.seconds, args.steps, args.disk).summary())
 
 
 if __name__ == "__main__":
