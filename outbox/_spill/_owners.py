@@ -241,7 +241,9 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
         parent = os.path.dirname(os.path.abspath(path))
         while not os.path.exists(parent):
             parent = os.path.dirname(parent)
-        state["writable"] = os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)
+        if not os.path.isdir(parent):  # (an outbox refuses it: "Not a directory")
+            return {**state, "writable": False, "not_a_directory": f"under a file ({parent})"}
+        state["writable"] = os.access(parent, os.W_OK | os.X_OK)
         return state
     state["writable"] = os.access(path, os.W_OK | os.X_OK)
     counts = Counter(owners_alive=0, owners_gone=0, segments=0, bytes=0, foreign=0)

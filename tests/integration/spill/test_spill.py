@@ -526,7 +526,8 @@ def test_outbox_check_reports_the_spill_directory_without_adopting_it(tmp_path):
         status, spill_line = check(a_file / "sub")
         assert status == 1
         assert spill_line.startswith("FAIL")
-        assert "not writable" in spill_line
+        # (it said "not writable by this process; fix its permissions")
+        assert f"it is under a file ({a_file}), not a directory" in spill_line, spill_line
         # A file, or a symbolic link to nothing, where the directory would be: Outbox() refuses
         # it (it said "does not exist yet (made at start)").
         dangling = tmp_path / "link"
