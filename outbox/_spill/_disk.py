@@ -61,7 +61,8 @@ class Disk:
         #: The segment appended to (``fd``), and the one the last write wrote to.
         self.current: SegFile | None = None
         self.last: SegFile | None = None
-        self.fd, self.number, self.retry_at = -1, 0, -float("inf")
+        # (numbered after the segments of a dead owner whose directory this one took over)
+        self.fd, self.number, self.retry_at = -1, _last_number(home), -float("inf")
         self.failures: Counter[str] = Counter()
         #: The last write found max_bytes reached; RESERVE is allocated; the disk was full.
         self.full = self.reserved = self.full_disk = False
@@ -312,3 +313,9 @@ class Disk:
 
     def oldest_age(self) -> float:
         return max(0.0, time.time() - self.marks[0][1]) if self.marks else 0.0
+
+
+def _last_number(home: Home) -> int:
+    """The number of the last segment in ``home``'s directory (of a dead owner's, taken over)."""
+    names = [path.rsplit(os.sep, 1)[1] for path in home.taken[1]] if home.taken else []
+    return max((int(name[:8]) for name in names if name[:8].isdigit()), default=0)

@@ -3,7 +3,8 @@
 An owner's directory (named by its id: ``18f0c...-4d2-9a1b2c3d``) holds a ``lock`` it keeps an
 ``flock`` on for its life (the kernel lets go however the process dies); it is made as ``.tmp-ID``
 with its lock taken, then renamed, so no scanner sees an owner unlocked.  Adoption renames a dead
-owner's directory, whole, into the adopter's: atomic, so after a crash the files are with one of
+owner's directory, whole, into the adopter's (on a disk too full to make one, to the adopter's
+name: its lock and files then the adopter's): atomic, so after a crash the files are with one of
 them (adoptable), never both, never neither; only the process holding its lock can adopt it.
 Only what looks ours is touched: a directory named like an owner id whose ``lock`` begins with
 ``LOCK_TEXT``.
@@ -18,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections import Counter
 from collections.abc import Collection
@@ -32,6 +34,9 @@ LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
 RESERVE = "reserve"
 LOCK_TEXT = b"lineage-outbox spill owner 1\n"
+#: ``WAS + ID``: an empty file saying that the directory was owner ID's (taken over on a full
+#: disk), whose segments it holds under that name.
+WAS = "was-"
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
 
@@ -39,20 +44,19 @@ def is_owner(name: str) -> bool:
     return bool(_OWNER.match(name))
 
 
-def _probe(root: str, name: str, how: int, mine: int = -1) -> int | None:
+def _probe(root: str, name: str, how: int) -> int | None:
     """If ``name`` is an owner of ours in ``root`` that is gone: its lock's fd, locked ``how``
-    by us now (or its lock is ``mine``, borrowed: ``Home._borrow``); else None (alive, being
-    adopted, or not ours).  ``name`` may be one being made (``.tmp-ID``)."""
+    by us now; else None (alive, being adopted, or not ours).  ``name`` may be one being made
+    (``.tmp-ID``).  A lock that is not a file (a FIFO: no open waits) is not ours."""
     if not is_owner(name.removeprefix(".tmp-")):
         return None
     try:
-        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     with contextlib.suppress(OSError):
-        if os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
-            if mine < 0 or not os.path.samestat(os.fstat(fd), os.fstat(mine)):
-                fcntl.flock(fd, how | fcntl.LOCK_NB)
+        if stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
             return fd
     os.close(fd)
     return None
@@ -70,6 +74,8 @@ class Home:
     def __init__(self, root: str) -> None:
         self.root, self.owner = root, _new_owner()
         self.path = os.path.join(root, self.owner)
+        #: (name, segments) of the dead owner whose directory this one took over, to replay.
+        self.taken: tuple[str, list[str]] | None = None
         try:
             if what := _not_a_directory(root):  # (makedirs would say "File exists")
                 raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
@@ -81,8 +87,8 @@ class Home:
                     raise
                 # A disk full of dead owners' spill: their reserves are of no use to them now (a
                 # successor settles in its own files) and make room for this owner's lock; with
-                # none, a dead owner's lock is this owner's too, until it adopts that owner.
-                fd = self._make() if _free_reserves(root, self.owner) else self._borrow(exc)
+                # none, the oldest dead owner's directory becomes this owner's.
+                fd = self._make() if _free_reserves(root, self.owner) else self._take_over(exc)
         except OSError as exc:
             raise ConfigError(
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
@@ -95,49 +101,48 @@ class Home:
     def unmade(cls, root: str) -> Home:
         """An owner whose directory could not be made (a full disk): vanished from the start."""
         home = cls.__new__(cls)
-        home.root, home.owner, home.lock_fd, home.identity = root, _new_owner(), -1, None
+        home.root, home.owner, home.lock_fd, home.identity, home.taken = root, _new_owner(), -1, None, None
         home.path = os.path.join(root, home.owner)
         return home
 
-    def _make(self, borrowed: tuple[str, int] | None = None) -> int:
+    def _make(self) -> int:
         """Make the directory under a temporary name with its lock taken, then rename it.
-        Returns the lock's fd; nothing is left behind if it fails.  ``borrowed``: a dead owner's
-        lock (its path, and its fd, locked by us) to be this one's too, by a second name."""
+        Returns the lock's fd; nothing is left behind if it fails."""
         tmp = os.path.join(self.root, f".tmp-{self.owner}")
         os.mkdir(tmp)
         fd = -1
         try:
-            if borrowed is not None:  # (a link: no room needed)
-                os.link(borrowed[0], os.path.join(tmp, LOCK))
-                fd = borrowed[1]
-            else:
-                fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.write(fd, LOCK_TEXT)
+            fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, LOCK_TEXT)
             os.rename(tmp, self.path)
         except BaseException:
-            if fd >= 0 and borrowed is None:
+            if fd >= 0:
                 os.close(fd)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return fd
 
-    def _borrow(self, full: OSError) -> int:
-        """Make the directory on a full disk with the oldest dead owner's lock as its lock: the
-        same file by a second name, so that whoever finds one locked finds both.  The dead owner is
-        adopted by this one next (``dead_owners`` knows its lock as ours).  Raises ``full`` if
-        there is no dead owner."""
+    def _take_over(self, full: OSError) -> int:
+        """On a disk too full to make a directory: rename the oldest dead owner's to this owner's
+        name (no block needed on any filesystem), its lock (locked by us) this owner's lock, its
+        files this owner's to replay (``taken``), marked ``WAS + name`` for whoever reads them.
+        Raises ``full`` if there is none, or that fails."""
         found = dead_owners(self.root, self.owner)
         for _, fd in found[1:]:
             os.close(fd)
         if not found:
             raise full
         name, fd = found[0]
-        try:
-            return self._make((os.path.join(self.root, name, LOCK), fd))
-        except BaseException:
+        source = os.path.join(self.root, name)
+        try:  # (the mark first: after a crash it is harmless in a directory of the same name)
+            os.close(os.open(os.path.join(source, WAS + name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC))
+            os.rename(source, self.path)
+        except OSError:
             os.close(fd)
-            raise
+            raise full from None
+        self.taken = (name, segment_paths(self.path))
+        return fd
 
     def vanished(self) -> bool:
         """Whether this owner's directory or lock was removed (or replaced) under it."""
@@ -179,8 +184,12 @@ def segment_paths(directory: str) -> list[str]:
 
 
 def prune_all(path: str, keep: Collection[str]) -> None:
-    """:func:`prune` ``path`` and every directory in it (its adopted owners', files or not)."""
-    prune({root for root, _, _ in os.walk(path)}, keep)
+    """:func:`prune` ``path`` and the owners' directories in it (adopted, files or not)."""
+    dirs = set()
+    for root, names, _ in os.walk(path):
+        names[:] = [name for name in names if is_owner(name)]  # (no one else's)
+        dirs.add(root)
+    prune(dirs, keep)
 
 
 def prune(dirs: set[str], keep: Collection[str]) -> None:
@@ -191,7 +200,10 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
         dirs.discard(path)
         if any(kept == path or kept.startswith(path + os.sep) for kept in keep):
             continue
-        for name in (LOCK, RESERVE):
+        marks: list[str] = []
+        with contextlib.suppress(OSError):
+            marks = [name for name in os.listdir(path) if name.startswith(WAS)]
+        for name in (LOCK, RESERVE, *marks):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(path, name))
         with contextlib.suppress(OSError):
@@ -199,16 +211,15 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             dirs.add(os.path.dirname(path))
 
 
-def dead_owners(root: str, me: str, mine: int = -1) -> list[tuple[str, int]]:
+def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
     """The owners of ``root`` that are gone, oldest first: (name, the fd of their lock, which we
-    now hold, or which is ``mine``).  An owner whose lock another process holds is alive (or
-    being adopted)."""
+    now hold).  An owner whose lock another process holds is alive (or being adopted)."""
     try:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    found = [(name, _probe(root, name, fcntl.LOCK_EX, mine)) for name in names if name != me]
-    for name, fd in found:  # (one a process died making: its lock, or a link to one, alone)
+    found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
+    for name, fd in found:  # (one a process died making: its lock alone)
         if fd is not None and name.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
             os.close(fd)

@@ -81,11 +81,10 @@ class Spill:
     def _begin(self, home: Home) -> None:
         """This owner's files start (anew after its directory vanished: what the last ones
         counted is carried on, so that ``stats()`` never goes back)."""
-        before = getattr(self, "disk", None)
-        self.home = home
-        self.disk = Disk(home, self.max_bytes, self.log)
-        if before is not None:
-            self.disk.carry_counts(before)
+        disk = Disk(home, self.max_bytes, self.log)
+        if (before := getattr(self, "disk", None)) is not None:
+            disk.carry_counts(before)  # (before it is seen: stats() reads without a lock)
+        self.home, self.disk = home, disk
         #: Own queued events below this number are written (or were refused, and counted).
         self.written_upto = 0
 
@@ -96,7 +95,10 @@ class Spill:
         the stretch.  One owner's events that fit ``room`` bytes and ``most`` events are kept as
         the replay reads them (its run does not read its files again)."""
         self._not_taken.clear()
-        for name, fd in dead_owners(self.directory, self.home.owner, self.home.lock_fd):
+        if (taken := self.home.taken) is not None:  # (its directory, taken over on a full disk)
+            self.home.taken = None
+            room = self._replay(*taken, room, most)
+        for name, fd in dead_owners(self.directory, self.home.owner):
             source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
             try:
                 os.rename(source, target)
@@ -111,23 +113,30 @@ class Spill:
                 continue
             finally:
                 os.close(fd)
-            self.owners_adopted += 1
             with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
                 os.unlink(os.path.join(target, RESERVE))
-            paths, kept = segment_paths(target), Kept()
+            paths = segment_paths(target)
             if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
                 prune_all(target, [self.home.path])
-            run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
-            if kept:
-                run.index, room = len(paths), 0
-            if run.remaining:
-                logger.warning(
-                    "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
-                    run.remaining,
-                    name,
-                    self.directory,
-                )
-                self._pending.append(run)
+            room = self._replay(name, paths, room, most)
+
+    def _replay(self, name: str, paths: list[str], room: int, most: int) -> int:
+        """The files of the dead owner ``name``, adopted: what is live waits to join the stretch.
+        Returns the ``room`` left for the next one's events to be kept as they are read."""
+        self.owners_adopted += 1
+        kept = Kept()
+        run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
+        if kept:
+            run.index, room = len(paths), 0
+        if run.remaining:
+            logger.warning(
+                "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
+                run.remaining,
+                name,
+                self.directory,
+            )
+            self._pending.append(run)
+        return room
 
     def _place_locked(self, buf: Buffer) -> None:
         """Adopted events join the stretch (not past events the overflow holds in memory)."""
@@ -149,7 +158,7 @@ class Spill:
 
     def has_pending(self) -> bool:
         """Whether dead owners' events wait to join the stretch (or a look for them is due)."""
-        return bool(self._pending or self._scan_now)
+        return bool(self._pending or self._scan_now or self.home.taken)
 
     def begin_close(self) -> None:
         """A close began: look for dead owners at the next tick."""
@@ -207,7 +216,7 @@ class Spill:
             self._settle(buf)
             self.disk.write_settlements()
             window.refill(buf, self.log)
-            if now >= self._next_scan or self._scan_now:
+            if now >= self._next_scan or self._scan_now or self.home.taken:
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
                 self._adopt()
             disk = self.disk
@@ -315,7 +324,7 @@ class Spill:
             return False
         if self.home.lock_fd >= 0:  # (once per directory lost: its lock is let go of here)
             self.home.release()
-            self.disk.drop_all()
+            self.disk.drop_all(keep=[self.directory])  # (its directory too, if it is still there)
             with buf.lock:
                 lost = self.window.lose_disk_locked(buf)
                 if buf.holdings.journal is not None:
@@ -357,7 +366,7 @@ class Spill:
         self.window.close()
         disk.rotate()
         on_disk = self.on_disk()
-        if disk.unsettled_events(losses=True):
+        if lost := disk.unsettled_events(losses=True):
             # Losses not written down: a successor would deliver them.  Nothing is handed on.
             self.log.error(
                 "spill-unsettled",
@@ -367,8 +376,6 @@ class Spill:
             )
             on_disk = 0
             disk.drop_all(spare={path for run in self._pending for path in run.paths})
-        else:
-            disk.tell_unsettled_deliveries()
         left = self.left()
         if any(left.values()):
             never_silent(
@@ -381,6 +388,8 @@ class Spill:
             )
         if not (disk.streams.live() or disk.streams.damage["unreadable_files"]):
             disk.drop_all(keep=[self.directory])  # (this owner's directory too)
+        if not lost and disk.streams.files:  # (files that stay: a successor reads them)
+            disk.tell_unsettled_deliveries()
         self.home.release()
         return on_disk
 

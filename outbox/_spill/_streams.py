@@ -18,7 +18,7 @@ import orjson
 
 from .._run._serde import SerializedEvent, weight
 from ._format import TOMBSTONES, Event, NotOurs, SegmentReader, Settle, encode_settle
-from ._owners import prune
+from ._owners import WAS, prune
 from ._ranges import Ranges
 
 __all__ = ["Kept", "Read", "Run", "SegFile", "Stream", "Streams"]
@@ -100,9 +100,9 @@ class Streams:
         for path in paths:
             reader, seg = SegmentReader(path, bodies=kept is not None), None
             try:
-                named = reader.open()
-                if named != os.path.basename(os.path.dirname(path)):
-                    raise NotOurs(path)  # (a copy, or forged)
+                named, where = reader.open(), os.path.dirname(path)
+                if named != os.path.basename(where) and not os.path.exists(os.path.join(where, WAS + named)):
+                    raise NotOurs(path)  # (a copy, or forged; not in a directory taken over from it)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
                 numbers = seg.numbers
                 for record in reader.records():

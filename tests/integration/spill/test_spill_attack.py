@@ -157,9 +157,9 @@ def test_on_a_disk_full_of_dead_owners_with_no_reserve_left_each_successor_adopt
     memory, and could never take the dead owner in (a rename into a directory it did not have).
     Freeing other files did not help when the spill's own files filled the disk (a
     ``max_spill_bytes`` above the disk's room): the events stayed on disk for good.  Now the
-    successor makes its directory with the dead owner's lock as its own (a second name of that
-    file: no room needed) and adopts it; and so does the next one, when that successor dies
-    before delivering (a crash loop on a full disk); the last delivers all 100."""
+    successor takes the dead owner's directory over as its own (a rename: no room needed) and
+    adopts it; and so does the next one, when that successor dies before delivering (a crash
+    loop on a full disk); the last delivers all 100."""
     spill = tmpfs / "spill"
     dead_owner(spill, 0, 100)
     (dead,) = owner_dirs(spill)
