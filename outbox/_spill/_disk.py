@@ -34,6 +34,7 @@ RETRY_AFTER = 5.0
 #: allocated in ``RESERVE`` until a settlement finds the disk full: a full spill, or a full disk,
 #: still takes the records that say its events were settled.
 SETTLE_ROOM = 64 * 1024
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
 _FIXES = {
     errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
     errno.EDQUOT: "the disk quota is exceeded: raise it, or lower max_spill_bytes",
@@ -219,9 +220,12 @@ class Disk:
 
     def _segment(self) -> SegFile:
         if self.current is None:
-            self.number += 1
-            path = os.path.join(self.home.path, f"{self.number:08d}.seg")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            fd = -1
+            while fd < 0:  # (a name no file has: never another's, in a directory taken over)
+                self.number += 1
+                path = os.path.join(self.home.path, f"{self.number:08d}.seg")
+                with contextlib.suppress(FileExistsError):
+                    fd = os.open(path, _NEW, 0o644)
             header = file_header(self.home.owner, VOUCHED)  # (events come from ``serialized``)
             try:
                 if os.write(fd, header) != len(header):
@@ -317,5 +321,5 @@ class Disk:
 
 def _last_number(home: Home) -> int:
     """The number of the last segment in ``home``'s directory (of a dead owner's, taken over)."""
-    names = [path.rsplit(os.sep, 1)[1] for path in home.taken[1]] if home.taken else []
-    return max((int(name[:8]) for name in names if name[:8].isdigit()), default=0)
+    names = [os.path.basename(path)[:-4] for path in home.taken[1]] if home.taken else []
+    return max((int(name) for name in names if name.isdigit()), default=0)

@@ -200,10 +200,13 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
         dirs.discard(path)
         if any(kept == path or kept.startswith(path + os.sep) for kept in keep):
             continue
-        marks: list[str] = []
-        with contextlib.suppress(OSError):
-            marks = [name for name in os.listdir(path) if name.startswith(WAS)]
-        for name in (LOCK, RESERVE, *marks):
+        try:  # (a directory that holds more keeps its lock and marks: its files are read by them)
+            names = os.listdir(path)
+        except OSError:
+            continue
+        if any(name not in (LOCK, RESERVE) and not name.startswith(WAS) for name in names):
+            continue
+        for name in names:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(path, name))
         with contextlib.suppress(OSError):
@@ -219,11 +222,36 @@ def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
     except OSError:
         return []
     found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
-    for name, fd in found:  # (one a process died making: its lock alone)
-        if fd is not None and name.startswith(".tmp-"):
+    for name, fd in found:  # (one a process died making: its lock alone, or not yet written)
+        if name.startswith(".tmp-") and (fd is not None or _stale(root, name)):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        if fd is not None and name.startswith(".tmp-"):
             os.close(fd)
     return [(name, fd) for name, fd in found if fd is not None and not name.startswith(".tmp-")]
+
+
+#: Seconds after which a ``.tmp-ID`` whose lock was never written is no longer being made.
+STALE_AFTER = 60.0
+
+
+def _stale(root: str, name: str) -> bool:
+    """Whether ``.tmp-ID`` was begun ``STALE_AFTER`` ago or more (``ID`` says when) and its lock,
+    if any, is no one's: its maker died before its lock's first line was written."""
+    try:
+        if time.time_ns() - int(name[5:21], 16) < STALE_AFTER * 1e9:
+            return False
+        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _free_reserves(root: str, me: str) -> int:

@@ -100,6 +100,9 @@ class Streams:
         for path in paths:
             reader, seg = SegmentReader(path, bodies=kept is not None), None
             try:
+                if not os.path.getsize(path):  # (its maker died before its header: nothing in it)
+                    self.files.append(SegFile(path, os.path.basename(os.path.dirname(path))))
+                    continue
                 named, where = reader.open(), os.path.dirname(path)
                 if named != os.path.basename(where) and not os.path.exists(os.path.join(where, WAS + named)):
                     raise NotOurs(path)  # (a copy, or forged; not in a directory taken over from it)

@@ -412,6 +412,9 @@ def test_a_directory_a_process_died_making_goes_and_one_being_made_stays(tmp_pat
     for made in (died, alive):
         made.mkdir(parents=True)
         (made / "lock").write_bytes(LOCK_TEXT)
+    begun = spill / f".tmp-{time.time_ns():016x}-1-0badc0de"  # (its lock made, not yet written)
+    begun.mkdir()
+    (begun / "lock").touch()
     held = os.open(alive / "lock", os.O_RDONLY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)  # (as the process making it holds it)
@@ -419,5 +422,6 @@ def test_a_directory_a_process_died_making_goes_and_one_being_made_stays(tmp_pat
         box.close()
         assert not died.exists()
         assert (alive / "lock").read_bytes() == LOCK_TEXT
+        assert begun.exists()  # (younger than STALE_AFTER: being made)
     finally:
         os.close(held)
