@@ -100,12 +100,9 @@ class Streams:
         for path in paths:
             reader, seg = SegmentReader(path, bodies=kept is not None), None
             try:
-                if not os.path.getsize(path):  # (its maker died before its header: nothing in it)
+                if (named := _stream_of(path, reader)) is None:  # (nothing in it: gone with the rest)
                     self.files.append(SegFile(path, os.path.basename(os.path.dirname(path))))
                     continue
-                named, where = reader.open(), os.path.dirname(path)
-                if named != os.path.basename(where) and not os.path.exists(os.path.join(where, WAS + named)):
-                    raise NotOurs(path)  # (a copy, or forged; not in a directory taken over from it)
                 seg = SegFile(path, named, os.fstat(reader.fd).st_size)
                 numbers = seg.numbers
                 for record in reader.records():
@@ -201,6 +198,18 @@ class Streams:
         kept = {seg.stream for seg in self.files} | {self.home}
         self.streams = {name: stream for name, stream in self.streams.items() if stream.live or name in kept}
         prune(dirs, {os.path.dirname(seg.path) for seg in self.files} | set(keep))
+
+
+def _stream_of(path: str, reader: SegmentReader) -> str | None:
+    """The stream of the segment ``path``, opened by ``reader``; None if the file is empty (its
+    maker died before its header).  Raises NotOurs if it is not ours where it is: neither in its
+    owner's directory nor in one taken over from it (marked ``WAS + owner``): a copy, or forged."""
+    if not os.path.getsize(path):
+        return None
+    named, where = reader.open(), os.path.dirname(path)
+    if named != os.path.basename(where) and not os.path.exists(os.path.join(where, WAS + named)):
+        raise NotOurs(path)
+    return named
 
 
 @dataclass(slots=True, eq=False)
