@@ -46,7 +46,7 @@ def _taken_over(spill: Path, disk: Path, first: int, count: int) -> Path:
     return taker
 
 
-def _as_nobody(spill: Path, url: str) -> str:
+def as_nobody(spill: Path, url: str) -> str:
     """An outbox started with ``spill`` and closed (``close(10)``) as the user nobody, in a
     forked child: what it said (its spill's stats at start, or the error)."""
     read, write = os.pipe()
@@ -97,7 +97,7 @@ def test_a_taken_over_segment_unreadable_for_a_while_is_delivered_once_readable(
         path.chmod(0o777 if path.is_dir() else 0o666)
     (taker / "00000001.seg").chmod(0o600)  # (A's: root's, the service cannot read it)
     with Sink() as sink:
-        said = _as_nobody(spill, sink.url)
+        said = as_nobody(spill, sink.url)
         assert "'unreadable_files': 1" in said, said
         assert sorted(ns(sink)) == list(range(20, 40)), said
         box = Outbox(HttpTransport(sink.url), spill_dir=str(spill))
