@@ -22,6 +22,7 @@ from the last bytes that came.  Its failures are httpx's exceptions (``ConnectEr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import zlib
@@ -128,7 +129,10 @@ class WireClient:
         if self._send_buffer:
             sock = connection.socket()
             if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+                # EBADF: closed already, the peer having reset it as it was made (the loop saw
+                # that first).  The exchange says so, as httpx says it.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         self._open.add(connection)
         return connection
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
+import struct
+import threading
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -275,6 +277,40 @@ async def test_a_refused_connection_is_a_connect_error():
         url = server.url
     with pytest.raises(httpx.ConnectError):
         await wire(url).post(url, b"{}")
+
+
+async def test_a_connection_reset_as_it_is_made_is_an_httpx_error_not_an_os_error():
+    """A peer that resets every connection as it accepts it (``FaultProxy``'s ``refuse``), from
+    another thread: the reset often reaches the loop before the connect's caller resumes, and
+    the socket is closed under it.  Setting its send buffer then raised ``OSError(EBADF)``,
+    which the transport took for a bug ("send raised"), in about half of the attempts.  Every
+    failure is one of httpx's, as the transport's outcomes expect."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+
+    def reset_each() -> None:
+        while True:
+            try:
+                accepted, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            accepted.close()
+
+    threading.Thread(target=reset_each, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/x"
+    client = WireClient(httpx.URL(url).copy_with(path="/"), {}, 5.0, 5.0, 2, send_buffer=65536)
+    failures: list[type[BaseException]] = []
+    try:
+        for _ in range(300):
+            try:
+                await client.post(url, b"{}")
+            except Exception as exc:  # (never an answer: every connection is reset)
+                failures.append(type(exc))
+    finally:
+        listener.close()
+        await client.aclose()
+    assert len(failures) == 300, "a connection reset at once was answered"
+    assert all(issubclass(kind, httpx.TransportError) for kind in failures), set(failures)
 
 
 async def until(condition, seconds: float = 5.0) -> bool:
