@@ -108,6 +108,8 @@ def install_audit(path: str) -> None:
             mine = counts(self)
             mine[2] += before - len(self.unsettled)
             say(f"D {mine[0]} {mine[2]}")
+        if self.unsettled:  # (the disk refused some: its reserve spent, or failing)
+            say("F")
 
     forget = _streams.Streams.forget
 
