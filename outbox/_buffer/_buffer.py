@@ -30,6 +30,7 @@ from ._holdings import (
     Measure,
     is_exact,
 )
+from ._losses import Losses
 
 __all__ = [
     "FIRST_ESTIMATE",
@@ -134,13 +135,14 @@ class Buffer:
         "async_waiters",
         "block_timeout",
         "delivered",
-        "dropped",
         "evicts",
         "finalized",
         "flush_target",
+        "full_drops",
         "full_reason",
         "holdings",
         "lock",
+        "losses",
         "measure_asked",
         "no_block_thread",
         "owned",
@@ -191,7 +193,8 @@ class Buffer:
         self.refused = 0
         self.delivered = 0
         self.retried = 0
-        self.dropped: dict[str, int] = {}
+        self.losses = Losses()
+        self.full_drops = self.losses.cell(self.full_reason)  # (``put``'s fast path counts here)
         # The first object queued asked the sidecar to measure it (the estimate a guess till then).
         self.measure_asked = False
         # Events emitted re-entrantly (a signal handler or finalizer interrupted a thread that
@@ -208,6 +211,12 @@ class Buffer:
     def spill_full_locked(self, full: bool) -> None:
         """A refusal for room counts as ``dropped_spill_full`` while the spill is ``full``."""
         self.full_reason = Reason.DROPPED_SPILL_FULL if full else Reason.DROPPED_FULL
+        self.full_drops = self.losses.cell(self.full_reason)
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Events lost so far, by reason (``Losses.by_reason``)."""
+        return self.losses.by_reason()
 
     @property
     def emitted(self) -> int:
@@ -286,8 +295,7 @@ class Buffer:
                 first = numbers.head
                 if n != held.full_at or first >= held.full_until:  # (or past the sidecar's look)
                     return self._put_slow_locked(event, nbytes)
-                reason, dropped = self.full_reason, self.dropped
-                dropped[reason] = dropped.get(reason, 0) + 1
+                self.full_drops[0] += 1
                 if not self.evicts:  # drop_newest
                     self.refused += 1
                     return REFUSED
@@ -300,9 +308,9 @@ class Buffer:
                 if numbers.jumps:
                     numbers.advance(1)
                 else:
-                    numbers.head, numbers.pos0 = first + 1, numbers.pos0 + 1
+                    numbers.head = first + 1  # (and its position: ``Numbering.lag``)
                 if held.journal is not None:
-                    held.journal.note(first, numbers.head, reason)
+                    held.journal.note(first, numbers.head, self.full_reason)
                 if size:
                     held.exact_bytes -= size
                     held.exact_count -= 1
@@ -470,7 +478,7 @@ class Buffer:
         return freed
 
     def count_locked(self, reason: str, n: int = 1) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + n
+        self.losses.count(reason, n)
 
     # -- worker's side --------------------------------------------------------------------
 
@@ -564,13 +572,6 @@ class Buffer:
     def watch_locked(self, waiter: Callable[[], None], watching: bool = True) -> None:
         """Run ``waiter`` after each progress (an async waiter), or no longer."""
         (self.async_waiters.add if watching else self.async_waiters.discard)(waiter)
-
-    def recount_locked(self, was: str, now: str, n: int) -> None:
-        """``n`` events counted as lost under ``was`` count under ``now`` instead."""
-        left = self.dropped.pop(was, 0) - n
-        if left:
-            self.dropped[was] = left
-        self.count_locked(now, n)
 
 
 def count_held_locked(buf: Buffer, on_disk: int, reason: str) -> int:

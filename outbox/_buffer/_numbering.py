@@ -30,17 +30,24 @@ class Numbering:
     """The numbers of one buffer's queue (see the module's docstring).  ``n`` is always the
     queue's length; the caller holds the buffer's lock."""
 
-    __slots__ = ("head", "jumped", "jumps", "pos0")
+    __slots__ = ("head", "jumped", "jumps", "lag")
 
     def __init__(self) -> None:
         #: The number of queue[0] (of the next event queued, while the queue is empty).
         self.head = 0
-        #: queue[0]'s position: positions count every event ever queued, shed or not.
-        self.pos0 = 0
+        #: ``head`` less queue[0]'s position (``pos0``): without jumps, an event leaving the
+        #: head moves both by one, so that (``drop_oldest``'s eviction, once an emit) is
+        #: ``head += 1`` alone.
+        self.lag = 0
         #: ``[position, k]``, oldest first: from that position on, numbers are ``k`` higher.
         self.jumps: deque[list[int]] = deque()
         #: The sum of the jumps' ``k``.
         self.jumped = 0
+
+    @property
+    def pos0(self) -> int:
+        """queue[0]'s position: positions count every event ever queued, shed or not."""
+        return self.head - self.lag
 
     def end(self, n: int) -> int:
         """The number the next event queued after the queue's ``n`` events gets."""
@@ -83,25 +90,26 @@ class Numbering:
         end_pos = self.pos0 + count
         if not jumps or jumps[0][0] >= end_pos:
             seqs: range | list[int] = range(first, first + count)
-            self.head = first + count
+            self.head = first + count  # (the lag as it was)
         else:
             seqs = [self.seq_at(i) for i in range(count)]
             self.head = seqs[-1] + 1
             while jumps and jumps[0][0] < end_pos:
                 self.jumped -= jumps.popleft()[1]
-        self.pos0 = end_pos
         if jumps and jumps[0][0] == end_pos:
             # The new head is the first event after a jump.
             k = jumps.popleft()[1]
             self.head += k
             self.jumped -= k
+        self.lag = self.head - end_pos
         return seqs
 
     def retire_tail(self, n: int) -> int:
         """The newest queued event (``queue[n - 1]``) was shed: its number is retired (the
         next event queued gets the number after it).  Returns that number."""
         seq = self.seq_at(n - 1)
-        position = self.pos0 + n - 1  # where the next event will be queued
+        pos0 = self.pos0
+        position = pos0 + n - 1  # where the next event will be queued
         jumps = self.jumps
         self.jumped += 1
         if jumps and jumps[-1][0] >= position:
@@ -111,9 +119,10 @@ class Numbering:
                 jumps[-2][1] += jumps.pop()[1]
         else:
             jumps.append([position, 1])
-        if position == self.pos0:  # the queue is empty: the next event is its head
+        if position == pos0:  # the queue is empty: the next event is its head
             k = jumps.pop()[1]
             self.head += k
+            self.lag += k
             self.jumped -= k
         return seq
 
@@ -123,8 +132,9 @@ class Numbering:
         first = self.end(n)
         position = self.pos0 + n
         jumps = self.jumps
-        if position == self.pos0:
+        if n == 0:
             self.head += count
+            self.lag += count
         elif jumps and jumps[-1][0] == position:
             jumps[-1][1] += count
             self.jumped += count
@@ -145,12 +155,13 @@ class Numbering:
         jumps.extend(self.jumps)  # (all beyond the old head's position)
         self.jumps = jumps
         self.jumped = sum(k for _, k in jumps)
-        self.pos0, self.head = before, seqs[0]
+        self.head, self.lag = seqs[0], seqs[0] - before
 
     def clear(self, n: int, beyond: int) -> None:
         """Everything queued (``n``) and ``beyond`` it left at once: numbering goes on after."""
+        end_pos = self.pos0 + n
         self.head = self.end(n) + beyond
-        self.pos0 += n
+        self.lag = self.head - end_pos
         self.jumps.clear()
         self.jumped = 0
 

@@ -278,7 +278,8 @@ class Sidecar:
         with buf.lock:
             moved = buf.dropped.get(Reason.DROPPED_SHUTDOWN, 0) - before
             if moved > 0 and self.state is State.RUNNING:  # not a close: the stop's loss
-                buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, moved)
+                buf.count_locked(Reason.DROPPED_SHUTDOWN, -moved)  # (counted under the other)
+                buf.count_locked(Reason.WORKER_STOPPED, moved)
                 self._stop_lost += moved
 
     def _task_done(self, task: asyncio.Task[None]) -> None:

@@ -145,6 +145,7 @@ def test_policy_enum_accepted():
 # -- the Buffer's own methods keep its accounts (no caller writes its fields) -----------------
 
 from outbox._buffer._buffer import _INF, Buffer, Reason  # noqa: E402
+from outbox._buffer._losses import Losses  # noqa: E402
 
 
 def _buffer(policy: Policy = Policy.DROP_OLDEST, **kw) -> Buffer:
@@ -281,9 +282,11 @@ def test_what_a_refusal_counts_as_who_measures_and_who_waits_are_the_buffers_to_
         assert buf.holdings.claim_measure_here_locked()  # the emitter measures one ...
         assert not buf.holdings.claim_measure_here_locked()  # ... once
         buf.count_locked(Reason.DROPPED_SHUTDOWN, 5)
-        buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, 2)
+        buf.count_locked(Reason.DROPPED_SHUTDOWN, -2)  # (two of them count as the stop's)
+        buf.count_locked(Reason.WORKER_STOPPED, 2)
         assert buf.dropped == {Reason.DROPPED_SHUTDOWN: 3, Reason.WORKER_STOPPED: 2}
-        buf.recount_locked(Reason.DROPPED_SHUTDOWN, Reason.WORKER_STOPPED, 3)
+        buf.count_locked(Reason.DROPPED_SHUTDOWN, -3)
+        buf.count_locked(Reason.WORKER_STOPPED, 3)
         assert buf.dropped == {Reason.WORKER_STOPPED: 5}
 
         def waiter() -> None:
@@ -695,3 +698,39 @@ def test_objects_are_accepted_with_max_bytes_below_the_first_estimate(policy):
         assert outbox.stats().dropped == {}
     finally:
         outbox.close(1)
+
+
+def test_the_fast_paths_drops_and_the_other_counts_add_up_by_reason():
+    """``put``'s fast path counts its drops for room in a cell of their reason, apart from the
+    other counts: ``dropped`` adds them up, a reason counted zero is not shown, and a count
+    moved from a cell's reason to another (a count below zero beside the cell) adds up too."""
+    losses = Losses()
+    full = losses.cell(Reason.DROPPED_FULL)
+    assert losses.cell(Reason.DROPPED_FULL) is full  # one cell per reason
+    assert losses.by_reason() == {}
+    full[0] += 3
+    losses.count(Reason.DROPPED_FULL, 2)
+    losses.count(Reason.INVALID_EVENT)
+    assert losses.by_reason() == {Reason.DROPPED_FULL: 5, Reason.INVALID_EVENT: 1}
+    losses.count(Reason.DROPPED_FULL, -5)
+    losses.count(Reason.DROPPED_SHUTDOWN, 5)
+    assert losses.by_reason() == {Reason.DROPPED_SHUTDOWN: 5, Reason.INVALID_EVENT: 1}
+
+
+def test_an_emit_into_a_full_buffer_is_counted_under_the_reason_of_the_moment():
+    """Full, each policy's drop on the fast path counts under ``dropped_full``, or
+    ``dropped_spill_full`` while a spill is full; ``emitted`` is delivered, dropped or held."""
+    for policy in (Policy.DROP_OLDEST, Policy.DROP_NEWEST):
+        buf = _buffer(max_events=10, max_bytes=10_000_000, policy=policy)
+        with buf.lock:
+            buf.learn_locked(300)  # objects measured (as the sidecar does): the fast path is open
+        for _ in range(15):
+            buf.put({"eventType": "START"}, 0)
+        with buf.lock:
+            buf.spill_full_locked(True)
+        for _ in range(4):
+            buf.put({"eventType": "START"}, 0)
+        dropped = buf.dropped
+        assert dropped == {Reason.DROPPED_FULL: 5, Reason.DROPPED_SPILL_FULL: 4}, (policy, dropped)
+        assert buf.full_drops[0] == 4, policy  # (on the fast path, in the spill-full reason's cell)
+        assert buf.emitted == 19 == sum(dropped.values()) + len(buf.holdings.queue), policy
