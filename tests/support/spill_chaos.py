@@ -19,6 +19,8 @@ what the backend received:
 - the last outbox's close is complete, and leaves the directory empty.
 
     python tests/support/spill_chaos.py --seed 7 --generations 8 [--disk]
+
+``SPILL_CHAOS_KEEP=DIR`` keeps what a failing run saw in ``DIR`` (see :meth:`SpillChaos.keep`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,19 @@ class SpillChaos:
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
         self.children: list[Child] = []
         self.steps: list[str] = []
+
+    def keep(self, where: Path) -> None:
+        """What a failing run leaves for a reader (``SPILL_CHAOS_KEEP=DIR``): each child's audit,
+        its output (``lines-N``: ``start OWNER N0``, ``+ i`` accepted, ``report ...``) and its
+        stderr, the steps, and the ``n`` of every event the sink received, in order."""
+        where.mkdir(parents=True, exist_ok=True)
+        for path in self.folder.glob("audit-*"):
+            shutil.copy(path, where / path.name)
+        for child in self.children:
+            (where / f"lines-{child.index}").write_text("\n".join(child.lines))
+            (where / f"stderr-{child.index}").write_text(self._stderr(child))
+        (where / "steps").write_text("\n".join(self.steps))
+        (where / "arrivals").write_text(json.dumps([event["n"] for event in self.sink.events]))
 
     def close(self) -> None:
         for child in self.children:
@@ -430,6 +445,9 @@ def run_spill_chaos(seed: int, generations: int, disk: bool = False) -> dict[str
         return chaos.check()
     except BaseException as exc:
         steps = "\n".join(f"  {step}" for step in chaos.steps)
+        if keep := os.environ.get("SPILL_CHAOS_KEEP"):
+            chaos.keep(Path(keep))
+            steps += f"\n(the audits, each child's output and the arrivals: in {keep})"
         raise AssertionError(f"spill chaos seed {seed} failed: {exc}\nsteps:\n{steps}") from exc
     finally:
         chaos.close()
