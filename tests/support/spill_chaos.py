@@ -11,9 +11,9 @@ what the backend received:
   with its counts, and does not count);
 - every accepted event not delivered is counted lost by a child's audit, or is one of the
   events a graceful close counted ``dropped_shutdown`` (their number must match exactly, but for
-  those of them that arrived all the same: on the wire when the close let go, or sent before by a
-  request that timed out), or was accepted by a child killed before it wrote it (the crash's
-  window: never one it had written);
+  those of them that arrived all the same: on the wire when the close let go, sent before by a
+  request that timed out, or delivered by a child killed before it wrote that down), or was
+  accepted by a child killed before it wrote it (the crash's window: never one it had written);
 - duplicates only of events held by a child that ended with events in flight, or whose request
   timed out or failed on the wire (the sink may have taken it: at least once);
 - the last outbox's close is complete, and leaves the directory empty.
@@ -283,6 +283,9 @@ class SpillChaos:
         # ids a killed child counted lost whose settlement the disk then refused (its reserve
         # spent): a successor may deliver them after their runs' later events (docs/operations.md).
         unwritten: set[int] = set()
+        # ids a killed child delivered without its settlement on disk: a successor adopts them
+        # again, and sends them again, or counts them lost at a close that cannot.
+        undurable: set[int] = set()
         for child in self.children:
             origin: dict[int, tuple[str, int]] = {}
             pending: list[tuple[int, str]] = []  # loss notes not known to be on disk yet
@@ -351,6 +354,8 @@ class SpillChaos:
                 if ended_in_flight:
                     held_by_ended.add(found)
                 if outcome == "delivered":
+                    if child.killed and position > durable_upto and found not in deleted:
+                        undurable.add(found)  # (a successor takes it in again)
                     continue
                 # A loss a killed child never wrote down died with its counts.
                 if child.killed and position > durable_upto and found not in deleted:
@@ -395,8 +400,10 @@ class SpillChaos:
         )
         rest = unaccounted - crashed
         # Exactly, but for events a close counted lost that arrived all the same: on the wire when
-        # it let go (a request cut off at its deadline), or sent before by a request that timed out.
-        taken_anyway = len((cut | sent_again) & arrivals.keys())
+        # it let go (a request cut off at its deadline), sent before by a request that timed out,
+        # or delivered by a process killed before that was on disk (adopted again, and then held
+        # at a close that could not deliver them).
+        taken_anyway = len((cut | sent_again | undurable) & arrivals.keys())
         assert len(rest) <= closing <= len(rest) + taken_anyway, (
             f"{len(rest)} accepted events neither delivered nor counted (nor lost in a crash before "
             f"they were written), where closes counted {closing} lost ({taken_anyway} of the events "
