@@ -35,9 +35,9 @@ class Numbering:
     def __init__(self) -> None:
         #: The number of queue[0] (of the next event queued, while the queue is empty).
         self.head = 0
-        #: ``head`` less queue[0]'s position (``pos0``): without jumps, an event leaving the
-        #: head moves both by one, so that (``drop_oldest``'s eviction, once an emit) is
-        #: ``head += 1`` alone.
+        #: ``head`` less queue[0]'s position (``pos0``).  Without jumps, an event leaving the
+        #: head moves both by one and the lag stays: ``drop_oldest``'s eviction (once an emit
+        #: into a full buffer) moves ``head`` alone.
         self.lag = 0
         #: ``[position, k]``, oldest first: from that position on, numbers are ``k`` higher.
         self.jumps: deque[list[int]] = deque()
