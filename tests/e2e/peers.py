@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -49,6 +50,17 @@ Say = Callable[[str], None]
 
 
 def _free_port() -> int:
+    """A loopback port free now, below the kernel's ephemeral range: one the kernel hands out
+    (bind to 0) was taken again, by a neighbouring suite's outgoing connection, before Marquez
+    bound it ("Failed to bind to /127.0.0.1:39855", once beside the other suites)."""
+    for _ in range(200):
+        port = random.randrange(20_000, 32_768)  # (the ephemeral range begins at 32768 here)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
