@@ -444,22 +444,30 @@ def test_sigterm_during_an_explicit_close_on_the_main_thread_ends_in_time():
 
 
 def test_sigterm_while_the_main_thread_emits_flushes_and_counts_every_event(tmp_path):
-    path = tmp_path / "events.jsonl"
-    result, took = _signalled_child(
-        "file", str(path), [0.5], lambda: path.exists() and path.stat().st_size > 0
-    )
-    assert result.returncode == -signal.SIGTERM, result.stderr
-    assert took <= 2 + 1
-    # The closer's report: everything emitted was delivered or counted; nothing vanished.
-    account = close_account(result.stderr, f"on signal {signal.SIGTERM.value}")
-    assert account is not None, result.stderr
-    emitted, delivered, undelivered = account
-    after_close = undelivered.pop("after_close", 0)  # refused once close began: not emitted
-    assert after_close > 0  # the main thread went on emitting while the closer closed
-    assert emitted == delivered + sum(undelivered.values())
-    assert set(undelivered) <= {"dropped_full"}  # the loop outruns a file: the buffer is full
-    assert delivered == len(path.read_text().splitlines())
-    assert delivered > 0
+    # Whether the main thread gets the GIL back before the closer reports is the scheduler's
+    # choice (beside load, 1 run in 65 it did not): the accounts are checked in every run, and
+    # up to three runs are made for one in which it went on emitting while the closer closed.
+    went_on = []
+    for attempt in range(3):
+        path = tmp_path / f"events-{attempt}.jsonl"
+        result, took = _signalled_child(
+            "file", str(path), [0.5], lambda path=path: path.exists() and path.stat().st_size > 0
+        )
+        assert result.returncode == -signal.SIGTERM, result.stderr
+        assert took <= 2 + 1
+        # The closer's report: everything emitted was delivered or counted; nothing vanished.
+        account = close_account(result.stderr, f"on signal {signal.SIGTERM.value}")
+        assert account is not None, result.stderr
+        emitted, delivered, undelivered = account
+        after_close = undelivered.pop("after_close", 0)  # refused once close began: not emitted
+        assert emitted == delivered + sum(undelivered.values())
+        assert set(undelivered) <= {"dropped_full"}  # the loop outruns a file: the buffer is full
+        assert delivered == len(path.read_text().splitlines())
+        assert delivered > 0
+        went_on.append(after_close)
+        if after_close > 0:
+            break
+    assert went_on[-1] > 0, went_on  # the main thread went on emitting while the closer closed
 
 
 def test_emit_from_a_signal_handler_that_interrupts_emit_never_deadlocks():
