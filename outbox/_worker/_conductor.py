@@ -224,10 +224,15 @@ class Worker:
             # Cleared first: a wake-up (an answer, an emit, close) from here on is not lost.
             self.wakeup.clear()
             now = time.monotonic()
+            # Between two steps, a checkpoint: a loop's turn that settled an answer, sampled
+            # and took a batch held the GIL for 200-300 µs without one (a handler's wait).
+            pause = self.slicer.pause
             self._settle_answered(now)
+            pause()
             if self.spill is not None:
                 self.spill.tick(self.buffer, self.slicer, now)
             self.intake.sample()
+            pause()
             self.intake.free_evicted()
             if self._take(now):
                 await asyncio.sleep(0)  # answers and the wire between two batches taken
