@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 from urllib.parse import urlsplit
 
-import httpx
-
 from .. import ConfigError, Outbox
 from .. import _toolkit as toolkit
 from .._toolkit import ResolvedTransport, environment_proxy, redact_url, resolve_transport_config
@@ -44,6 +42,7 @@ from ..transports import (
     HttpTransport,
     KafkaTransport,
     OpenLineageTransportAdapter,
+    Outcome,
 )
 from ._sink_rules import datahub_orchestrator
 
@@ -221,7 +220,7 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, s
         timeout,
         say,
     )
-    if not isinstance(answer, httpx.Response):  # an Outcome: the request failed
+    if isinstance(answer, Outcome):  # the request failed
         return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
     status = answer.status_code
     said = f"POST {endpoint} {{}}: {status}"

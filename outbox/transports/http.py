@@ -67,6 +67,7 @@ from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent
 from ._http._answers import (
     BATCH_UNSUPPORTED,
     MAX_ANSWER_BYTES,
+    HttpAnswer,
     has_failed_events,
     parse_retry_after,
     read_batch_answer,
@@ -287,7 +288,7 @@ class HttpTransport:
 
     async def _post(
         self, url: str, body: bytes, deadline: float, queue_until: float | None = None
-    ) -> httpx.Response | Outcome:
+    ) -> HttpAnswer | Outcome:
         """POST once one of the ``max_concurrent_requests`` places is free (waiting for one
         until ``queue_until``, default ``deadline``; then DEFERRED: not the backend's fault);
         a network failure or timeout comes back as a RETRY outcome."""
@@ -298,7 +299,7 @@ class HttpTransport:
         finally:
             self._places.give_back()
 
-    async def _post_gated(self, url: str, body: bytes, deadline: float) -> httpx.Response | Outcome:
+    async def _post_gated(self, url: str, body: bytes, deadline: float) -> HttpAnswer | Outcome:
         # Answer a little before the deadline: the worker cancels send() at the deadline, and a
         # cancelled send loses the outcomes of the requests that did succeed.
         budget = min(self.timeout, deadline - time.monotonic() - _DEADLINE_MARGIN)
@@ -348,10 +349,10 @@ class HttpTransport:
             for o in outcomes
         ]
 
-    def _snippet(self, response: httpx.Response) -> str:
+    def _snippet(self, response: HttpAnswer) -> str:
         return self._redact(snippet(response))
 
-    async def _bounded_post(self, url: str, body: bytes) -> httpx.Response:
+    async def _bounded_post(self, url: str, body: bytes) -> HttpAnswer:
         """POST, reading at most ``MAX_ANSWER_BYTES`` of the answer; a longer answer is cut
         there, its connection closed."""
         auth = None
@@ -377,7 +378,7 @@ class HttpTransport:
             check_bearer(self._token_provider, bearer)
         return bearer
 
-    def _status_outcome(self, response: httpx.Response, url: str, events: int = 1) -> Outcome:
+    def _status_outcome(self, response: HttpAnswer, url: str, events: int = 1) -> Outcome:
         """What a non-2xx answer means for one event (or each of a batch's ``events``)."""
         outcome, misconfigured = status_outcome(
             response,

@@ -16,11 +16,15 @@ import orjson
 
 from .._base import DELIVERED, About, Outcome
 from ._settings import redact_url
-from ._wire import MAX_ANSWER_BYTES
+from ._wire import MAX_ANSWER_BYTES, Answer
+
+#: An answer: httpx's (``read_capped``), or the transport's own client's.
+HttpAnswer = httpx.Response | Answer
 
 __all__ = [
     "BATCH_UNSUPPORTED",
     "MAX_ANSWER_BYTES",
+    "HttpAnswer",
     "has_failed_events",
     "parse_retry_after",
     "read_batch_answer",
@@ -60,7 +64,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - current)
 
 
-def snippet(response: httpx.Response, limit: int = 200) -> str:
+def snippet(response: HttpAnswer, limit: int = 200) -> str:
     text = response.text.strip().replace("\n", " ")
     return text[:limit] + ("..." if len(text) > limit else "") if text else "(no body)"
 
@@ -72,14 +76,14 @@ def failed_events(body: Any) -> list[Any] | None:
     return failed if isinstance(failed, list) else None
 
 
-def has_failed_events(response: httpx.Response) -> bool:
+def has_failed_events(response: HttpAnswer) -> bool:
     try:
         return failed_events(orjson.loads(response.content)) is not None
     except orjson.JSONDecodeError:
         return False
 
 
-def read_batch_answer(response: httpx.Response, size: int) -> list[Outcome]:
+def read_batch_answer(response: HttpAnswer, size: int) -> list[Outcome]:
     """Per-event outcomes from a batch answer: the spec's ``failed_events`` (or
     OpenMetadata's ``failedEvents``); events not listed there were received."""
     try:
@@ -130,7 +134,7 @@ async def read_capped(response: httpx.Response) -> httpx.Response:
 
 
 def status_outcome(
-    response: httpx.Response,
+    response: HttpAnswer,
     url: str,
     answer: str,
     *,

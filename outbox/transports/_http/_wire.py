@@ -6,8 +6,9 @@ CPU per request, in steps of 200-900 µs between two awaits, which the sidecar's
 cut; a handler that wants the GIL meanwhile waits them out, and that was the p99 of a whole
 invocation while the sidecar shipped (``tests/scripts/http_request_cost.py`` prints what a
 request costs).  This client writes the request in one piece, parses the answer where asyncio
-hands it over (``data_received``), and builds the same ``httpx.Response`` that ``read_capped``
-made, so everything that reads answers is unchanged.  TLS and proxies stay with httpx.
+hands it over (``data_received``), and answers with what ``read_capped``'s ``httpx.Response``
+offers (:class:`Answer`, which builds that response once more than its status and body is read),
+so everything that reads answers is unchanged.  TLS and proxies stay with httpx.
 
 What it does as httpcore does: connections kept alive and reused (up to the transport's
 places), one dropped when the peer closed it while idle; an answer framed by
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 
 import httpx
 
-__all__ = ["MAX_ANSWER_BYTES", "WireClient"]
+__all__ = ["MAX_ANSWER_BYTES", "Answer", "WireClient"]
 
 #: The most of an answer's body the transport reads (the rest is never read).
 MAX_ANSWER_BYTES = 1024 * 1024
@@ -78,7 +79,7 @@ class WireClient:
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None = None) -> httpx.Response:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None = None) -> Answer:
         """POST ``body`` to ``url`` (of this client's origin); the answer, its body read
         (at most ``MAX_ANSWER_BYTES`` of it) and decoded."""
         target = self._targets.get(url)
@@ -161,7 +162,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._scratch = memoryview(bytearray(_READ_SIZE))
-        self._waiter: asyncio.Future[httpx.Response] | None = None
+        self._waiter: asyncio.Future[Answer] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0  # loop time the answer's last bytes came
         self._writing = False  # a request's bytes wait in the transport (the peer reads slowly)
@@ -180,7 +181,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self._transport is not None and not self.loop.is_closed():  # (else closed with it)
             self._transport.abort()
 
-    async def exchange(self, head: bytes, body: bytes, read_timeout: float) -> httpx.Response:
+    async def exchange(self, head: bytes, body: bytes, read_timeout: float) -> Answer:
         transport = self._transport
         assert transport is not None
         assert self._waiter is None
@@ -198,7 +199,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._last = loop.time()
         self._timer = loop.call_at(self._last + read_timeout, self._check_timeout, read_timeout)
         try:
-            answer: httpx.Response = await waiter
+            answer: Answer = await waiter
             return answer
         finally:
             self._waiter = None
@@ -311,7 +312,7 @@ class _Reading:
         self.chunks_size = 0
 
 
-def _parse(buffer: bytearray, eof: bool, reading: _Reading) -> tuple[httpx.Response, int, bool] | None:
+def _parse(buffer: bytearray, eof: bool, reading: _Reading) -> tuple[Answer, int, bool] | None:
     """The answer at the start of ``buffer``, the bytes it used, and whether the connection
     may carry another request; None if more bytes are needed (``reading`` keeps what was
     read of it: the same one is passed again with the buffer grown)."""
@@ -343,22 +344,52 @@ def _parse(buffer: bytearray, eof: bool, reading: _Reading) -> tuple[httpx.Respo
     encoding = fields.get("content-encoding", "").strip().lower()
     if encoding in _DECODERS and content:
         content = _decoded(content, encoding)
-    # As read_capped made it from httpx's: framing headers dropped (the body is decoded and
-    # maybe cut), repeated ones joined, the standard reason phrase.
-    kept: dict[str, tuple[str, str]] = {}
-    for name, value in headers:
-        lower = name.lower()
-        if lower in _FRAMING:
-            continue
-        if lower in kept:
-            first, joined = kept[lower]
-            kept[lower] = (first, f"{joined}, {value}")
-        else:
-            kept[lower] = (name, value)
-    # As bytes, as httpx keeps them (a value that is not ASCII is decoded when read).
-    fields_kept = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in kept.values()]
-    response = httpx.Response(status, headers=fields_kept, content=content)
-    return response, used, keep and whole
+    return Answer(status, headers, content), used, keep and whole
+
+
+class Answer:
+    """An answer this client read: ``status_code`` and ``content`` (all a delivered request
+    needs) at once; ``headers``, ``reason_phrase`` and ``text`` from the ``httpx.Response``
+    ``read_capped`` made of it, built the first time one is asked for.  Building it for every
+    answer cost the sidecar's thread about 90 µs (its code cold), a handler's wait."""
+
+    __slots__ = ("_fields", "_response", "content", "status_code")
+
+    def __init__(self, status_code: int, fields: list[tuple[str, str]], content: bytes) -> None:
+        self.status_code, self.content = status_code, content
+        self._fields = fields
+        self._response: httpx.Response | None = None
+
+    def response(self) -> httpx.Response:
+        """As read_capped made it from httpx's: framing headers dropped (the body is decoded
+        and maybe cut), repeated ones joined, the standard reason phrase."""
+        if self._response is None:
+            kept: dict[str, tuple[str, str]] = {}
+            for name, value in self._fields:
+                lower = name.lower()
+                if lower in _FRAMING:
+                    continue
+                if lower in kept:
+                    first, joined = kept[lower]
+                    kept[lower] = (first, f"{joined}, {value}")
+                else:
+                    kept[lower] = (name, value)
+            # As bytes, as httpx keeps them (a value that is not ASCII is decoded when read).
+            raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in kept.values()]
+            self._response = httpx.Response(self.status_code, headers=raw, content=self.content)
+        return self._response
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self.response().headers
+
+    @property
+    def reason_phrase(self) -> str:
+        return self.response().reason_phrase
+
+    @property
+    def text(self) -> str:
+        return self.response().text
 
 
 def _head(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:
