@@ -234,8 +234,7 @@ class Intake:
         """Up to ``events`` events and ``nbytes`` bytes (at least one event) from the queue,
         serialized, at most ``lookahead_bytes`` bytes of them once their exact sizes are known (what
         does not fit goes back to the queue, where the policy can shed it)."""
-        self.sample(fresh=True)
-        self.slicer.checkpoint()
+        self.sample(fresh=True)  # (then the take at once: what it takes, the look has seen)
         taken = self._take_pieces(events, nbytes)
         if not taken:
             return []
@@ -260,21 +259,25 @@ class Intake:
         return ready
 
     def _take_pieces(self, events: int, nbytes: int) -> list[Entry]:
-        """Up to ``events`` events and ``nbytes`` bytes (at least one event) from the queue, in
-        pieces of ``TAKE_PIECE``, the lock let go of and a checkpoint between two (emits go on
-        meanwhile: what the policy evicts then is queued, never taken)."""
+        """Up to ``events`` events and ``nbytes`` bytes (at least one event) of those queued when
+        it begins, in pieces of ``TAKE_PIECE``, the lock let go of and a checkpoint between two.
+        What is emitted meanwhile waits for the next batch, after a look (``sample``) at it:
+        taken now, objects nobody measured would go on the wire priced at the estimate, each
+        piece a look's allowance more (``UNLOOKED_MOST``: the bound on them).  What the policy
+        evicts meanwhile is queued, never taken."""
         buf, checkpoint = self.buffer, self.slicer.checkpoint
         taken: list[Entry] = []
+        end = -1  # the number after the newest event queued when the take began
         while True:
             with buf.lock:
                 held = buf.holdings
-                # (After the first piece, only what fits: ``take_locked`` takes one at least.)
-                fits = held.queue and (not taken or (held.sizes[0] or held.estimate) <= nbytes)
-                piece = held.take_locked(min(TAKE_PIECE, events - len(taken)), nbytes) if fits else []
-                if taken and not held.unmeasured_locked():
-                    # Taken since the look (``sample``), emitted meanwhile: none is left queued
-                    # unmeasured, a look now (as a sample would): emitters never measure one.
-                    buf.looked_locked(held.next_seq)
+                n = len(held.queue)
+                if end < 0:
+                    end, left = held.numbers.end(n), n
+                else:  # (only what fits the bytes left: ``take_locked`` takes one at least)
+                    fits = n and (held.sizes[0] or held.estimate) <= nbytes
+                    left = held.numbers.index_from(end, n) if fits else 0
+                piece = held.take_locked(min(TAKE_PIECE, events - len(taken), left), nbytes) if left else []
                 if not held.queue:
                     self._linger_until = _INF  # the next event starts a linger of its own
             taken += piece
