@@ -21,6 +21,7 @@ __all__ = [
     "LastResort",
     "RateLimitFilter",
     "RateLimitedLog",
+    "described",
     "limit_library_logs",
     "logger",
     "never_silent",
@@ -37,6 +38,16 @@ NEVER_SILENT = "outbox_never_silent"
 FIRST_NEVER_SILENT = frozenset(
     {"spill-failed", "spill-read", "spill-adopt", "spill-unsettled", "dead-letter"}
 )
+
+
+def described(exc: BaseException) -> str:
+    """The message of an exception that may come from the application's objects (an event's,
+    a transport's); if its ``__str__`` raises, a text naming its class: describing it never
+    raises in the sidecar (that jammed the worker on one event)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose message could not be read>"
 
 
 def never_silent(level: int, msg: str, *args: object) -> None:

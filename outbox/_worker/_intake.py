@@ -14,7 +14,7 @@ from typing import Any
 
 from .._buffer._buffer import UNLOOKED_MOST, Buffer, Entry, Reason, serialize_held
 from .._observability._deadletter import DeadLetter
-from .._observability._log import RateLimitedLog
+from .._observability._log import RateLimitedLog, described
 from .._run._run import RunRecord
 from .._run._serde import SerializedEvent, serialize
 from .._runtime._slices import SLICE, Slicer
@@ -397,8 +397,9 @@ class Intake:
     ) -> None:
         """An event that cannot be serialized: counted ``invalid_event``, warned about, dead-lettered."""
         lost.setdefault(Reason.INVALID_EVENT, []).append(seq)
-        self.log.warning("invalid", "dropping an event that cannot be serialized: %s", exc)
-        dead.append((Reason.INVALID_EVENT, str(exc), None, event))
+        said = described(exc)  # (the event's own exception: its message may not be readable)
+        self.log.warning("invalid", "dropping an event that cannot be serialized: %s", said)
+        dead.append((Reason.INVALID_EVENT, said, None, event))
 
     def _too_large(
         self,

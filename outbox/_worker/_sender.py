@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .._observability._log import RateLimitedLog
+from .._observability._log import RateLimitedLog, described
 from ..transports._base import DELIVERED, About, Outcome, OutcomeKind, Transport
 from ._held import Held
 
@@ -34,8 +34,9 @@ async def attempt(
     except TimeoutError:
         return [Outcome.retry("timeout", f"send took longer than {timeout:.3g} s")] * len(events)
     except Exception as exc:  # the transport broke its contract; keep the events
-        log.error("transport-raised", "%r.send raised; the events stay buffered: %r", transport, exc)
-        return [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
+        said = f"{type(exc).__name__}: {described(exc)}"
+        log.error("transport-raised", "%r.send raised; the events stay buffered: %s", transport, said)
+        return [Outcome.retry("transport_error", said)] * len(events)
     return checked(answer, len(events), transport, log)
 
 
