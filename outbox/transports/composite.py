@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._observability._log import RateLimitedLog
+from .._observability._log import RateLimitedLog, described
 from ._base import DELIVERED, Outcome, OutcomeKind, SerializedEvent, Transport
 
 __all__ = ["CompositeTransport"]
@@ -195,7 +195,8 @@ class CompositeTransport:
                 raise TypeError(f"returned {len(outcomes)} outcomes for {len(events)} events")
         except Exception as exc:  # a member's bug is a retry for its events, not the others'
             self._log.error(f"send:{name}", "the composite member %s (%r) failed: %r", name, member, exc)
-            outcomes = [Outcome.retry("transport_error", f"{type(exc).__name__}: {exc}")] * len(events)
+            said = f"{type(exc).__name__}: {described(exc)}"  # (its __str__ may raise)
+            outcomes = [Outcome.retry("transport_error", said)] * len(events)
         counts = self._stats[name]
         for outcome in outcomes:
             if outcome.kind is OutcomeKind.DEFERRED:

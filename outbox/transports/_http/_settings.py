@@ -24,6 +24,7 @@ import httpx
 
 from ..._config._config import tls_context, warn_once
 from ..._errors import ConfigError
+from ..._observability._log import described
 from ._wire import WireClient
 
 MODES = ("single", "batch", "auto")
@@ -177,7 +178,7 @@ def safe_failure(exc: BaseException, secrets: Sequence[str]) -> str:
     passwords or ``secrets``, and without its text at all when it may quote a header value
     (an encoding error of a header, an invalid header), which may be a credential."""
     kind = type(exc).__name__
-    text = str(exc)
+    text = described(exc)
     quoting = isinstance(exc, UnicodeError) or "LocalProtocolError" in kind
     if quoting or _QUOTES_A_HEADER.search(f"{kind} {text}"):
         return f"{kind} (a header value HTTP cannot carry?; its text is not shown, it may quote a credential)"
@@ -221,7 +222,7 @@ async def provider_bearer(provider: Any, redact: Callable[[str], str]) -> str | 
     try:
         bearer = await asyncio.get_running_loop().run_in_executor(None, provider.get_bearer)
     except Exception as exc:  # requests' errors, RuntimeError, a custom provider's anything
-        text = redact(redact_userinfo(f"{type(exc).__name__}: {exc}"))
+        text = redact(redact_userinfo(f"{type(exc).__name__}: {described(exc)}"))
         raise NoBearer(f"the {kind} token provider failed: {text}") from None
     if not bearer:
         return None
