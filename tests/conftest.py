@@ -4,6 +4,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # the function/ package
 
+import contextlib
 import os
 import uuid
 
@@ -19,6 +20,14 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("outbox", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", parent=settings.get_profile("outbox"), derandomize=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "outbox"))
+
+# A logger registered on another thread races pytest, which walks logging's loggerDict without
+# logging's lock as each phase of a test begins ("dictionary changed size during iteration", a
+# test failed in its setup, 1 CI run in many beside load): openlineage-python's async_http
+# transport imports httpcore2 on its own thread when it first sends: imported here first, on the
+# main thread.
+with contextlib.suppress(ImportError):
+    import httpcore2  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,6 @@ __all__ = ["BrokersUnreachable", "ForwardStats", "Forwarder"]
 _AIOKAFKA_LOGGERS = (
     "aiokafka",
     "aiokafka.conn",
-    "aiokafka.client",
     "aiokafka.cluster",
     "aiokafka.consumer.consumer",
     "aiokafka.consumer.fetcher",
