@@ -14,7 +14,7 @@ from ._buffer._buffer import REFUSED, WAKE, Policy
 from ._buffer._event import EVENT_CLASSES, TEXT_CLASSES, Event, admit, sized
 from ._buffer._holdings import Measure
 from ._buffer._waiting import flush_target, put_async, settled, settled_async
-from ._config._settings import Keywords
+from ._config._settings import MAX_SECONDS, Keywords
 from ._observability._stats import CloseReport, Stats
 from ._run._run import DatasetRef, LineageJob, Run, TimedRun, failure
 from ._run._runid import given_run_id, run_id_of_span
@@ -29,6 +29,17 @@ __all__ = ["Outbox"]
 _INF = float("inf")
 _now = time.time
 _new_run = object.__new__
+
+
+def _deadline(timeout: float | None, default: float) -> float:
+    """The ``time.monotonic()`` deadline ``timeout`` seconds from now (``default`` if None):
+    at most a year away (``math.inf`` waits as long as it takes, not an ``OverflowError`` out
+    of the platform's clock); a NaN timeout, which no deadline compares with, is refused."""
+    if timeout is None:
+        timeout = default
+    elif timeout != timeout:
+        raise ValueError("timeout=nan is not a number of seconds; pass seconds >= 0 (math.inf: no limit)")
+    return time.monotonic() + min(timeout, MAX_SECONDS)
 
 
 class _OutboxRun(Run):
@@ -402,9 +413,9 @@ class Outbox:
 
         Raises:
             RuntimeError: called from the outbox's own event loop (use ``await aflush()``).
+            ValueError: ``timeout`` is NaN.
         """
-        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout, self._assembly.shutdown_timeout)
         buf = self._buffer
         if buf.owned():
             return False
@@ -417,8 +428,7 @@ class Outbox:
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """:meth:`flush` for async code: waits without blocking the running loop."""
-        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout, self._assembly.shutdown_timeout)
         buf = self._buffer
         if buf.owned():
             return False
@@ -439,13 +449,14 @@ class Outbox:
         Raises:
             RuntimeError: called from the outbox's own event loop (use ``await aclose()``);
                 raised before anything changes.
+            ValueError: ``timeout`` is NaN (raised before anything changes).  A timeout past
+                a year (``math.inf``: as long as it takes) waits a year.
         """
         sidecar = self._sidecar
         if sidecar.report is not None:
             return sidecar.report
         self._refuse_on_own_loop("close", "aclose")
-        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout, self._assembly.shutdown_timeout)
         sidecar.request_close(deadline)
         if self._buffer.owned():
             # Called from a signal handler that interrupted this thread inside the outbox:
@@ -466,8 +477,7 @@ class Outbox:
         sidecar = self._sidecar
         if sidecar.report is not None:
             return sidecar.report
-        timeout = self._assembly.shutdown_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout, self._assembly.shutdown_timeout)
         sidecar.request_close(deadline, "by aclose()")
         if sidecar.worker is not None:
             await sidecar.wait_async(deadline)

@@ -56,6 +56,11 @@ MiB = 1024 * 1024
 
 
 def check_transport(transport: Any) -> None:
+    if isinstance(transport, type):  # (its methods are there, unbound: every send would fail)
+        raise ConfigError(
+            f"transport={transport.__name__} is a class, not a transport; pass an instance, "
+            f"e.g. {transport.__name__}(...) (outbox.transports.HttpTransport('http://marquez:5000'))"
+        )
     if not isinstance(transport, Transport):
         raise ConfigError(
             f"transport={transport!r} is not a transport; pass an object with "

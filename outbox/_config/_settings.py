@@ -81,13 +81,22 @@ class WorkerSettings:
     max_concurrency: int = 8
 
 
+#: The most seconds any of the outbox's times may be: a year.  Past it a deadline overflows the
+#: platform's clock in a wait (``OverflowError`` out of ``emit`` or ``close``); NaN compares with
+#: nothing (a wait that never ends, a send that always times out): both refused.
+MAX_SECONDS = 365 * 24 * 3600
+
+
 def check_number(name: str, value: Any, *, minimum: float, integer: bool = False, above: bool = False) -> Any:
-    kind = "an integer" if integer else "a number"
+    """``value`` if it is an integer (``integer``) or a number of seconds at least ``minimum``
+    (more, if ``above``), and seconds at most ``MAX_SECONDS``; else a ConfigError naming it."""
+    kind = "an integer" if integer else "a number of seconds"
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    accepted = f"{kind} {'>' if above else '>='} {minimum:g}" + ("" if integer else f" and <= {MAX_SECONDS}")
     if isinstance(value, bool) or not ok_type:
-        raise ConfigError(f"{name}={value!r} is not {kind}; pass {kind} {'>' if above else '>='} {minimum}")
-    if value < minimum or (above and value == minimum):
-        raise ConfigError(f"{name}={value!r} is out of range; pass {kind} {'>' if above else '>='} {minimum}")
+        raise ConfigError(f"{name}={value!r} is not {kind}; pass {accepted}")
+    if value < minimum or (above and value == minimum) or not (integer or value <= MAX_SECONDS):
+        raise ConfigError(f"{name}={value!r} is out of range; pass {accepted}")
     return value
 
 

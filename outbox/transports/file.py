@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 
+from .._errors import ConfigError
 from ._base import DELIVERED, Outcome, SerializedEvent
 
 __all__ = ["FileTransport"]
@@ -21,11 +22,30 @@ class FileTransport:
     A write that fails (disk full, permissions) is retried with backoff: the events
     stay buffered, and the error is in ``Stats.last_error``.  Writes are small and
     local, so they run on the sidecar's loop; interpreter exit cannot start threads.
+
+    Raises:
+        ConfigError: the path's directory does not exist or is not writable, or (with
+            ``append``) the path is a directory: no event could ever be written.
     """
 
     def __init__(self, log_file_path: str | os.PathLike[str], *, append: bool = False) -> None:
         self.log_file_path = os.fspath(log_file_path)
         self.append = append
+        directory = os.path.dirname(os.path.abspath(self.log_file_path))
+        problem = (
+            f"its directory {directory} does not exist"
+            if not os.path.isdir(directory)
+            else f"its directory {directory} is not writable by this process"
+            if not os.access(directory, os.W_OK | os.X_OK)
+            else "it is a directory"
+            if append and os.path.isdir(self.log_file_path)
+            else None
+        )
+        if problem:
+            raise ConfigError(
+                f"log_file_path={self.log_file_path!r}: {problem}; point it at a file in a writable "
+                "directory (OPENLINEAGE__TRANSPORT__LOG_FILE_PATH)"
+            )
 
     async def send(self, batch: Sequence[SerializedEvent], deadline: float) -> Sequence[Outcome]:
         if self.append:

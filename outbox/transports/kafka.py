@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._config._config import ResolvedTransport, tls_context, warn_once
+from .._config._settings import check_number
 from .._errors import ConfigError
 from .._observability._log import RateLimitedLog, limit_library_logs, never_silent
 from .._runtime._slices import checkpoint
@@ -135,9 +136,18 @@ class KafkaTransport:
             raise ConfigError(
                 f"topic={topic!r}: the Kafka transport needs a topic (OPENLINEAGE__TRANSPORT__TOPIC)"
             )
+        if (
+            len(topic) > 249
+            or topic in (".", "..")
+            or not all(c.isascii() and (c.isalnum() or c in "._-") for c in topic)
+        ):
+            raise ConfigError(
+                f"topic={topic!r} is not a Kafka topic name: use at most 249 of the letters a-z, A-Z, "
+                "digits, '.', '_' and '-' (OPENLINEAGE__TRANSPORT__TOPIC)"
+            )
         self.topic = topic
         self.message_key = message_key.encode() if message_key else None
-        self.start_timeout = start_timeout
+        self.start_timeout = check_number("start_timeout", start_timeout, minimum=0)
         self._settings = producer_settings(config)
         self.partitioner = partitioner_of(config)
         ignored = without_effect(config)
@@ -458,7 +468,7 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     servers = config.get("bootstrap.servers")
     if not isinstance(servers, str) or not servers.strip():
         raise ConfigError('bootstrap.servers is required, e.g. {"bootstrap.servers": "broker:9092"}')
-    settings: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in servers.split(",") if s.strip()]}
+    settings: dict[str, Any] = {"bootstrap_servers": _servers(servers)}
     acks = str(config.get("acks", "all")).strip().lower()
     acks_map: dict[str, Any] = {"all": "all", "-1": "all", "0": 0, "1": 1}
     if acks not in acks_map:
@@ -489,6 +499,32 @@ def producer_settings(config: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError("enable.idempotence=true needs acks=all")
         settings["enable_idempotence"] = value
     return settings
+
+
+def _servers(text: str) -> list[str]:
+    """``bootstrap.servers``' entries, each ``host``, ``host:port`` or ``[IPv6]:port`` as
+    aiokafka reads them; one it could only fail to reach at every send (a scheme, a placeholder
+    such as ``<broker>``, a port that is not one) is a ConfigError here."""
+    from aiokafka.conn import get_ip_port_afi
+
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    for entry in entries:
+        fix = 'use host:port, e.g. {"bootstrap.servers": "broker:9092"}'
+        if "://" in entry:
+            raise ConfigError(
+                f"bootstrap.servers: {entry!r} has a scheme; {fix} (security.protocol sets TLS)"
+            )
+        try:
+            host, port, _ = get_ip_port_afi(entry)
+        except ValueError:
+            raise ConfigError(
+                f"bootstrap.servers: {entry!r} has a port that is not a number; {fix}"
+            ) from None
+        if not 0 < port <= 65535:
+            raise ConfigError(f"bootstrap.servers: {entry!r} has a port out of range (1-65535); {fix}")
+        if not host or not (":" in host or all(c.isalnum() or c in "-._" for c in host)):
+            raise ConfigError(f"bootstrap.servers: {entry!r} has no host name there; {fix}")
+    return entries
 
 
 def _integer_settings(config: Mapping[str, Any]) -> dict[str, Any]:

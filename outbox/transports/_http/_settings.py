@@ -23,6 +23,7 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 import httpx
 
 from ..._config._config import tls_context, warn_once
+from ..._config._settings import MAX_SECONDS
 from ..._errors import ConfigError
 from ..._observability._log import described
 from ._wire import WireClient
@@ -43,7 +44,10 @@ _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\
 
 def redact_url(url: str) -> str:
     """The URL without a password (``http://user:***@host/``), for logs and errors."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # (not a URL urlsplit can read: its passwords, if any, by the regex)
+        return redact_userinfo(url)
     if parts.password is None:
         return url
     host = parts.netloc.rpartition("@")[2]
@@ -245,20 +249,34 @@ def check_bearer(provider: Any, bearer: str) -> None:
 
 
 def checked_url(url: Any) -> SplitResult:
-    """``url`` split, once it is known to be an HTTP URL with a numeric port."""
-    parts = urlsplit(url.strip()) if isinstance(url, str) else None
+    """``url`` split, once it is known to be an HTTP URL with a host name (or address) and a
+    numeric port: a placeholder left in (``http://<lineage host>:5000``), a space or a bracket
+    not closed is a ConfigError here, not a lookup that fails at every send."""
+    try:
+        parts = urlsplit(url.strip()) if isinstance(url, str) else None
+    except ValueError:  # (an IPv6 address whose bracket is not closed)
+        parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
             f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 "
             "(OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
         )
+    shown = redact_url(url.strip())
     try:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         raise ConfigError(
-            f"url={redact_url(url.strip())!r} has a port that is not a number from 0 to 65535; "
+            f"url={shown!r} has a port that is not a number from 0 to 65535; "
             "use e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
         ) from None
+    host = parts.hostname or ""
+    if not (host and (":" in host or all(c.isalnum() or c in "-._~" for c in host))):
+        raise ConfigError(
+            f"url={shown!r} has no host name there ({host or 'none'!r}); put the backend's host "
+            "name or address, e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+        )
+    if any(c.isspace() for c in url.strip()):
+        raise ConfigError(f"url={shown!r} holds a space; write it as %20 (or remove it)")
     return parts
 
 
@@ -305,9 +323,9 @@ def check_arguments(
         raise ConfigError(f"compression={compression!r} is not supported; use gzip, or leave it unset")
     for name, value in timeouts.items():
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS
         ):
-            raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
+            raise ConfigError(f"{name}={value!r} is not a positive number of seconds (at most {MAX_SECONDS})")
     if (
         isinstance(max_concurrent_requests, bool)
         or not isinstance(max_concurrent_requests, int)

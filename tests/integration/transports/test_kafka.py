@@ -163,11 +163,36 @@ def test_broker_killed_mid_stream_and_restarted(topic):
             {"bootstrap.servers": "b:9092", "ssl.ca.location": "/nonexistent/ca.pem"},
             "cannot load the TLS files",
         ),
+        # Servers aiokafka could only fail to reach at every send (an OverflowError, a
+        # ValueError or a failed lookup there): refused here, naming the entry.
+        ({"bootstrap.servers": "127.0.0.1:99999"}, r"'127.0.0.1:99999' has a port out of range \(1-65535\)"),
+        ({"bootstrap.servers": "b:9092,127.0.0.1:abc"}, "'127.0.0.1:abc' has a port that is not a number"),
+        (
+            {"bootstrap.servers": "http://127.0.0.1:9092"},
+            "'http://127.0.0.1:9092' has a scheme; use host:port",
+        ),
+        (
+            {"bootstrap.servers": "<Event Broker address>:9092"},
+            "'<Event Broker address>:9092' has no host name",
+        ),
     ],
 )
 def test_invalid_producer_settings(config, message):
     with pytest.raises(ConfigError, match=message):
         KafkaTransport("t", config)
+
+
+@pytest.mark.parametrize(
+    "servers", ["b:9092", "b1:9092, b2:9093", "[::1]:9092", "broker", "b_1.example.com:9092"]
+)
+def test_bootstrap_servers_as_aiokafka_reads_them_are_accepted(servers):
+    KafkaTransport("lineage.events_v1-x", {"bootstrap.servers": servers})
+
+
+@pytest.mark.parametrize("topic", ["bad topic!", "t" * 250, "..", "événements"])
+def test_a_topic_kafka_would_refuse_is_a_config_error(topic):
+    with pytest.raises(ConfigError, match="is not a Kafka topic name: use at most 249 of the letters"):
+        KafkaTransport(topic, {"bootstrap.servers": "b:9092"})
 
 
 def test_every_librdkafka_key_is_accepted_aliases_mapped_the_rest_logged_once(caplog):

@@ -1,11 +1,13 @@
 """Overflow policies, as table tests, against a backend that does not answer."""
 
+import math
 import threading
 import time
 
 import pytest
 
 from outbox import ConfigError, Outbox, Policy
+from outbox.transports import HttpTransport
 
 from support.helpers import ScriptedTransport, inside, run_event, wait_until
 
@@ -119,7 +121,13 @@ def test_emit_after_close_is_counted():
         ({"max_events": 0}, "max_events=0 is out of range"),
         ({"max_events": 1.5}, "max_events=1.5 is not an integer"),
         ({"linger": -1}, "linger=-1 is out of range"),
-        ({"send_timeout": 0}, "send_timeout=0 is out of range; pass a number > 0"),
+        ({"send_timeout": 0}, "send_timeout=0 is out of range; pass a number of seconds > 0 and <= 31536000"),
+        # Not finite, or past a year: a wait that never ends, or an OverflowError out of emit.
+        ({"send_timeout": math.nan}, "send_timeout=nan is out of range"),
+        ({"block_timeout": math.inf}, "block_timeout=inf is out of range"),
+        ({"block_timeout": math.nan}, "block_timeout=nan is out of range"),
+        ({"shutdown_timeout": 1e12}, "shutdown_timeout=1000000000000.0 is out of range"),
+        ({"linger": math.inf}, "linger=inf is out of range"),
         ({"max_events": 10, "max_batch_events": 20}, "max_batch_events=20 exceeds max_events=10"),
         ({"max_bytes": 10, "max_batch_bytes": 20}, "max_batch_bytes=20 exceeds max_bytes=10"),
         ({"block_timeout": "1s"}, "block_timeout='1s' is not a number"),
@@ -133,6 +141,29 @@ def test_invalid_settings_raise_config_error_at_construction(kwargs, message):
 def test_not_a_transport():
     with pytest.raises(ConfigError, match="is not a transport"):
         Outbox(object(), close_at_exit=False)  # type: ignore[arg-type]
+    with pytest.raises(
+        ConfigError, match=r"transport=HttpTransport is a class, not a transport; pass an instance"
+    ):
+        Outbox(HttpTransport, close_at_exit=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e12])
+def test_a_close_or_flush_with_no_limit_waits_a_year_at_most_not_an_overflow(timeout):
+    # An infinite deadline overflowed the platform's clock: OverflowError out of flush and close.
+    transport = ScriptedTransport()
+    outbox = Outbox(transport, close_at_exit=False)
+    outbox.emit(run_event())
+    assert outbox.flush(timeout)
+    assert outbox.close(timeout).delivered == 1
+
+
+def test_a_nan_timeout_is_refused_before_anything_changes():
+    outbox = Outbox(ScriptedTransport(), close_at_exit=False)
+    for call in (outbox.flush, outbox.close):
+        with pytest.raises(ValueError, match="timeout=nan is not a number of seconds"):
+            call(math.nan)
+    assert outbox.emit(run_event())  # (still open)
+    assert outbox.close(5).delivered == 1
 
 
 def test_policy_enum_accepted():

@@ -179,6 +179,23 @@ def test_yaml_config(tmp_path):
             {"OPENLINEAGE__TRANSPORT__TYPE": "kafka"},
             "the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC",
         ),
+        # Refused at construction, not a lookup that fails at every send.
+        (
+            {"OPENLINEAGE_URL": "http://<lineage host>:5000"},  # function/lineage-demo.yaml's placeholder
+            r"url='http://<lineage host>:5000' has no host name there \('<lineage host>'\)",
+        ),
+        ({"OPENLINEAGE_URL": "http://:5000"}, "url='http://:5000' has no host name there"),
+        ({"OPENLINEAGE_URL": "http://my host:5000"}, "url='http://my host:5000' has no host name there"),
+        ({"OPENLINEAGE_URL": "http://m:5000/ api"}, "url='http://m:5000/ api' holds a space"),
+        ({"OPENLINEAGE_URL": "http://[::1"}, r"url='http://\[::1' is not an HTTP URL"),
+        (
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": "http://m",
+                "OPENLINEAGE__TRANSPORT__TIMEOUT": "NaN",  # (JSON: a float)
+            },
+            "OPENLINEAGE__TRANSPORT__TIMEOUT: timeout=nan is not a positive number of seconds",
+        ),
     ],
 )
 def test_invalid_http_settings_name_the_variable_and_never_the_key(env, message):
@@ -281,3 +298,10 @@ def test_a_secret_a_header_cannot_carry_is_a_config_error_naming_the_setting_not
 def test_a_custom_header_name_that_is_not_one_is_a_config_error(name):
     with pytest.raises(ConfigError, match="is not an HTTP header name"):
         HttpTransport("http://127.0.0.1:9", custom_headers={name: "v"})
+
+
+@pytest.mark.parametrize(
+    "url", ["http://[::1]:5000", "http://marquez_1:5000", "http://müller.example:5000", "https://u:p@m/api"]
+)
+def test_urls_with_hosts_httpx_reaches_are_accepted(url):
+    assert HttpTransport(url).url

@@ -4,7 +4,9 @@ import io
 import json
 import os
 
-from outbox import Outbox
+import pytest
+
+from outbox import ConfigError, Outbox
 from outbox.transports import ConsoleTransport, FileTransport, MemoryTransport
 
 from support.helpers import run_event, wait_until
@@ -30,7 +32,8 @@ def test_file_without_append_writes_one_file_per_event(tmp_path):
 
 
 def test_file_that_cannot_be_written_keeps_events_and_reports(tmp_path):
-    directory = tmp_path / "missing"
+    directory = tmp_path / "gone"
+    directory.mkdir()
     outbox = Outbox(
         FileTransport(directory / "lineage.jsonl", append=True),
         backoff_base=0.01,
@@ -38,6 +41,7 @@ def test_file_that_cannot_be_written_keeps_events_and_reports(tmp_path):
         linger=0,
         close_at_exit=False,
     )
+    directory.rmdir()  # removed under the running outbox
     outbox.emit(run_event(n=1))
     # Once the sidecar has tried (not after 0.1 s: beside load it may not have tried by then).
     assert wait_until(lambda: "cannot write" in (outbox.stats().last_error or ""), 5)
@@ -48,6 +52,21 @@ def test_file_that_cannot_be_written_keeps_events_and_reports(tmp_path):
     os.mkdir(directory)  # the disk comes back
     assert outbox.flush(5)
     assert outbox.close(1).delivered == 1
+
+
+@pytest.mark.parametrize("append", [True, False])
+def test_a_file_path_no_event_could_be_written_to_is_a_config_error(tmp_path, append):
+    with pytest.raises(
+        ConfigError, match=r"log_file_path='.*missing/x.jsonl': its directory .*missing does not exist"
+    ):
+        FileTransport(tmp_path / "missing" / "x.jsonl", append=append)
+    if append:
+        with pytest.raises(
+            ConfigError, match="it is a directory; point it at a file in a writable directory"
+        ):
+            FileTransport(tmp_path, append=True)
+    else:  # (a base name: the events go to files beside it)
+        assert FileTransport(tmp_path / "lineage").log_file_path == str(tmp_path / "lineage")
 
 
 def test_console_prints_one_line_per_event():
