@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._observability._log import logger, never_silent
+from .._observability._log import never_silent
 from ._lifecycle import WeakCall, close_all, hold_weakly
 from ._threads import block_async_signals
 
@@ -72,7 +72,17 @@ _install_lock = threading.Lock()
 def close_on_signal(sidecar_of: SidecarOf, signums: tuple[int, ...]) -> bool:
     """Close the sidecar ``sidecar_of()`` returns (a bound method) on each of ``signums``."""
     if threading.current_thread() is not threading.main_thread():
-        logger.warning("close_on_signal() needs the main thread; relying on the exit hook")
+        # Python installs signal handlers from the main thread only.  Said where it reaches
+        # the user (stderr if no logging is configured): the exit hook flushes at a normal
+        # exit, but SIGTERM's default action ends the process without one.
+        never_silent(
+            logging.WARNING,
+            "close_on_signal() was called on thread %r, not the main thread, where Python cannot "
+            "install a signal handler: a SIGTERM ends this process without closing its outboxes "
+            "(the events they hold are lost); call it from the main thread, or close the outbox "
+            "in your runtime's shutdown hook",
+            threading.current_thread().name,
+        )
         return False
     with _install_lock:
         _closer.start()

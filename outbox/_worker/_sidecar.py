@@ -430,7 +430,7 @@ class Sidecar:
         no_longer_closes_at_exit(self)
         try:
             if self.tells_losses:
-                _tell_losses(self.name, self.closed_why, report)
+                _tell_losses(self.name, self.closed_why, report, self.last_error())
         finally:
             self._told.set()
         return report
@@ -531,10 +531,11 @@ def _losses(emitted: int, delivered: int, counts: Mapping[str, int]) -> str | No
     )
 
 
-def _tell_losses(name: str, why: str, report: CloseReport) -> None:
+def _tell_losses(name: str, why: str, report: CloseReport, last_error: str | None = None) -> None:
     """A loss is never silent: one warning for the outbox's close, with the counts and each
-    loss's reason (its own, then its composite members'), and where they are kept.  None when
-    everything was delivered."""
+    loss's reason (its own, then its composite members'), where they are kept, and the last
+    error (``dropped_shutdown`` alone would send a user to the deadline when the backend said
+    401).  None when everything was delivered."""
     parts = []
     own = _losses(report.emitted, report.delivered, report.undelivered)
     if own is not None:
@@ -550,11 +551,12 @@ def _tell_losses(name: str, why: str, report: CloseReport) -> None:
         where = "Outbox.stats()" if own is not None else "Outbox.stats().members"
         never_silent(
             logging.WARNING,
-            "outbox %r closed %s: %s; %s counts every loss by reason",
+            "outbox %r closed %s: %s; %s counts every loss by reason%s",
             name,
             why,
             "; ".join(parts),
             where,
+            f"; the last error: {last_error}" if last_error else "",
         )
 
 

@@ -73,12 +73,15 @@ for n in range(100):
 
 
 def test_a_loss_at_exit_reaches_stderr_in_one_line_with_no_logging_configured(tmp_path):
-    # The issue's program: no logging, 100 events to a backend that refuses, and exit.
-    result = child(LOST_AT_EXIT.format(port=refused_port()), tmp_path)
+    # The issue's program: no logging, 100 events to a backend that refuses, and exit.  The line
+    # ends with the last error: dropped_shutdown alone sends a user to the deadline, not the URL.
+    port = refused_port()
+    result = child(LOST_AT_EXIT.format(port=port), tmp_path)
     assert result.stderr.splitlines() == [
         "lineage-outbox warning: outbox 'outbox' closed at exit: 100 lineage event(s) emitted, "
         "0 delivered, 100 not delivered (dropped_shutdown: 100); Outbox.stats() counts every "
-        "loss by reason"
+        f"loss by reason; the last error: POST http://127.0.0.1:{port}/api/v1/lineage/batch failed: "
+        f"ConnectError: [Errno 111] Connect call failed ('127.0.0.1', {port})"
     ]
     assert result.stdout == ""
 
@@ -121,7 +124,7 @@ def test_a_loss_at_close_reaches_stderr_in_one_line(tmp_path, close, said):
     assert result.stderr.splitlines() == [
         f"lineage-outbox warning: outbox 'outbox' closed by {how}: 3 lineage event(s) emitted, "
         "0 delivered, 3 not delivered (rejected_by_backend: 3); Outbox.stats() counts every loss "
-        "by reason"
+        "by reason; the last error: 422: the test refuses it"
     ]
 
 
@@ -152,7 +155,8 @@ def test_a_composite_names_the_member_that_lost_events(tmp_path):
 
 @pytest.mark.parametrize("logging_setup", ["basicConfig", "a handler on outbox"])
 def test_a_program_that_configures_logging_gets_the_loss_there_once(tmp_path, logging_setup):
-    code = LOGGING[logging_setup] + LOST_AT_EXIT.format(port=refused_port())
+    port = refused_port()
+    code = LOGGING[logging_setup] + LOST_AT_EXIT.format(port=port)
     result = child(code, tmp_path)
     assert ours(result.stdout + result.stderr) == []  # no fallback line: nothing twice
     where = result.stderr if logging_setup == "basicConfig" else result.stdout
@@ -160,7 +164,8 @@ def test_a_program_that_configures_logging_gets_the_loss_there_once(tmp_path, lo
     assert summary == [
         "app WARNING outbox: outbox 'outbox' closed at exit: 100 lineage event(s) emitted, "
         "0 delivered, 100 not delivered (dropped_shutdown: 100); Outbox.stats() counts every "
-        "loss by reason"
+        f"loss by reason; the last error: POST http://127.0.0.1:{port}/api/v1/lineage/batch failed: "
+        f"ConnectError: [Errno 111] Connect call failed ('127.0.0.1', {port})"
     ]
 
 
@@ -312,3 +317,25 @@ def test_a_spill_directory_removed_under_a_running_outbox_is_said_once(tmp_path)
     removed = [line for line in lines if "were removed under it" in line]
     assert len(removed) == 1, result.stderr
     assert str(tmp_path / "spill") in removed[0]
+
+
+def test_close_on_signal_off_the_main_thread_says_a_sigterm_would_lose_the_events(tmp_path):
+    # A runtime that calls init() on a worker thread: Python cannot install the handler there.
+    # The warning said "relying on the exit hook", on the logger alone (nothing on stderr here),
+    # and SIGTERM's default action ends the process without that hook.
+    code = f"""
+    import threading
+    outbox = Outbox(HttpTransport("http://127.0.0.1:{refused_port()}"), close_at_exit=False)
+    installed = []
+    worker = threading.Thread(target=lambda: installed.append(outbox.close_on_signal()), name="init")
+    worker.start()
+    worker.join()
+    print(installed)
+    outbox.close(0)
+    """
+    result = child(code, tmp_path)
+    assert result.stdout.split() == ["[False]"]
+    said = [line for line in ours(result.stderr) if "close_on_signal()" in line]
+    assert len(said) == 1, result.stderr
+    assert "thread 'init', not the main thread" in said[0]
+    assert "a SIGTERM ends this process without closing its outboxes" in said[0]
