@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import io
-import json
 import logging
 import ssl
 import sys
@@ -44,7 +42,7 @@ from ..transports import (
     OpenLineageTransportAdapter,
     Outcome,
 )
-from ._sink_rules import datahub_orchestrator
+from ._needs import datahub_refusal, judged, openmetadata_verdict, read_sample
 
 __all__ = ["Check", "check_transport", "datahub_refusal", "openmetadata_verdict", "run"]
 
@@ -157,6 +155,8 @@ async def _check_http(
     # 3. An answer from the endpoint the events go to, to an event it must refuse.
     answer = _said(await _check_answer(transport, timeout, prefix, say), say)
     checks.append(answer)
+    if answer.ok and transport.mode == "batch":  # (auto falls back to one event per request)
+        checks.append(_said(await _check_batch(transport, timeout, prefix, say), say))
     # 4. The events, judged by what this backend needs (when it has needs of its own).
     if answer.ok:
         judged = _check_events(transport, prefix, events)
@@ -245,144 +245,33 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, s
     return Check(name, False, f"{said}: the backend is not taking events ({transport._snippet(answer)})")
 
 
-# -- what a backend needs of the events --------------------------------------------------------
-
-# What DataHub and OpenMetadata need: the rules the sink's flavours answer by (_sink_rules).
-_DATAHUB_NEEDS = (
-    "DataHub takes only RunEvents naming an orchestrator: a processing_engine run facet, or a producer "
-    "https://github.com/OpenLineage/OpenLineage/<path>/<name> or under https://github.com/apache/airflow/ "
-    "(others get 500 and never arrive)"
-)
-_OPENMETADATA_NEEDS = (
-    "OpenMetadata draws lineage only from COMPLETE RunEvents with inputs and outputs, between datasets "
-    "it knows as tables (START, RUNNING and FAIL are taken and draw nothing)"
-)
-
-
-def _backend(transport: HttpTransport) -> str | None:
-    """The backend an HTTP transport's endpoint belongs to, when it has needs of its own."""
-    path = urlsplit(transport.single_url).path.rstrip("/")
-    if path.endswith("/openapi/openlineage/api/v1/lineage"):
-        return "datahub"
-    if path.endswith("/api/v1/openlineage/lineage") or transport.batch_format == "openmetadata":
-        return "openmetadata"
-    return None
-
-
-def _named(event: Any, index: int, count: int) -> str:
-    """``event 2 of 5 (COMPLETE of namespace/name)``, for a line naming one event."""
-    where = f"event {index + 1} of {count}"
-    if not isinstance(event, dict):
-        return where
-    job = event.get("job")
-    job = job if isinstance(job, dict) else {}
-    kind = event.get("eventType", "no eventType")
-    return f"{where} ({kind} of {job.get('namespace', '?')}/{job.get('name', '?')})"
-
-
-def datahub_refusal(event: Any) -> str | None:
-    """Why released DataHub refuses ``event`` (it answers 500), or None when it takes it."""
-    if not isinstance(event, dict):
-        return "is not a JSON object"
-    if not isinstance(event.get("run"), dict) or not isinstance(event.get("job"), dict):
-        return "is not a RunEvent (DataHub takes no JobEvent or DatasetEvent)"
-    if event.get("eventType") is None:
-        return "has no eventType"
-    if datahub_orchestrator(event) is not None:
-        return None
-    producer = event.get("producer")
-    return (
-        f"names no orchestrator (producer {producer!r}, no processing_engine run facet): add the facet, "
-        "as LineageJob(run_facets=...) does"
+async def _check_batch(transport: HttpTransport, timeout: float, prefix: str, say: Say) -> Check:
+    """``mode=batch`` sends every event to the batch endpoint: one that is not there (Marquez
+    has none) loses them all, however well the single endpoint answers."""
+    name, endpoint = f"{prefix}batch", redact_url(transport.batch_url)
+    answer = await _waiting(
+        transport._post(transport.batch_url, b"[]", time.monotonic() + timeout + 0.1),
+        f"the answer of POST {endpoint}",
+        timeout,
+        say,
     )
+    if isinstance(answer, Outcome):
+        return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
+    said = f"POST {endpoint} []: {answer.status_code}"
+    if answer.status_code in (404, 405):
+        fix = "set OPENLINEAGE__TRANSPORT__MODE=auto (or single), or OPENLINEAGE__TRANSPORT__BATCH_ENDPOINT"
+        return Check(
+            name, False, f"{said}: no batch endpoint there, and mode=batch sends every event to it; {fix}"
+        )
+    return Check(name, True, f"{said}, a batch endpoint is there")
 
 
-def openmetadata_verdict(events: Sequence[Any]) -> tuple[bool, str]:
-    """(whether OpenMetadata would draw lineage from these events, why): every COMPLETE RunEvent
-    (a missing eventType counts as COMPLETE there) needs inputs and outputs, and one at least
-    must be there; JobEvents and DatasetEvents are refused (400)."""
-    count, drawing = len(events), 0
-    for index, event in enumerate(events):
-        if not isinstance(event, dict) or not isinstance(event.get("run"), dict):
-            return False, f"{_named(event, index, count)} is not a RunEvent: OpenMetadata refuses it (400)"
-        if event.get("eventType") not in (None, "COMPLETE"):  # missing or null: COMPLETE there
-            continue
-        missing = [part for part in ("inputs", "outputs") if not event.get(part)]
-        if missing:
-            return False, (
-                f"{_named(event, index, count)} has no {' and no '.join(missing)}: OpenMetadata draws "
-                "no lineage for its run"
-            )
-        drawing += 1
-    if not drawing:
-        return False, f"none of the {count} events is a COMPLETE: OpenMetadata draws no lineage from them"
-    events_word = "event" if count == 1 else "events"
-    return True, f"{drawing} of {count} {events_word} draw{'s' if drawing == 1 else ''} lineage"
-
-
-def _count(count: int) -> str:
-    return f"{count:,} event{'' if count == 1 else 's'}"
+# -- what a backend needs of the events (``_needs``) -------------------------------------------
 
 
 def _check_events(transport: HttpTransport, prefix: str, events: Sequence[Any] | str | None) -> Check | None:
-    """The sample of events judged by what the backend needs; None when there is nothing to judge
-    (no sample, and a backend with no needs beyond the spec's)."""
-    name, backend = f"{prefix}events", _backend(transport)
-    needs = {"datahub": _DATAHUB_NEEDS, "openmetadata": _OPENMETADATA_NEEDS}.get(backend or "")
-    if isinstance(events, str):  # the sample could not be read
-        return Check(name, False, events)
-    if events is None:
-        if needs is None:
-            return None
-        return Check(name, False, f"{needs}; judge yours: --events FILE, a sample (read, never sent)")
-    count = len(events)
-    if backend == "openmetadata":
-        ok, why = openmetadata_verdict(events)
-        tail = " (where their datasets are tables OpenMetadata knows)" if ok else f"; {_OPENMETADATA_NEEDS}"
-        return Check(name, ok, why + tail)
-    if backend == "datahub":
-        for index, event in enumerate(events):
-            refused = datahub_refusal(event)
-            if refused:
-                return Check(name, False, f"{_named(event, index, count)} {refused}; {_DATAHUB_NEEDS}")
-        return Check(
-            name, True, f"{_count(count)}, each a RunEvent naming an orchestrator: DataHub takes them"
-        )
-    from ._sink_rules import validate_event
-
-    for index, event in enumerate(events):
-        errors = validate_event(event) if isinstance(event, dict) else ["not a JSON object"]
-        if errors:
-            return Check(
-                name, False, f"{_named(event, index, count)} misses what the spec requires: {errors[0]}"
-            )
-    return Check(name, True, f"{_count(count)}, each with what the OpenLineage spec requires")
-
-
-def read_sample(path: str) -> list[Any] | str:
-    """The events of ``path``: one JSON event, a JSON array of them, or JSON lines (a dead-letter
-    file's records give the event each holds, read as ``outbox replay`` reads them); or why they
-    cannot be read."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except OSError as exc:
-        return f"cannot read the events in {path}: {exc}"
-    try:
-        whole = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        whole = None
-    if isinstance(whole, (list, dict)):
-        events = whole if isinstance(whole, list) else [whole]
-    else:
-        events = []
-        for item in toolkit.scan(io.BytesIO(data)):
-            if isinstance(item, toolkit.Torn):
-                return f"{path} line {item.line} is not JSON (nor a sound record); give JSON lines of events"
-            # (A record that holds only event_repr, or text that is not a JSON object: no sample.)
-            if item.event is not None:
-                events.append(json.loads(item.event))
-    return events or f"{path} holds no event"
+    verdict = judged(transport, events)
+    return None if verdict is None else Check(f"{prefix}events", *verdict)
 
 
 def _check_file(transport: FileTransport, prefix: str) -> Check:
@@ -600,8 +489,8 @@ def _check_spill(environ: Mapping[str, str]) -> Check | None:
         return Check(
             "spill", False, f"{directory}: it is {what}, not a directory; pass a directory (made if missing)"
         )
-    if not state["writable"]:
-        return Check("spill", False, f"{directory}: not writable by this process; fix its permissions")
+    if (problem := _unwritable(directory)) is not None:
+        return Check("spill", False, f"{directory}: {problem}; pass a writable directory on local disk")
     if not state["exists"]:
         return Check("spill", True, f"{directory}: does not exist yet (made at start)")
     age = state["oldest_event_age"]
@@ -612,6 +501,28 @@ def _check_spill(environ: Mapping[str, str]) -> Check | None:
         f"{directory}: writable, {state['bytes']} bytes in {state['segments']} segment(s), "
         f"{state['owners_alive']} live and {state['owners_gone']} gone process(es), oldest event {oldest}",
     )
+
+
+def _unwritable(directory: str) -> str | None:
+    """Why an outbox could not write in ``directory`` (or make it), tried as it would be: a file
+    made there and removed (or, if it is missing, its first missing folder made and removed).
+    ``os.access`` says yes to root on a read-only filesystem, or under ``/proc``."""
+    import os
+    import tempfile
+
+    path = os.path.abspath(directory)
+    while not os.path.exists(os.path.dirname(path)) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        if os.path.isdir(path):
+            os.close((made := tempfile.mkstemp(prefix=".outbox-check-", dir=path))[0])
+            os.unlink(made[1])
+        else:
+            os.mkdir(path)
+            os.rmdir(path)
+    except OSError as exc:
+        return f"cannot be {'written' if os.path.isdir(path) else 'made'} ({exc.strerror or exc})"
+    return None
 
 
 def _config_check(

@@ -87,6 +87,45 @@ def test_a_wrong_endpoint_and_refused_credentials_fail_with_the_fix():
         assert status == 0, lines
 
 
+def test_batch_mode_against_a_backend_without_a_batch_endpoint_fails_with_the_fix():
+    # Marquez has no batch endpoint: mode=batch loses every event there, while the single
+    # endpoint answers as it should (check passed all three checks).
+    with Sink(behaviour=SinkBehaviour(single_only=True)) as sink:
+        env = {"OPENLINEAGE__TRANSPORT__TYPE": "http", "OPENLINEAGE__TRANSPORT__URL": sink.url}
+        status, lines = check({**env, "OPENLINEAGE__TRANSPORT__MODE": "batch"})
+        assert status == 1, lines
+        assert "no batch endpoint there" in line(lines, "batch")
+        assert "OPENLINEAGE__TRANSPORT__MODE=auto" in line(lines, "batch")
+        status, lines = check({**env, "OPENLINEAGE__TRANSPORT__MODE": "auto"})  # (auto falls back)
+        assert status == 0, lines
+        assert not [entry for entry in lines if entry.split()[1:2] == ["batch"]]
+        assert sink.events == []
+    with Sink() as sink:
+        status, lines = check(
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__URL": sink.url,
+                "OPENLINEAGE__TRANSPORT__MODE": "batch",
+            }
+        )
+        assert status == 0, lines
+        assert line(lines, "batch").startswith("ok")
+        assert sink.events == []
+
+
+def test_a_spill_directory_that_cannot_be_made_fails_as_the_outbox_would(tmp_path):
+    # os.access says yes to root under /sys; Outbox.from_env() fails there ("Operation not
+    # permitted"), and check said "does not exist yet (made at start)".
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for spill in ("/sys/outbox-spill", str(blocker / "spill")):
+        status, lines = check(
+            {"OPENLINEAGE_URL": f"http://127.0.0.1:{refused_port()}", "OUTBOX_SPILL_DIR": spill}
+        )
+        assert status == 1
+        assert line(lines, "spill").startswith("FAIL"), lines
+
+
 def test_an_invalid_setting_fails_the_config_check_naming_the_variable():
     status, lines = check({"OPENLINEAGE_URL": "http://127.0.0.1:1", "OUTBOX_POLICY": "bogus"})
     assert status == 1
