@@ -275,7 +275,8 @@ class Outbox:
 
         Args:
             event: an openlineage-python event (``event_v2`` or legacy ``run`` classes), a
-                dict, or the event's JSON as ``str``/``bytes``.
+                dict, or the event's JSON as ``str``/``bytes``.  It is written later, in the
+                sidecar: do not change it (nor a list or dict it holds) once emitted.
 
         Returns:
             True if the event was accepted; False if it was dropped (buffer full under

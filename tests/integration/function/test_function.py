@@ -237,6 +237,30 @@ def test_the_unchanged_openlineage_client_handler_through_outbox_transport(clean
     assert calls[1].error == "ValueError: cannot process lineage-src/orders.bad"
 
 
+def test_outbox_transport_sends_each_event_as_it_was_when_emitted(clean_env):
+    # openlineage-python's transports write the event in emit: code written for them may change
+    # it afterwards.  Through OutboxTransport the START went out with the COMPLETE's inputs (the
+    # sidecar wrote the shared list later), and a dict emitted twice as two states went twice.
+    from openlineage.client import OpenLineageClient
+    from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
+
+    with Sink() as sink:
+        clean_env.setenv("OPENLINEAGE__TRANSPORT__TYPE", "outbox.OutboxTransport")
+        clean_env.setenv("OPENLINEAGE_URL", sink.url)
+        clean_env.setenv("OUTBOX_LINGER", "30")  # (the sidecar writes nothing before the close)
+        client = OpenLineageClient()
+        inputs = [InputDataset(namespace="s3://bucket", name="first.csv")]
+        run, job = Run(runId="0191c5b8-3c8a-7c2e-9f00-000000000001"), Job(namespace="ns", name="job")
+        common = {"run": run, "job": job, "producer": "https://example.com/p", "inputs": inputs}
+        client.emit(RunEvent(eventType=RunState.START, eventTime="2026-12-07T10:00:00Z", **common))
+        inputs.append(InputDataset(namespace="s3://bucket", name="found-later.csv"))
+        client.emit(RunEvent(eventType=RunState.COMPLETE, eventTime="2026-12-07T10:00:01Z", **common))
+        client.close(5)
+        events = sink.events
+    named = {e["eventType"]: [i["name"] for i in e["inputs"]] for e in events}
+    assert named == {"START": ["first.csv"], "COMPLETE": ["first.csv", "found-later.csv"]}
+
+
 SUBPROCESS = textwrap.dedent(
     """
     import os, signal, sys
