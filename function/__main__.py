@@ -192,14 +192,21 @@ def run(objects: Sequence[str]) -> int:
         )
         if kinds != want:
             problems.append(f"the sink received {kinds}, expected {want}")
+    last_error = module.outbox.stats().last_error
     unreached = sink is None and report.delivered == 0 and set(report.undelivered) == {"dropped_shutdown"}
-    if unreached:
+    if unreached and last_error is not None and " answered " in last_error:
+        # It answered, and took nothing: credentials, an endpoint, a server error; not a backend
+        # that is down, which the outbox is there to ride out.
+        problems.append(
+            f"the backend answered and took none of the events ({last_error}); see `outbox check`"
+        )
+    elif unreached:
         # The backend took nothing by close()'s deadline (down, unreachable, or refusing all for
         # now): the point of the outbox is that the handler went on regardless, and said so.
         print(
             f"\nexpected: the backend ({module.outbox.transport!r}) took none of the "
             f"{report.undelivered['dropped_shutdown']} events by close()'s deadline "
-            f"({module.outbox.stats().last_error or 'no answer'}); they are counted as dropped_shutdown, "
+            f"({last_error or 'no answer'}); they are counted as dropped_shutdown, "
             "and the handlers above were neither slowed nor failed by it"
         )
     elif not report.complete:

@@ -221,6 +221,21 @@ def test_the_demo_against_an_unreachable_backend_says_the_loss_is_expected(tmp_p
     assert "all as expected" in result.stdout
 
 
+def test_the_demo_against_a_backend_that_refuses_the_credentials_fails(tmp_path):
+    # A backend that answered 403 to every event is a configuration to fix, not the outage the
+    # demo rides out: "all as expected" and exit 0 told a user checking their backend it worked.
+    from outbox.tools.sink import Sink, SinkBehaviour
+
+    with Sink(behaviour=SinkBehaviour(api_key="right")) as sink:
+        result = run_demo(
+            tmp_path, OPENLINEAGE_URL=sink.url, OPENLINEAGE_API_KEY="wrong", OUTBOX_SHUTDOWN_TIMEOUT="1"
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "UNEXPECTED: the backend answered and took none of the events" in result.stdout
+    assert "answered 403 Forbidden" in result.stdout
+    assert "all as expected" not in result.stdout
+
+
 def test_run_helpers_example(tmp_path):
     out = run_python(block_after("example: run-helpers"), tmp_path)
     assert out.strip() == "all delivered"
