@@ -324,6 +324,7 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
         return ResolvedTransport(None, disabled=True)
     config, origins = _env_config(environ)
     path = _find_yaml(environ) if read_files else None
+    file_config: dict[str, Any] = {}
     if path is not None:
         file_config = _load_yaml(path)
         config = _merge(config, file_config)
@@ -352,9 +353,40 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
     never_silent(
         logging.WARNING,
         "no OpenLineage transport is configured (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__TYPE, "
-        "openlineage.yml); lineage events will be printed to the console",
+        "openlineage.yml)%s; lineage events will be printed to the console",
+        _unused_config(environ, path, file_config, config.get("transport")),
     )
     return ResolvedTransport({"type": "console"}, {"type": "the default"})
+
+
+#: The variables that configure a transport, for a hint when a name near one did not.
+_TRANSPORT_VARIABLES = ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE__TRANSPORT__TYPE")
+
+
+def _unused_config(environ: Mapping[str, str], path: str | None, found: Any, transport: Any) -> str:
+    """What was there and configured no transport, as ``: ...`` (or nothing): a YAML file
+    without a ``transport`` mapping with a ``type``, transport settings without a type, a
+    variable whose name is near one that configures a transport."""
+    said = []
+    if path is not None and found:  # (an empty or unreadable file was said as it was read)
+        shape = found.get("transport")
+        if not isinstance(shape, dict):
+            has = (
+                f"a transport that is a {type(shape).__name__}"
+                if shape is not None
+                else f"keys {', '.join(found)}"
+            )
+            said.append(f"{path} has no transport mapping ({has}; write transport: then type: http, ...)")
+        elif not shape.get("type"):
+            said.append(f"{path}'s transport has no type (its keys: {', '.join(map(str, shape))})")
+    elif isinstance(transport, dict) and not transport.get("type"):
+        said.append("OPENLINEAGE__TRANSPORT__* settings are set without OPENLINEAGE__TRANSPORT__TYPE")
+    others = (n for n in environ if n.upper().startswith("OPENLINEAGE") and n not in _TRANSPORT_VARIABLES)
+    for name in sorted(n for n in others if not n.startswith("OPENLINEAGE__TRANSPORT__")):
+        near = difflib.get_close_matches(name.upper(), _TRANSPORT_VARIABLES, n=1, cutoff=0.8)
+        if near:
+            said.append(f"{name} is set: did you mean {near[0]}?")
+    return (": " + "; ".join(said)) if said else ""
 
 
 def _refuse_plain_transport_string(environ: Mapping[str, str], transport: Any) -> None:

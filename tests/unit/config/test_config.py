@@ -178,6 +178,48 @@ def test_nothing_configured_falls_back_to_console_with_a_warning(caplog, capsys)
     assert json.loads(capsys.readouterr().out) == {"eventType": "START"}
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "said"),
+    [
+        ("transport:\n  url: http://m:5000\n", {}, "openlineage.yml's transport has no type (its keys: url)"),
+        ("trasnport:\n  type: http\n", {}, "openlineage.yml has no transport mapping (keys trasnport; write"),
+        ("transport:\n  - type: http\n", {}, "no transport mapping (a transport that is a list; write"),
+        (None, {"OPENLINEAGE_ULR": "http://m:5000"}, "OPENLINEAGE_ULR is set: did you mean OPENLINEAGE_URL?"),
+        (None, {"OPENLINEAGE_TRANSPORT_TYPE": "http"}, "did you mean OPENLINEAGE__TRANSPORT__TYPE?"),
+        (
+            None,
+            {"OPENLINEAGE__TRANSPORT__URL": "http://m:5000"},
+            "OPENLINEAGE__TRANSPORT__* settings are set without OPENLINEAGE__TRANSPORT__TYPE",
+        ),
+    ],
+)
+def test_the_console_fallback_names_what_was_there_and_configured_nothing(
+    tmp_path, monkeypatch, caplog, yaml_text, env, said
+):
+    # It said "no OpenLineage transport is configured (..., openlineage.yml)" beside a file
+    # named so in the working directory, or a variable one letter off.
+    monkeypatch.chdir(tmp_path)
+    if yaml_text is not None:
+        (tmp_path / "openlineage.yml").write_text(yaml_text)
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        outbox = from_env(env)
+    outbox.close(0)
+    assert isinstance(outbox.transport, ConsoleTransport)
+    warned = [r.getMessage() for r in caplog.records if "no OpenLineage transport" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert said in warned[0], warned
+
+
+def test_the_console_fallback_takes_other_openlineage_variables_for_what_they_are(caplog):
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        outbox = from_env({"OPENLINEAGE_ENDPOINT": "api/v1/lineage", "OPENLINEAGE_API_KEY": "k"})
+    outbox.close(0)
+    assert (
+        "no OpenLineage transport is configured (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__TYPE, "
+        "openlineage.yml); lineage events" in caplog.text
+    )
+
+
 @pytest.mark.parametrize("value", ["true", " TRUE ", "True"])
 def test_openlineage_disabled_accepts_nothing_and_counts_it(value):
     """The close report of an outbox that is disabled says what it refused, apart: nothing was
