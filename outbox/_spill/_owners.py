@@ -92,7 +92,7 @@ class Home:
         except OSError as exc:
             raise ConfigError(
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
-                "directory on local disk (it is made if missing)"
+                "directory on local disk (it is made if missing; OUTBOX_SPILL_DIR)"
             ) from exc
         self.lock_fd = fd
         self.identity: os.stat_result | None = os.stat(self.path)

@@ -78,6 +78,8 @@ def secret_text(name: str, value: str | None, *, header: bool = False) -> str | 
     header) anything outside ASCII too.  The value itself is never quoted."""
     if value is None:
         return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} is of type {type(value).__name__}, not text; pass the secret as a string")
     value = value.strip()
     problem = header_problem(value, tabs=False)
     if problem is not None and (header or problem.startswith("a control")):

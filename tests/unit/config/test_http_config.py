@@ -305,3 +305,11 @@ def test_a_custom_header_name_that_is_not_one_is_a_config_error(name):
 )
 def test_urls_with_hosts_httpx_reaches_are_accepted(url):
     assert HttpTransport(url).url
+
+
+def test_a_secret_that_is_not_text_is_a_config_error_naming_it():
+    # It was an AttributeError ('int' object has no attribute 'strip') out of the constructor.
+    with pytest.raises(
+        ConfigError, match=r"api_key \(OPENLINEAGE_API_KEY or auth.apiKey\) is of type int, not text"
+    ):
+        HttpTransport("http://m:5000", api_key=5)  # type: ignore[arg-type]
