@@ -37,6 +37,8 @@ LOCK_TEXT = b"lineage-outbox spill owner 1\n"
 #: ``WAS + ID``: an empty file saying that the directory was owner ID's (taken over on a full
 #: disk), whose segments it holds under that name.
 WAS = "was-"
+#: Tries to make an owner's directory while what is made is removed under it.
+_MAKE_ATTEMPTS = 5
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
 
 
@@ -79,9 +81,8 @@ class Home:
         try:
             if what := _not_a_directory(root):  # (makedirs would say "File exists")
                 raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
-            os.makedirs(root, exist_ok=True)
             try:
-                fd = self._make()
+                fd = self._make_in_root()
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -95,7 +96,9 @@ class Home:
                 "directory on local disk (it is made if missing; OUTBOX_SPILL_DIR)"
             ) from exc
         self.lock_fd = fd
-        self.identity: os.stat_result | None = os.stat(self.path)
+        self.identity: os.stat_result | None = None
+        with contextlib.suppress(OSError):  # (removed the instant it was made: vanished, noticed
+            self.identity = os.stat(self.path)  # at the first write, as any removal is)
 
     @classmethod
     def unmade(cls, root: str) -> Home:
@@ -104,6 +107,16 @@ class Home:
         home.root, home.owner, home.lock_fd, home.identity, home.taken = root, _new_owner(), -1, None, None
         home.path = os.path.join(root, home.owner)
         return home
+
+    def _make_in_root(self) -> int:
+        """The root made if missing, then :meth:`_make`; both again if what was made is removed
+        as it is made (an operator's ``rm -rf`` racing the start), ``_MAKE_ATTEMPTS`` times."""
+        for _ in range(_MAKE_ATTEMPTS - 1):
+            with contextlib.suppress(FileNotFoundError):
+                os.makedirs(self.root, exist_ok=True)
+                return self._make()
+        os.makedirs(self.root, exist_ok=True)
+        return self._make()
 
     def _make(self) -> int:
         """Make the directory under a temporary name with its lock taken, then rename it.

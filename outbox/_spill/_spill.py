@@ -231,9 +231,16 @@ class Spill:
 
     def cover(self, buf: Buffer, items: list[Any]) -> None:
         """Events just taken from the buffer (``Held``, serialized) that no write took yet:
-        written now, before any transport sees them."""
+        written now, before any transport sees them.  Never raises: the batch was taken, and
+        goes on to the transport whatever the disk does."""
         if self._closed or not items:
             return
+        try:
+            self._cover(buf, items)
+        except Exception as exc:  # a bug of ours must not orphan the batch (tick's rule too)
+            self.log.error("spill-bug", "spill: unexpected error, going on in memory: %r", exc)
+
+    def _cover(self, buf: Buffer, items: list[Any]) -> None:
         journal = buf.holdings.journal
         if journal is not None and any(entry[2] != DELIVERED for entry in list(journal.entries)):
             # Losses first: else a successor could deliver an event counted lost here.

@@ -524,3 +524,43 @@ def test_on_a_full_disk_the_reserve_is_spent_on_settlements_never_on_events(tmpf
     assert not disk.reserved
     assert disk.written == 100 + first, disk.written  # (none since the disk filled)
     assert disk.not_spilled == {"spill_failed": 1100 - first}, disk.not_spilled
+
+
+# -- an operator's rm -rf looping under the spill directory -------------------------------------
+
+
+def test_an_rm_loop_under_the_spill_directory_never_fails_a_start_nor_loses_a_batch(tmp_path):
+    """helper-36: with everything in the spill directory removed in a loop (a careless cleanup
+    job), 19-37% of ``Outbox()`` raised: the owner's directory, removed the instant it was made,
+    made ``os.stat`` raise FileNotFoundError (or the making a ConfigError).  A running outbox
+    whose new directory went the same way raised out of the spill's write of a batch it had just
+    taken, and that batch was never sent (close with the backend up: 10 of 30 delivered).  Now a
+    start makes its directory again (a few times), a directory removed as it is made is noticed
+    at the first write, and the spill's write never raises."""
+    import subprocess
+    import sys
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    loop = "import os, shutil, sys\nwhile True:\n    for n in os.listdir(sys.argv[1]):\n"
+    loop += "        shutil.rmtree(os.path.join(sys.argv[1], n), ignore_errors=True)\n"
+    remover = subprocess.Popen([sys.executable, "-c", loop, str(spill)])
+    behaviour = SinkBehaviour(fail_status=503)
+    try:
+        with Sink(behaviour=behaviour) as sink:
+            box = Outbox(HttpTransport(sink.url, timeout=0.5), spill_dir=str(spill), spill_interval=0.01)
+            for n in range(300):
+                box.emit(run_event(run_id=RUNS[n % 4], n=n))
+                time.sleep(0.002)
+            behaviour.fail_status = None
+            report = box.close(20)
+            assert (report.delivered, dict(report.undelivered)) == (300, {})
+            for n in range(300, 360):  # starts, each racing the loop
+                box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+                box.emit(run_event(n=n))
+                assert box.close(10).delivered == 1, n
+            delivered = ns(sink)
+    finally:
+        remover.kill()
+        remover.wait()
+    assert set(delivered) == set(range(360))
