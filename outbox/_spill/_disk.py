@@ -174,7 +174,8 @@ class Disk:
 
     def write(self, records: list[bytes], settles: bool = False) -> int:
         """Append ``records``; returns how many of the first are on disk, whole.  Settlements
-        (``settles``) may use the room kept for them, and the reserve once the disk is full."""
+        (``settles``) are not held to ``max_bytes`` (see ``_write``), and may use the reserve
+        once the disk is full."""
         fit = self._write(records, settles)
         if settles and fit < len(records) and self.reserved and self.full_disk:
             with contextlib.suppress(OSError):
@@ -186,11 +187,16 @@ class Disk:
     def _write(self, records: list[bytes], settles: bool) -> int:
         if not records or (self.failing if settles else self.refusing):
             return 0
-        room = self.max_bytes - self.size - (0 if settles else self.settle_room)
         ends = list(accumulate(map(len, records)))
-        fit = bisect_right(ends, room)
-        self.full = fit < len(records)
-        if self.full:
+        # Settlements are not held to max_bytes (the disk alone refuses them): a settlement not
+        # written lets a successor deliver what this owner counted lost, or send again what it
+        # delivered.  They fill settle_room first; past it (this owner's own events kept live in
+        # its files, an adopted backlog settled beside them) they go on, tens of bytes a batch,
+        # in files that go at the next checkpoint.
+        fit = len(records) if settles else bisect_right(ends, self.max_bytes - self.size - self.settle_room)
+        if not settles:
+            self.full = fit < len(records)
+        if self.full and not settles:
             self.log.warning(
                 "spill-full",
                 "spill: %s holds max_spill_bytes (%d bytes); events are not written to disk until delivered "

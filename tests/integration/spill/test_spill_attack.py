@@ -592,3 +592,88 @@ def test_restarts_during_one_outage_never_nest_the_backlog_past_what_a_path_can_
     assert report.complete
     assert sorted(delivered) == list(range(generations))
     assert not list(spill.rglob("*.seg"))
+
+
+# -- settlements beyond max_spill_bytes ------------------------------------------------------------
+
+
+def test_a_full_spill_still_writes_every_settlement_so_a_successor_never_undoes_a_loss(tmp_path):
+    """helper-36 (and the chaos test's seed 1018): T, a successor with a 48 KiB spill, adopts
+    4,000 events while its own events, which the backend answers 'retry', fill its spill; its
+    settlements, held to max_spill_bytes too, stopped fitting, and it went on sending.  Killed,
+    it left 16 settlement records unwritten: U delivered 64 of the events T had counted lost, 63
+    after T had delivered a later event of their run, and sent 473 that T had delivered again.
+    Settlements are not held to max_spill_bytes now (the disk alone refuses them)."""
+    import json
+    import signal
+
+    from outbox.transports import Outcome
+
+    from support.helpers import ScriptedTransport
+
+    count, spill, alone = 4000, tmp_path / "spill", tmp_path / "alone"
+    box = Outbox(HttpTransport(refused_url(), timeout=0.5), spill_dir=str(alone), max_events=count + 10)
+    for n in range(count):
+        box.emit(run_event(run_id=RUNS[n % 4], n=n))
+    assert wait_until(lambda: box.stats().spill["written"] == count, 30)
+    assert box.close(1).undelivered == {"spilled_at_close": count}
+    alone.rename(spill)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child: T)
+        try:
+            answered: list[tuple[int, bool]] = []  # (n, counted lost), in the order answered
+
+            def decide(event: dict) -> Outcome:
+                if event["n"] >= 100_000:  # T's own events: never taken, they fill its spill
+                    return Outcome.retry("backend_down")
+                answered.append((event["n"], event["n"] % 8 == 1))
+                if len(answered) >= 3000:
+                    transport.gate.clear()  # (no answer after this batch: none in flight but it)
+                return (
+                    Outcome.rejected("rejected_by_backend", "t")
+                    if event["n"] % 8 == 1
+                    else Outcome.delivered()
+                )
+
+            transport = ScriptedTransport(decide, delay=0.1)
+            t = Outbox(
+                transport,
+                spill_dir=str(spill),
+                spill_interval=0.02,
+                max_spill_bytes=48 * 1024,
+                max_events=200,
+                max_batch_events=50,
+                policy="drop_newest",
+            )
+
+            def own() -> None:
+                for k in range(100_000, 200_000):
+                    event = run_event(run_id=RUNS[k % 4], n=k)
+                    event["run"]["facets"]["pad"] = {"_producer": "x", "_schemaURL": "x", "p": "x" * 1024}
+                    t.emit(event)
+                    time.sleep(0.002)
+
+            threading.Thread(target=own, daemon=True).start()
+            wait_until(lambda: len(answered) >= 3000, 60)
+            time.sleep(1.0)  # (its settlements written, if they can be)
+            os.write(write, json.dumps(answered).encode())
+            os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(3)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 20):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    answered = json.loads(data)
+    assert len(answered) >= 3000
+    with Sink() as sink:
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(60).complete
+        got = {n for n in ns(sink) if n < count}
+    lost = {n for n, was_lost in answered if was_lost}
+    delivered = {n for n, was_lost in answered if not was_lost}
+    assert sorted(got & lost) == []  # counted lost by T, delivered by U: never both
+    assert sorted(got & delivered) == []  # none was in flight but the last batch, never answered
+    assert got | lost | delivered == set(range(count))
