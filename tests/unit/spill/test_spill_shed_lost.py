@@ -77,13 +77,19 @@ def test_a_shed_of_events_on_disk_is_settled_in_the_room_kept_for_settlements(tm
 
 
 def test_a_settlement_the_disk_refuses_to_the_last_hands_nothing_on(tmp_path, monkeypatch):
-    """The same with no room kept for settlements and the six records filling the disk: the
-    settlement stays unwritten through the close, so the files hold records of events counted
-    lost.  The close hands on none of them (every held event is counted lost), and leaves
-    nothing to adopt."""
-    monkeypatch.setattr(outbox._spill._disk, "SETTLE_ROOM", 0)
+    """The same on a disk that refuses every settlement record (a full disk whose last bytes the
+    six records took: made here by refusing them, as a tmpfs fills by pages, never at a byte
+    chosen; max_spill_bytes does not refuse settlements).  The settlement stays unwritten through
+    the close, so the files hold records of events counted lost.  The close hands on none of them
+    (every held event is counted lost), and leaves nothing to adopt."""
+    write = outbox._spill._disk.Disk._write
+    monkeypatch.setattr(
+        outbox._spill._disk.Disk,
+        "_write",
+        lambda disk, records, settles: 0 if settles else write(disk, records, settles),
+    )
     events = _event_bytes(tmp_path / "probe")
-    buf, spill = _shed_on_write(tmp_path / "spill", events)
+    buf, spill = _shed_on_write(tmp_path / "spill", events * 2)
     assert spill.stats()["written"] == 6
     assert 0 < buf.dropped.get("dropped_full", 0) < 5, buf.dropped
     assert spill.close(buf) == 0  # the settlement is refused: the six records fill the disk
