@@ -1,8 +1,11 @@
 """Owners: who holds which files of a spill directory, and the hand-over of a dead one's.
 
-An owner's directory (named by its id: ``18f0c...-4d2-9a1b2c3d``) holds a ``lock`` it keeps an
-``flock`` on for its life (the kernel lets go however the process dies); it is made as ``.tmp-ID``
-with its lock taken, then renamed, so no scanner sees an owner unlocked.  Adoption renames a dead
+An owner keeps an ``flock`` on its directory (named by its id: ``18f0c...-4d2-9a1b2c3d``) for its
+life (the kernel lets go however the process dies), and one on the ``lock`` file in it, which says
+the directory is ours (and keeps releases that lock only that file off a live owner); it is made
+as ``.tmp-ID`` with both taken, then renamed, so no scanner sees an owner unlocked.  The lock file
+removed or replaced (an ``rm``, a restore) is made again by its live owner; a dead owner's
+directory without one is adopted if it holds segments of its name.  Adoption renames a dead
 owner's directory, whole, into the adopter's (on a disk too full to make one, to the adopter's
 name: its lock and files then the adopter's): atomic, so after a crash the files are with one of
 them (adoptable), never both, never neither; only the process holding its lock can adopt it.
@@ -57,21 +60,54 @@ def is_owner(name: str) -> bool:
 
 
 def _probe(root: str, name: str, how: int) -> int | None:
-    """If ``name`` is an owner of ours in ``root`` that is gone: its lock's fd, locked ``how``
-    by us now; else None (alive, being adopted, or not ours).  ``name`` may be one being made
-    (``.tmp-ID``).  A lock that is not a file (a FIFO: no open waits) is not ours."""
+    """If ``name`` is an owner of ours in ``root`` that is gone: its directory's fd, locked
+    ``how`` by us now; else None (alive, being adopted, or not ours).  Gone: no one holds the
+    directory's lock, nor its lock file's (what a live owner of an earlier release locks).  Ours:
+    its lock file begins with ``LOCK_TEXT`` (a FIFO there, on which no open waits, is not), or,
+    its lock file removed, it holds a segment whose header names it.  ``name`` may be one being
+    made (``.tmp-ID``): always with its lock file."""
     if not is_owner(name.removeprefix(".tmp-")):
         return None
+    path = os.path.join(root, name)
     try:
-        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        marker = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        if not name.startswith(".tmp-") and _names_itself(path, name):
             return fd
+    except OSError:
+        pass
+    else:
+        try:
+            if stat.S_ISREG(os.fstat(marker).st_mode) and os.pread(marker, len(LOCK_TEXT), 0) == LOCK_TEXT:
+                fcntl.flock(marker, how | fcntl.LOCK_NB)  # (an earlier release's owner: alive)
+                return fd
+        except OSError:
+            pass
+        finally:
+            os.close(marker)
     os.close(fd)
     return None
+
+
+def _names_itself(path: str, name: str) -> bool:
+    """Whether the directory ``path`` holds a segment of ours whose header names ``name``."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            if entry.name.endswith(".seg") and entry.is_file(follow_symlinks=False):
+                reader = SegmentReader(entry.path, bodies=False)
+                try:
+                    if reader.open() == name:
+                        return True
+                except (OSError, NotOurs):
+                    pass
+                finally:
+                    reader.close()
+    return False
 
 
 def _new_owner() -> str:
@@ -86,6 +122,8 @@ class Home:
     def __init__(self, root: str) -> None:
         self.root, self.owner = root, _new_owner()
         self.path = os.path.join(root, self.owner)
+        #: The lock file's fd, locked for this owner's life (-1: none could be made).
+        self.marker_fd = -1
         #: (name, segments) of the dead owner whose directory this one took over, to replay.
         self.taken: tuple[str, list[str]] | None = None
         try:
@@ -105,17 +143,19 @@ class Home:
                 f"spill_dir={root!r} is not usable: {exc.strerror or exc}; pass a writable "
                 "directory on local disk (it is made if missing; OUTBOX_SPILL_DIR)"
             ) from exc
+        #: The directory's fd, locked for this owner's life.
         self.lock_fd = fd
         self.identity: os.stat_result | None = None
         with contextlib.suppress(OSError):  # (removed the instant it was made: vanished, noticed
             self.identity = os.stat(self.path)  # at the first write, as any removal is)
+        self._keep_marker()
 
     @classmethod
     def unmade(cls, root: str) -> Home:
         """An owner whose directory could not be made (a full disk): vanished from the start."""
         home = cls.__new__(cls)
         home.root, home.owner, home.lock_fd, home.identity, home.taken = root, _new_owner(), -1, None, None
-        home.path = os.path.join(root, home.owner)
+        home.path, home.marker_fd = os.path.join(root, home.owner), -1
         return home
 
     def _make_in_root(self) -> int:
@@ -129,22 +169,51 @@ class Home:
         return self._make()
 
     def _make(self) -> int:
-        """Make the directory under a temporary name with its lock taken, then rename it.
-        Returns the lock's fd; nothing is left behind if it fails."""
+        """Make the directory under a temporary name with its locks taken, then rename it.
+        Returns the directory's fd (``marker_fd``: the lock file's); nothing is left behind
+        if it fails."""
         tmp = os.path.join(self.root, f".tmp-{self.owner}")
         os.mkdir(tmp)
-        fd = -1
+        fd = marker = -1
         try:
-            fd = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.write(fd, LOCK_TEXT)
+            marker = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(marker, LOCK_TEXT)
             os.rename(tmp, self.path)
         except BaseException:
-            if fd >= 0:
-                os.close(fd)
+            for opened in (fd, marker):
+                if opened >= 0:
+                    os.close(opened)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self.marker_fd = marker
         return fd
+
+    def _keep_marker(self) -> None:
+        """The lock file: this owner's (locked by it), or made again if it was removed or
+        replaced (the one there taken if it is ours and no one's, as on a full disk, a directory
+        taken over; else a new one renamed in place).  Best effort: the directory's lock is the
+        owner's, whatever happens to the file."""
+        path = os.path.join(self.path, LOCK)
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.stat(path), os.fstat(self.marker_fd)):
+                return
+        fd = -1
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or os.pread(fd, len(LOCK_TEXT), 0) != LOCK_TEXT:
+                raise FileNotFoundError
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if fd >= 0:
+                os.close(fd)
+            fd = _new_marker(self.path)
+        if self.marker_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.marker_fd)
+        self.marker_fd = fd
 
     def _take_over(self, full: OSError) -> int:
         """On a disk too full to make a directory: rename the oldest dead owner's to this owner's
@@ -169,19 +238,44 @@ class Home:
         return fd
 
     def vanished(self) -> bool:
-        """Whether this owner's directory or lock was removed (or replaced) under it."""
+        """Whether this owner's directory was removed (or replaced) under it.  Its lock file
+        alone removed or replaced is made again: no successor takes a live owner's directory."""
         try:
             if os.fstat(self.lock_fd).st_nlink == 0:
                 return True
-            return self.identity is None or not os.path.samestat(os.stat(self.path), self.identity)
+            if self.identity is None or not os.path.samestat(os.stat(self.path), self.identity):
+                return True
         except OSError:
             return True
+        self._keep_marker()
+        return False
 
     def release(self) -> None:
-        """Let go of the lock (a successor may adopt what is left)."""
+        """Let go of the locks (a successor may adopt what is left)."""
+        for fd in (self.lock_fd, self.marker_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.lock_fd = self.marker_fd = -1
+
+
+def _new_marker(directory: str) -> int:
+    """A lock file made in ``directory``, locked, written and renamed in place of what is there;
+    its fd (-1 if that fails: a full or failing disk)."""
+    made = os.path.join(directory, LOCK + ".new")
+    fd = -1
+    try:
+        fd = os.open(made, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.write(fd, LOCK_TEXT) != len(LOCK_TEXT):
+            raise OSError(errno.ENOSPC, "cut short")
+        os.rename(made, os.path.join(directory, LOCK))
+        return fd
+    except OSError:
+        if fd >= 0:
+            os.close(fd)
         with contextlib.suppress(OSError):
-            os.close(self.lock_fd)
-        self.lock_fd = -1
+            os.unlink(made)
+        return -1
 
 
 def _not_a_directory(path: str) -> str | None:
@@ -254,7 +348,7 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             names = os.listdir(path)
         except OSError:
             continue
-        if any(name not in (LOCK, RESERVE) and not name.startswith(WAS) for name in names):
+        if any(name not in (LOCK, LOCK + ".new", RESERVE) and not name.startswith(WAS) for name in names):
             continue
         for name in names:
             with contextlib.suppress(OSError):
@@ -285,23 +379,31 @@ STALE_AFTER = 60.0
 
 
 def _stale(root: str, name: str) -> bool:
-    """Whether ``.tmp-ID`` was begun ``STALE_AFTER`` ago or more (``ID`` says when) and its lock,
-    if any, is no one's: its maker died before its lock's first line was written."""
+    """Whether ``.tmp-ID`` was begun ``STALE_AFTER`` ago or more (``ID`` says when) and no one
+    holds its directory's lock nor its lock file's (an earlier release's maker locks the file
+    only): its maker died before its lock file's first line was written."""
     try:
         if time.time_ns() - int(name[5:21], 16) < STALE_AFTER * 1e9:
             return False
-        fd = os.open(os.path.join(root, name, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError):
+    except ValueError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    for path, flags in (
+        (os.path.join(root, name), os.O_DIRECTORY | os.O_NOFOLLOW),
+        (os.path.join(root, name, LOCK), 0),
+    ):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | flags)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def _free_reserves(root: str, me: str) -> int:

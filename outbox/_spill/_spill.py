@@ -420,7 +420,7 @@ class Spill:
     def for_child(self) -> Spill:
         """In a forked child: let go of the parent's files and start the child's own spill."""
         self.window.close()
-        for fd in (self.home.lock_fd, self.disk.fd):
+        for fd in (self.home.lock_fd, self.home.marker_fd, self.disk.fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)

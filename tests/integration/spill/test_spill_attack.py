@@ -13,6 +13,7 @@ import threading
 import time
 
 import orjson
+import pytest
 from test_spill_log import RUNS, dead_owner, ns, owner_dirs, refused_url
 
 from outbox import Outbox
@@ -677,3 +678,65 @@ def test_a_full_spill_still_writes_every_settlement_so_a_successor_never_undoes_
     assert sorted(got & lost) == []  # counted lost by T, delivered by U: never both
     assert sorted(got & delivered) == []  # none was in flight but the last batch, never answered
     assert got | lost | delivered == set(range(count))
+
+
+# -- an owner's lock file removed or replaced ------------------------------------------------------
+
+
+def test_a_dead_owner_whose_lock_file_was_removed_is_still_adopted(tmp_path):
+    """helper-36: an operator deleting a dead owner's 'stale' lock file (or its owner killed
+    after it was removed) left its events for ever: no lock, no probe, never adopted, never
+    counted, every later close complete.  A directory of ours with no lock file is gone if no
+    one holds the directory's own lock and it holds segments of its name."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 20)
+    (home,) = owner_dirs(spill)
+    (home / "lock").unlink()
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        report = box.close(20)
+        delivered = ns(sink)
+    assert report.complete
+    assert sorted(delivered) == list(range(20))
+    assert box.stats().spill["owners_adopted"] == 1
+
+
+@pytest.mark.parametrize("how", ["replaced", "removed"])
+def test_a_live_owners_lock_file_removed_or_replaced_leaves_its_events_its_own(tmp_path, how):
+    """helper-36: the lock file of a live owner replaced by an identical copy (a restore, rsync,
+    cp -a) let another process adopt it while it lived: 90 events counted spill_lost by the
+    owner and delivered by the adopter, 10 delivered twice.  Removed, the owner took it for its
+    directory removed and deleted its intact files, counting 140 spill_lost.  The owner's lock is
+    now its directory's own flock (no file operation in it takes that away), and the owner makes
+    its lock file again."""
+    spill = tmp_path / how
+    behaviour = SinkBehaviour(fail_status=503)
+    with Sink(behaviour=behaviour) as sink:
+        owner = Outbox(
+            HttpTransport(sink.url, timeout=0.5),
+            spill_dir=str(spill),
+            spill_interval=0.02,
+            close_at_exit=False,
+        )
+        for n in range(20):
+            owner.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: owner.stats().spill["written"] == 20, 20)
+        (home,) = owner_dirs(spill)
+        text = (home / "lock").read_bytes()
+        (home / "lock").unlink()
+        if how == "replaced":
+            (home / "lock").write_bytes(text)
+        with Sink() as other:  # another process's outbox, its backend up
+            successor = Outbox(HttpTransport(other.url), spill_dir=str(spill), close_at_exit=False)
+            assert successor.close(10).complete
+            assert other.events == []  # the live owner's events are not its to take
+            assert successor.stats().spill["owners_adopted"] == 0
+        for n in range(20, 30):
+            owner.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: owner.stats().spill["written"] == 30, 20)
+        assert (home / "lock").read_bytes() == text  # made again by its owner
+        behaviour.fail_status = None
+        report = owner.close(20)
+        delivered = ns(sink)
+    assert (report.delivered, dict(report.undelivered)) == (30, {})
+    assert sorted(delivered) == list(range(30))
