@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -181,7 +182,11 @@ class SegmentReader:
     def open(self) -> str:
         """Open the file and read its header; returns its stream.  Raises OSError (it cannot be
         opened or read) or NotOurs (not a segment of ours)."""
-        self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        # (Non-blocking: a FIFO named like a segment is not ours, and opening it must not wait.)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            self.close()
+            raise NotOurs(self.path)
         data = os.pread(self.fd, _FILE.size + _NONE, 0)
         header = read_header(data)
         if header is None:

@@ -9,6 +9,7 @@ file's end is a *gap* (lost).  Memory: one record or a 256 KiB chunk, and what a
 from __future__ import annotations
 
 import os
+import stat
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -204,7 +205,10 @@ def _stream_of(path: str, reader: SegmentReader) -> str | None:
     """The stream of the segment ``path``, opened by ``reader``; None if the file is empty (its
     maker died before its header).  Raises NotOurs if it is not ours where it is: neither in its
     owner's directory nor in one taken over from it (marked ``WAS + owner``): a copy, or forged."""
-    if not os.path.getsize(path):
+    found = os.lstat(path)
+    if not stat.S_ISREG(found.st_mode):  # (a FIFO, a device, a link: not a file we wrote)
+        raise NotOurs(path)
+    if not found.st_size:
         return None
     named, where = reader.open(), os.path.dirname(path)
     if named != os.path.basename(where) and not os.path.exists(os.path.join(where, WAS + named)):

@@ -740,3 +740,25 @@ def test_a_live_owners_lock_file_removed_or_replaced_leaves_its_events_its_own(t
         delivered = ns(sink)
     assert (report.delivered, dict(report.undelivered)) == (30, {})
     assert sorted(delivered) == list(range(30))
+
+
+def test_what_is_named_like_a_segment_but_is_no_file_is_left_alone(tmp_path):
+    """helper-36: a FIFO, or a link to /dev/zero, named like a segment in a dead owner's
+    directory was taken for an empty segment (its size 0: a file its maker died writing) and
+    deleted.  Only a regular file is one of ours; the rest is foreign, counted, left."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)
+    (home,) = owner_dirs(spill)
+    assert [path.name for path in home.glob("*.seg")] == ["00000001.seg"]
+    os.mkfifo(home / "00000000.seg")  # (read in place before it, max_events=4: it must not wait)
+    os.mkfifo(home / "00000098.seg")
+    os.symlink("/dev/zero", home / "00000099.seg")
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), max_events=4, close_at_exit=False)
+        report = box.close(20)
+        delivered = ns(sink)
+    assert report.complete
+    assert sorted(delivered) == list(range(5))
+    assert box.stats().spill["foreign_files"] == 3
+    left = {path.name for path in spill.rglob("*.seg")}
+    assert left == {"00000000.seg", "00000098.seg", "00000099.seg"}
