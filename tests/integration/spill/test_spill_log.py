@@ -201,7 +201,7 @@ def test_damaged_and_foreign_files_are_counted_never_fatal_and_foreign_ones_left
     # A record whose checksum is sound but whose body is not JSON, in a segment of its own.
     bad = SerializedEvent(b"{not json", RUNS[0], None)
     (home / "00000002.seg").write_bytes(file_header(home.name) + encode_event(10_000, 0.0, bad))
-    (home / "00000003.seg").mkdir()  # a "segment" that cannot be read
+    (home / "00000003.seg").mkdir()  # named like a segment, no file: foreign (one unreadable: below)
     (home / "notes.txt").write_text("an operator's")  # not a segment: never read, never touched
     (spill / "other.lock").write_text("not ours")
     (spill / "someone-else").mkdir()
@@ -218,7 +218,8 @@ def test_damaged_and_foreign_files_are_counted_never_fatal_and_foreign_ones_left
     assert set(delivered) <= set(range(60))
     assert stats["corrupt_records"] >= 1, stats
     assert stats["torn_records"] == 1, stats
-    assert stats["unreadable_files"] == 1, stats
+    assert stats["foreign_files"] == 1, stats
+    assert stats["unreadable_files"] == 0, stats
     assert stats["invalid_bodies"] == 1, stats
     assert report.undelivered == {"invalid_event": 1}, report  # the body: never sent
     # Left alone: what is not ours, and what could not be read (the next outbox tries again).
