@@ -212,14 +212,19 @@ async def _check_tls(
     return Check(f"{prefix}tls", True, f"{version}, {verified} for {host}")
 
 
+async def _post_once(
+    transport: HttpTransport, url: str, body: bytes, timeout: float, say: Say
+) -> tuple[str, Any]:
+    """POST ``body`` to ``url`` once (saying what it waits for, if it waits): the URL as it may
+    be shown, and the answer, or the Outcome of a request that failed."""
+    endpoint = redact_url(url)
+    post = transport._post(url, body, time.monotonic() + timeout + 0.1)
+    return endpoint, await _waiting(post, f"the answer of POST {endpoint}", timeout, say)
+
+
 async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, say: Say) -> Check:
-    name, endpoint = f"{prefix}answer", redact_url(transport.single_url)
-    answer = await _waiting(
-        transport._post(transport.single_url, b"{}", time.monotonic() + timeout + 0.1),
-        f"the answer of POST {endpoint}",
-        timeout,
-        say,
-    )
+    name = f"{prefix}answer"
+    endpoint, answer = await _post_once(transport, transport.single_url, b"{}", timeout, say)
     if isinstance(answer, Outcome):  # the request failed
         return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
     status = answer.status_code
@@ -248,13 +253,8 @@ async def _check_answer(transport: HttpTransport, timeout: float, prefix: str, s
 async def _check_batch(transport: HttpTransport, timeout: float, prefix: str, say: Say) -> Check:
     """``mode=batch`` sends every event to the batch endpoint: one that is not there (Marquez
     has none) loses them all, however well the single endpoint answers."""
-    name, endpoint = f"{prefix}batch", redact_url(transport.batch_url)
-    answer = await _waiting(
-        transport._post(transport.batch_url, b"[]", time.monotonic() + timeout + 0.1),
-        f"the answer of POST {endpoint}",
-        timeout,
-        say,
-    )
+    name = f"{prefix}batch"
+    endpoint, answer = await _post_once(transport, transport.batch_url, b"[]", timeout, say)
     if isinstance(answer, Outcome):
         return Check(name, False, f"POST {endpoint}: {answer.detail or answer.reason}")
     said = f"POST {endpoint} []: {answer.status_code}"
