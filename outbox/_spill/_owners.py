@@ -31,17 +31,7 @@ from typing import Any
 from .._errors import ConfigError
 from ._format import Event, NotOurs, SegmentReader
 
-__all__ = [
-    "RESERVE",
-    "Home",
-    "dead_owners",
-    "flatten",
-    "inspect_dir",
-    "is_owner",
-    "prune",
-    "prune_all",
-    "segment_paths",
-]
+__all__ = ["RESERVE", "Home", "dead_owners", "inspect_dir", "is_owner", "prune", "prune_all", "segment_paths"]
 
 LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
@@ -233,7 +223,6 @@ class Home:
         except OSError:
             os.close(fd)
             raise full from None
-        flatten(self.path, self.path)  # (the owners it had adopted beside it, at one level)
         self.taken = (name, segment_paths(self.path))
         return fd
 
@@ -299,32 +288,6 @@ def segment_paths(directory: str) -> list[str]:
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
                 paths.extend(segment_paths(entry.path))
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
-
-
-def flatten(directory: str, into: str) -> list[str]:
-    """Move the owners' directories nested in ``directory`` (those it adopted, at any depth) up
-    into ``into``, beside it; returns their paths there, oldest first.  Adoption nests a dead
-    owner one level deeper at every start during an outage: past ``PATH_MAX`` its oldest files
-    could no longer be listed.  Each move is one rename: after a crash at any point an owner is
-    in one place or the other, and :func:`segment_paths` reads either.  One that cannot move
-    stays where it is, read there."""
-    moved: list[str] = []
-    pending = [directory]
-    while pending:
-        parent = pending.pop()
-        with contextlib.suppress(OSError):
-            for entry in sorted(os.scandir(parent), key=lambda entry: entry.name):
-                if not (is_owner(entry.name) and entry.is_dir(follow_symlinks=False)):
-                    continue
-                target = os.path.join(into, entry.name)
-                try:
-                    os.rename(entry.path, target)
-                except OSError:
-                    pending.append(entry.path)  # (its own nested ones may still move)
-                    continue
-                moved.append(target)
-                pending.append(target)
-    return sorted(moved)
 
 
 def prune_all(path: str, keep: Collection[str]) -> None:

@@ -22,7 +22,7 @@ from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
-from ._owners import RESERVE, Home, dead_owners, flatten, prune_all, segment_paths
+from ._owners import RESERVE, Home, dead_owners, prune_all, segment_paths
 from ._ranges import Ranges
 from ._streams import Kept, Run
 from ._window import Window
@@ -115,12 +115,9 @@ class Spill:
                 os.close(fd)
             with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
                 os.unlink(os.path.join(target, RESERVE))
-            # What it had adopted, beside it: each start during an outage nested one more level.
-            dirs = [*flatten(target, self.home.path), target]
-            paths = [path for directory in dirs for path in segment_paths(directory)]
+            paths = segment_paths(target)
             if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
-                for directory in dirs:
-                    prune_all(directory, [self.home.path])
+                prune_all(target, [self.home.path])
             room = self._replay(name, paths, room, most)
 
     def _replay(self, name: str, paths: list[str], room: int, most: int) -> int:

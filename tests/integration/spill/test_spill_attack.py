@@ -567,34 +567,6 @@ def test_an_rm_loop_under_the_spill_directory_never_fails_a_start_nor_loses_a_ba
     assert set(delivered) == set(range(360))
 
 
-# -- restarts during one outage: each adoption nested the backlog one level deeper -----------------
-
-
-def test_restarts_during_one_outage_never_nest_the_backlog_past_what_a_path_can_name(tmp_path):
-    """helper-36: a dead owner was adopted by renaming its directory into the adopter's, with
-    the owners it had adopted inside it, so each restart during an outage (a cron job, a
-    function instance, a rolling restart) nested the backlog one level deeper; past about 120
-    levels its path exceeded PATH_MAX, its files could not be listed, and a successor with the
-    backend up delivered 129 of 140 events, counted none lost and closed complete.  Now an
-    adopter moves the owners nested in what it adopts up beside it: the depth stays one."""
-    spill = tmp_path / "spill"
-    down = refused_url()
-    generations = 140
-    for n in range(generations):
-        box = Outbox(HttpTransport(down, timeout=0.2), spill_dir=str(spill), close_at_exit=False)
-        box.emit(run_event(run_id=RUNS[0], n=n))
-        assert box.close(0).undelivered == {"spilled_at_close": n + 1}, n  # (all handed on)
-    depth = max(len(path.relative_to(spill).parts) for path in spill.rglob("*.seg"))
-    assert depth == 3  # (root/owner/adopted owner/segment)
-    with Sink() as sink:
-        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
-        report = box.close(30)
-        delivered = ns(sink)
-    assert report.complete
-    assert sorted(delivered) == list(range(generations))
-    assert not list(spill.rglob("*.seg"))
-
-
 # -- settlements beyond max_spill_bytes ------------------------------------------------------------
 
 
