@@ -40,6 +40,12 @@ LOCK_TEXT = b"lineage-outbox spill owner 1\n"
 #: ``WAS + ID``: an empty file saying that the directory was owner ID's (taken over on a full
 #: disk), whose segments it holds under that name.
 WAS = "was-"
+#: An empty file an owner makes in its directory: it locks the directory itself (this release
+#: on), so that the directory, its lock file removed or damaged, is still adoptable once gone.
+#: A directory without it (an earlier release's owner, which locks its lock file only) is not.
+LOCKS_DIRECTORY = "locks-directory"
+#: What an owner's directory holds besides its segments and marks.
+_OWNERS_OWN = frozenset({LOCK, LOCK + ".new", LOCKS_DIRECTORY, RESERVE})
 #: Tries to make an owner's directory while what is made is removed under it.
 _MAKE_ATTEMPTS = 5
 _OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
@@ -53,10 +59,11 @@ def _probe(root: str, name: str, how: int) -> int | None:
     """If ``name`` is an owner of ours in ``root`` that is gone: its directory's fd, locked
     ``how`` by us now; else None (alive, being adopted, or not ours).  Gone: no one holds the
     directory's lock, nor its lock file's (what a live owner of an earlier release locks).  Ours:
-    its lock file begins with ``LOCK_TEXT`` (a FIFO there, on which no open waits, is not), or,
-    its lock file removed, it holds a segment whose header names it.  ``name`` may be one being
-    made (``.tmp-ID``): always with its lock file."""
-    if not is_owner(name.removeprefix(".tmp-")):
+    its lock file begins with ``LOCK_TEXT`` (a FIFO there, on which no open waits, is not); or,
+    its lock file removed or damaged, it says it locks its directory (``LOCKS_DIRECTORY``) and
+    holds a segment whose header names it.  ``name`` may be one being made (``.tmp-ID``): only
+    one ``STALE_AFTER`` old is probed (a younger one's maker may be about to lock it)."""
+    if not is_owner(name.removeprefix(".tmp-")) or (name.startswith(".tmp-") and not _old(name)):
         return None
     path = os.path.join(root, name)
     try:
@@ -65,23 +72,57 @@ def _probe(root: str, name: str, how: int) -> int | None:
         return None
     try:
         fcntl.flock(fd, how | fcntl.LOCK_NB)
-        marker = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        if not name.startswith(".tmp-") and _names_itself(path, name):
+        if _lock_file_free(path, how) if _has_lock_text(path) else _locks_itself(path, name):
             return fd
     except OSError:
         pass
-    else:
-        try:
-            if stat.S_ISREG(os.fstat(marker).st_mode) and os.pread(marker, len(LOCK_TEXT), 0) == LOCK_TEXT:
-                fcntl.flock(marker, how | fcntl.LOCK_NB)  # (an earlier release's owner: alive)
-                return fd
-        except OSError:
-            pass
-        finally:
-            os.close(marker)
     os.close(fd)
     return None
+
+
+def _has_lock_text(path: str) -> bool:
+    """Whether the owner's directory ``path`` holds a lock file of ours (a regular file, not a
+    link, beginning with ``LOCK_TEXT``)."""
+    try:
+        fd = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _lock_file_free(path: str, how: int) -> bool:
+    """Whether no one holds the lock file's lock (an earlier release's live owner holds only it)."""
+    fd = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _locks_itself(path: str, name: str) -> bool:
+    """A directory of this release's (it locks itself) with no usable lock file: ours if a
+    segment names it; a ``.tmp-ID`` never is."""
+    return (
+        not name.startswith(".tmp-")
+        and os.path.isfile(os.path.join(path, LOCKS_DIRECTORY))
+        and _names_itself(path, name)
+    )
+
+
+def _old(name: str) -> bool:
+    """Whether the ``.tmp-ID`` ``name`` was begun ``STALE_AFTER`` ago or more (``ID`` says when)."""
+    try:
+        return time.time_ns() - int(name[5:21], 16) >= STALE_AFTER * 1e9
+    except ValueError:
+        return False
 
 
 def _names_itself(path: str, name: str) -> bool:
@@ -171,6 +212,9 @@ class Home:
             marker = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.write(marker, LOCK_TEXT)
+            os.close(
+                os.open(os.path.join(tmp, LOCKS_DIRECTORY), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            )
             os.rename(tmp, self.path)
         except BaseException:
             for opened in (fd, marker):
@@ -188,11 +232,15 @@ class Home:
         owner's, whatever happens to the file."""
         path = os.path.join(self.path, LOCK)
         with contextlib.suppress(OSError):
-            if os.path.samestat(os.stat(path), os.fstat(self.marker_fd)):
+            if os.path.samestat(os.lstat(path), os.fstat(self.marker_fd)) and _has_lock_text(self.path):
                 return
+        with contextlib.suppress(OSError):  # (a directory taken over from an earlier release)
+            os.close(
+                os.open(os.path.join(self.path, LOCKS_DIRECTORY), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)
+            )
         fd = -1
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
             if not stat.S_ISREG(os.fstat(fd).st_mode) or os.pread(fd, len(LOCK_TEXT), 0) != LOCK_TEXT:
                 raise FileNotFoundError
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -225,6 +273,12 @@ class Home:
             raise full from None
         self.taken = (name, segment_paths(self.path))
         return fd
+
+    def keep_lock_file(self) -> None:
+        """The lock file made again if it was removed, damaged or replaced (each tick: an
+        earlier release's successor, which reads the file only, must see this owner alive)."""
+        if self.lock_fd >= 0:
+            self._keep_marker()
 
     def vanished(self) -> bool:
         """Whether this owner's directory was removed (or replaced) under it.  Its lock file
@@ -268,11 +322,16 @@ def _new_marker(directory: str) -> int:
 
 
 def _not_a_directory(path: str) -> str | None:
-    """What is at ``path`` if it is there and not a directory (nor a link to one)."""
-    if not os.path.lexists(path) or os.path.isdir(path):
+    """What is at ``path`` if it is there and not a directory (nor a link to one): one look
+    (a directory removed between two looks is missing, made again, not "a file")."""
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            return None
+    except FileNotFoundError:  # (missing, or a link to nothing: a volume not mounted?)
+        return "a broken symbolic link" if os.path.islink(path) else None
+    except OSError:
         return None
-    dangling = os.path.islink(path) and not os.path.exists(path)  # (a volume not mounted?)
-    return "a broken symbolic link" if dangling else "a file"
+    return "a file"
 
 
 def segment_paths(directory: str) -> list[str]:
@@ -311,7 +370,7 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             names = os.listdir(path)
         except OSError:
             continue
-        if any(name not in (LOCK, LOCK + ".new", RESERVE) and not name.startswith(WAS) for name in names):
+        if any(name not in _OWNERS_OWN and not name.startswith(WAS) for name in names):
             continue
         for name in names:
             with contextlib.suppress(OSError):
@@ -345,10 +404,7 @@ def _stale(root: str, name: str) -> bool:
     """Whether ``.tmp-ID`` was begun ``STALE_AFTER`` ago or more (``ID`` says when) and no one
     holds its directory's lock nor its lock file's (an earlier release's maker locks the file
     only): its maker died before its lock file's first line was written."""
-    try:
-        if time.time_ns() - int(name[5:21], 16) < STALE_AFTER * 1e9:
-            return False
-    except ValueError:
+    if not _old(name):
         return False
     for path, flags in (
         (os.path.join(root, name), os.O_DIRECTORY | os.O_NOFOLLOW),

@@ -208,6 +208,7 @@ class Spill:
             self._last_tick, window.stuck = now, False
             if self.home.lock_fd < 0:  # no directory (a full disk, or it vanished): tried again
                 self._start_over(buf)
+            self.home.keep_lock_file()
             # Settled files go first: their room is this write's (after an outage that filled
             # the disk, the backend's catching up frees it).
             self._settle(buf)
