@@ -193,7 +193,8 @@ class Home:
         """The root made if missing, then :meth:`_make`; both again if what was made is removed
         as it is made (an operator's ``rm -rf`` racing the start), ``_MAKE_ATTEMPTS`` times."""
         for _ in range(_MAKE_ATTEMPTS - 1):
-            with contextlib.suppress(FileNotFoundError):
+            # (FileExistsError: makedirs found the root, then not a directory there: removed)
+            with contextlib.suppress(FileNotFoundError, FileExistsError):
                 os.makedirs(self.root, exist_ok=True)
                 return self._make()
         os.makedirs(self.root, exist_ok=True)
