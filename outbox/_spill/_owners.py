@@ -275,12 +275,6 @@ class Home:
         self.taken = (name, segment_paths(self.path))
         return fd
 
-    def keep_lock_file(self) -> None:
-        """The lock file made again if it was removed, damaged or replaced (each tick: an
-        earlier release's successor, which reads the file only, must see this owner alive)."""
-        if self.lock_fd >= 0:
-            self._keep_marker()
-
     def vanished(self) -> bool:
         """Whether this owner's directory was removed (or replaced) under it.  Its lock file
         alone removed or replaced is made again: no successor takes a live owner's directory."""

@@ -63,11 +63,16 @@ class Spill:
             home = Home(self.directory)
         except ConfigError as exc:
             cause = exc.__cause__
-            if not isinstance(cause, OSError) or cause.errno not in (errno.ENOSPC, errno.EDQUOT):
+            # (ENOENT: what it made was removed as it made it, every try: a cleanup job's loop)
+            if not isinstance(cause, OSError) or cause.errno not in (
+                errno.ENOSPC,
+                errno.EDQUOT,
+                errno.ENOENT,
+            ):
                 raise
             home, full = Home.unmade(self.directory), cause
         self._begin(home)
-        if full is not None:  # in memory until the disk has room, as when the directory vanished
+        if full is not None:  # in memory until the disk has room (or a directory stays), as when it vanished
             self.disk.failed(full)
             self._retry_home_at = self.disk.retry_at
         self.recovered = self.owners_adopted = 0
@@ -208,7 +213,6 @@ class Spill:
             self._last_tick, window.stuck = now, False
             if self.home.lock_fd < 0:  # no directory (a full disk, or it vanished): tried again
                 self._start_over(buf)
-            self.home.keep_lock_file()
             # Settled files go first: their room is this write's (after an outage that filled
             # the disk, the backend's catching up frees it).
             self._settle(buf)
