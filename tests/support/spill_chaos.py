@@ -1,7 +1,8 @@
 """The spill's chaos test: generations of owners sharing one spill directory, a backend that
-flaps, SIGKILLs at random points and graceful closes, every overflow policy, small bounds and
-(``--disk``, root only) a real disk that fills and frees (ENOSPC); then a last outbox drains the
-directory.  The accounting is checked event by event, from what each
+flaps, SIGKILLs at random points and graceful closes, every overflow policy, small bounds, owners'
+lock files removed, copied or emptied under them, and (``--disk``, root only) a real disk that
+fills and frees (ENOSPC); then a last outbox drains the directory.  The accounting is checked
+event by event, from what each
 child said it accepted, what its audit says the library counted (``spill_chaos_child.py``) and
 what the backend received:
 
@@ -87,6 +88,9 @@ class SpillChaos:
         self.mounts = contextlib.ExitStack()
         self.disk: Path | None = None
         self.fills = random.Random(seed + 2)
+        # An operator touching owners' lock files (removed, replaced by an identical copy, or
+        # emptied) while they run or after they died: draws of its own, as the disk's.
+        self.operator = random.Random(seed + 3)
         if disk:
             try:
                 self.disk = self.mounts.enter_context(small_disk("2m"))
@@ -215,6 +219,7 @@ class SpillChaos:
             while time.monotonic() < until:
                 time.sleep(rng.uniform(0.1, 0.5))
                 self._backend()
+                self._touch_a_lock_file()
             for child in kills:  # first: the others' closes adopt them
                 self._end(child, kill=True)
             self._backend()
@@ -240,6 +245,24 @@ class SpillChaos:
         time.sleep(0.2)
         self._end(last, kill=False)
         self.last = last
+
+    def _touch_a_lock_file(self) -> None:
+        """Now and then, what an operator or a cleanup job does to an owner's lock file."""
+        if self.operator.random() >= 0.2:
+            return
+        with contextlib.suppress(OSError):
+            owners = sorted(path for path in self.spill.iterdir() if (path / "lock").is_file())
+            if not owners:
+                return
+            lock = self.operator.choice(owners) / "lock"
+            how = self.operator.choice(["removed", "copied", "emptied"])
+            text = lock.read_bytes()
+            lock.unlink()
+            if how == "copied":
+                lock.write_bytes(text)
+            elif how == "emptied":
+                lock.write_bytes(b"")
+            self.steps.append(f"lock file of {lock.parent.name} {how}")
 
     # -- checking ---------------------------------------------------------------------------
 
