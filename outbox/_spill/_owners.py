@@ -25,7 +25,7 @@ import shutil
 import stat
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Generator
 from typing import Any
 
 from .._errors import ConfigError
@@ -55,6 +55,11 @@ def is_owner(name: str) -> bool:
     return bool(_OWNER.match(name))
 
 
+#: Errors that say nothing of an owner but that this process could not look (out of file
+#: descriptors or memory): the owner is neither alive nor gone to it.
+_SCARCE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOLCK})
+
+
 def _probe(root: str, name: str, how: int) -> int | None:
     """If ``name`` is an owner of ours in ``root`` that is gone: its directory's fd, locked
     ``how`` by us now; else None (alive, being adopted, or not ours).  Gone: no one holds the
@@ -62,20 +67,25 @@ def _probe(root: str, name: str, how: int) -> int | None:
     its lock file begins with ``LOCK_TEXT`` (a FIFO there, on which no open waits, is not); or,
     its lock file removed or damaged, it says it locks its directory (``LOCKS_DIRECTORY``) and
     holds a segment whose header names it.  ``name`` may be one being made (``.tmp-ID``): only
-    one ``STALE_AFTER`` old is probed (a younger one's maker may be about to lock it)."""
+    one ``STALE_AFTER`` old is probed (a younger one's maker may be about to lock it).  Raises
+    OSError (``_SCARCE``) if this process could not look."""
     if not is_owner(name.removeprefix(".tmp-")) or (name.startswith(".tmp-") and not _old(name)):
         return None
     path = os.path.join(root, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SCARCE:
+            raise
         return None
     try:
         fcntl.flock(fd, how | fcntl.LOCK_NB)
         if _lock_file_free(path, how) if _has_lock_text(path) else _locks_itself(path, name):
             return fd
-    except OSError:
-        pass
+    except OSError as exc:
+        if exc.errno in _SCARCE:
+            os.close(fd)
+            raise
     os.close(fd)
     return None
 
@@ -85,7 +95,9 @@ def _has_lock_text(path: str) -> bool:
     link, beginning with ``LOCK_TEXT``)."""
     try:
         fd = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SCARCE:
+            raise
         return False
     try:
         return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT
@@ -260,11 +272,10 @@ class Home:
         files this owner's to replay (``taken``), marked ``WAS + name`` for whoever reads them.
         Raises ``full`` if there is none, or that fails."""
         found = dead_owners(self.root, self.owner)
-        for _, fd in found[1:]:
-            os.close(fd)
-        if not found:
+        name, fd = next(found, ("", -1))
+        found.close()
+        if fd < 0:
             raise full
-        name, fd = found[0]
         source = os.path.join(self.root, name)
         try:  # (the mark first: after a crash it is harmless in a directory of the same name)
             os.close(os.open(os.path.join(source, WAS + name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC))
@@ -375,20 +386,34 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             dirs.add(os.path.dirname(path))
 
 
-def dead_owners(root: str, me: str) -> list[tuple[str, int]]:
-    """The owners of ``root`` that are gone, oldest first: (name, the fd of their lock, which we
-    now hold).  An owner whose lock another process holds is alive (or being adopted)."""
+def dead_owners(root: str, me: str, unseen: set[str] | None = None) -> Generator[tuple[str, int], None, None]:
+    """The owners of ``root`` that are gone, oldest first, one at a time: (name, the fd of their
+    lock, which we now hold and the caller closes before the next; thousands of dead owners never
+    hold thousands of descriptors).  An owner whose lock another process holds is alive (or being
+    adopted); one this process could not look at (out of descriptors) is added to ``unseen``
+    (``root`` itself, if it could not be listed)."""
     try:
         names = sorted(os.listdir(root))
-    except OSError:
-        return []
-    found = [(name, _probe(root, name, fcntl.LOCK_EX)) for name in names if name != me]
-    for name, fd in found:  # (one a process died making: its lock alone, or not yet written)
-        if name.startswith(".tmp-") and (fd is not None or _stale(root, name)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-        if fd is not None and name.startswith(".tmp-"):
-            os.close(fd)
-    return [(name, fd) for name, fd in found if fd is not None and not name.startswith(".tmp-")]
+    except OSError as exc:
+        if unseen is not None and exc.errno in _SCARCE:
+            unseen.add(root)
+        return
+    for name in names:
+        if name == me:
+            continue
+        try:
+            fd = _probe(root, name, fcntl.LOCK_EX)
+        except OSError:
+            if unseen is not None and not name.startswith(".tmp-"):
+                unseen.add(name)
+            continue
+        if name.startswith(".tmp-"):  # (one a process died making: its lock alone, or not yet written)
+            if fd is not None or _stale(root, name):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            if fd is not None:
+                os.close(fd)
+        elif fd is not None:
+            yield name, fd
 
 
 #: Seconds after which a ``.tmp-ID`` whose lock was never written is no longer being made.
@@ -459,8 +484,13 @@ def inspect_dir(directory: str | os.PathLike[str]) -> dict[str, Any]:
         if not is_owner(name) or not os.path.isdir(os.path.join(path, name)):
             counts["foreign"] += 1
             continue
-        fd = _probe(path, name, fcntl.LOCK_SH)
-        counts["owners_gone" if fd is not None else "owners_alive"] += 1
+        try:
+            fd = _probe(path, name, fcntl.LOCK_SH)
+        except OSError:  # (out of descriptors: neither)
+            counts["owners_unknown"] += 1
+            fd = None
+        else:
+            counts["owners_gone" if fd is not None else "owners_alive"] += 1
         if fd is not None:
             os.close(fd)
         for seg in segment_paths(os.path.join(path, name)):

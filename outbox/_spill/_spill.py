@@ -103,7 +103,7 @@ class Spill:
         if (taken := self.home.taken) is not None:  # (its directory, taken over on a full disk)
             self.home.taken = None
             room = self._replay(*taken, room, most)
-        for name, fd in dead_owners(self.directory, self.home.owner):
+        for name, fd in dead_owners(self.directory, self.home.owner, self._not_taken):
             source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
             try:
                 os.rename(source, target)
@@ -124,6 +124,14 @@ class Spill:
             if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
                 prune_all(target, [self.home.path])
             room = self._replay(name, paths, room, most)
+        if self._not_taken:
+            self.log.warning(
+                "spill-left",
+                "spill: %d process(es) in %s could not be looked at or taken over (out of file "
+                "descriptors?): tried again at the next look",
+                len(self._not_taken),
+                self.directory,
+            )
 
     def _replay(self, name: str, paths: list[str], room: int, most: int) -> int:
         """The files of the dead owner ``name``, adopted: what is live waits to join the stretch.

@@ -495,11 +495,14 @@ def _check_spill(environ: Mapping[str, str]) -> Check | None:
         return Check("spill", True, f"{directory}: does not exist yet (made at start)")
     age = state["oldest_event_age"]
     oldest = "none" if age is None else f"{age:.0f} s old"
+    unknown = state.get("owners_unknown", 0)  # (this process out of file descriptors)
     return Check(
         "spill",
         True,
         f"{directory}: writable, {state['bytes']} bytes in {state['segments']} segment(s), "
-        f"{state['owners_alive']} live and {state['owners_gone']} gone process(es), oldest event {oldest}",
+        f"{state['owners_alive']} live and {state['owners_gone']} gone process(es)"
+        + (f" and {unknown} this process could not look at" if unknown else "")
+        + f", oldest event {oldest}",
     )
 
 

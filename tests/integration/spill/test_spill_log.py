@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from outbox import Outbox
 from outbox._run._serde import SerializedEvent
@@ -117,6 +118,95 @@ def test_a_close_that_runs_out_of_time_names_what_it_leaves(tmp_path):
     with Sink() as sink:
         assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
         assert sorted(ns(sink)) == [*range(40), 100]
+
+
+def handmade_owners(spill: Path, count: int) -> None:
+    """``count`` dead owners, each one event (``n`` its index) in a segment of its own, made
+    byte by byte (thousands of outboxes would take minutes)."""
+    from outbox._run._serde import serialize
+
+    spill.mkdir(exist_ok=True)
+    for n in range(count):
+        owner = spill / f"{time.time_ns() - 10**12 + n:016x}-{n:x}-{n:08x}"
+        owner.mkdir()
+        (owner / "lock").write_bytes(LOCK_TEXT)
+        (owner / "locks-directory").write_bytes(b"")
+        event = serialize(run_event(run_id=f"00000000-0000-4000-8000-{n:012d}", n=n))
+        (owner / "00000001.seg").write_bytes(file_header(owner.name) + encode_event(0, time.time(), event))
+
+
+#: A child that runs with at most ``limit`` file descriptors: a drain-and-exit job, then (with
+#: ``spare`` >= 0) a close of an outbox that has every descriptor but ``spare`` taken when owners die.
+_SMALL_LIMIT_CHILD = """
+import json, os, resource, sys, time
+from outbox import Outbox
+from outbox.transports import HttpTransport
+url, spill, limit, spare = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+if spare < 0:
+    report = Outbox.from_env({"OPENLINEAGE_URL": url, "OUTBOX_SPILL_DIR": spill}).close(60)
+else:
+    box = Outbox(HttpTransport(url), spill_dir=spill)
+    os.rename(spill + "-later", spill + "/later")  # (owners that die while it runs, moved in)
+    for name in os.listdir(spill + "/later"):
+        os.rename(spill + "/later/" + name, spill + "/" + name)
+    os.rmdir(spill + "/later")
+    taken = []
+    try:
+        while True:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    for _ in range(spare):
+        os.close(taken.pop())
+    report = box.close(5)
+    for fd in taken:
+        os.close(fd)
+print(json.dumps({"complete": report.complete, "emitted": report.emitted, "left": dict(report.spill_left)}))
+"""
+
+
+def _small_limit_child(url: str, spill: Path, limit: int, spare: int = -1) -> dict:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SMALL_LIMIT_CHILD, url, str(spill), str(limit), str(spare)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_thousands_of_dead_owners_are_all_adopted_by_a_process_allowed_few_descriptors(tmp_path):
+    """helper-38: 4,000 dead owners, a 1,024 descriptor limit.  The scan held every dead owner's
+    lock at once; past the limit an owner it could not open looked alive: 2,027 of 4,000
+    delivered and the close said complete.  Owners are taken one at a time now."""
+    spill = tmp_path / "spill"
+    handmade_owners(spill, 1500)
+    with Sink() as sink:
+        answer = _small_limit_child(sink.url, spill, 256)
+        assert answer["complete"], answer
+        assert sorted(ns(sink)) == list(range(1500))
+    assert os.listdir(spill) == []
+
+
+@pytest.mark.parametrize("spare", [0, 1])
+def test_a_close_that_could_not_look_at_dead_owners_does_not_say_complete(tmp_path, spare):
+    """Owners die while an outbox runs; at its close the process has no descriptor to spare
+    (the application's own files): the owners it could not look at (or the directory, if it
+    could not list it) are named, not taken for alive, and a later outbox delivers them."""
+    spill = tmp_path / "spill"
+    handmade_owners(tmp_path / "spill-later", 3)
+    with Sink() as sink:
+        answer = _small_limit_child(sink.url, spill, 256, spare)
+        assert not answer["complete"], answer
+        assert answer["left"] == {"events": 0, "owners": 3 if spare else 1}, answer
+        assert ns(sink) == []
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill)).close(20).complete
+        assert sorted(ns(sink)) == [0, 1, 2]
 
 
 def test_two_live_owners_never_adopt_each_other(tmp_path):
