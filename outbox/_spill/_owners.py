@@ -5,10 +5,12 @@ life (the kernel lets go however the process dies), and one on the ``lock`` file
 the directory is ours (and keeps releases that lock only that file off a live owner); it is made
 as ``.tmp-ID`` with both taken, then renamed, so no scanner sees an owner unlocked.  The lock file
 removed or replaced (an ``rm``, a restore) is made again by its live owner; a dead owner's
-directory without one is adopted if it holds segments of its name.  Adoption renames a dead
-owner's directory, whole, into the adopter's (on a disk too full to make one, to the adopter's
-name: its lock and files then the adopter's): atomic, so after a crash the files are with one of
-them (adoptable), never both, never neither; only the process holding its lock can adopt it.
+directory without one is adopted if it holds segments of its name.  Adoption marks a dead
+owner's directory with the order it is handed on (``HANDED``), then renames it, whole, into the
+adopter's (on a disk too full to make one, to the adopter's name: its lock and files then the
+adopter's): atomic, so after a crash the files are with one of them (adoptable), never both,
+never neither; only the process holding its lock can adopt it.  The owners it had adopted then
+move up beside it, read in the order of their marks wherever they are.
 Only what looks ours is touched: a directory named like an owner id whose ``lock`` begins with
 ``LOCK_TEXT``.
 """
@@ -31,7 +33,18 @@ from typing import Any
 from .._errors import ConfigError
 from ._format import Event, NotOurs, SegmentReader
 
-__all__ = ["RESERVE", "Home", "dead_owners", "inspect_dir", "is_owner", "prune", "prune_all", "segment_paths"]
+__all__ = [
+    "RESERVE",
+    "Home",
+    "dead_owners",
+    "flatten",
+    "hand_over",
+    "inspect_dir",
+    "is_owner",
+    "prune",
+    "prune_all",
+    "segment_paths",
+]
 
 LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
@@ -44,6 +57,10 @@ WAS = "was-"
 #: on), so that the directory, its lock file removed or damaged, is still adoptable once gone.
 #: A directory without it (an earlier release's owner, which locks its lock file only) is not.
 LOCKS_DIRECTORY = "locks-directory"
+#: ``HANDED + KEY``: an empty file in an adopted owner's directory saying when it was handed on
+#: among its adopter's (``KEY``: 16 hex digits, larger than those of the owners the adopter held
+#: and of those the adopted one held): owners are read in that order wherever they are moved.
+HANDED = "handed-"
 #: What an owner's directory holds besides its segments and marks.
 _OWNERS_OWN = frozenset({LOCK, LOCK + ".new", LOCKS_DIRECTORY, RESERVE})
 #: Tries to make an owner's directory while what is made is removed under it.
@@ -342,17 +359,78 @@ def _not_a_directory(path: str) -> str | None:
 
 def segment_paths(directory: str) -> list[str]:
     """The segments of an owner's directory, after those of the owners it adopted (its
-    subdirectories, oldest first, each the same way): the order their events were handed on."""
+    subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
+    key; an earlier release's, unmarked, first, by name): the order their events were handed on."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError:
         return []
-    paths: list[str] = []
+    nested = []
     for entry in entries:
         with contextlib.suppress(OSError):
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                paths.extend(segment_paths(entry.path))
+                nested.append((_handed(entry.path), entry.name, entry.path))
+    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner)]
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
+
+
+def _handed(path: str) -> int:
+    """The ``HANDED`` key of the owner's directory ``path`` (-1: none, an earlier release's)."""
+    keys = [-1]
+    with contextlib.suppress(OSError):
+        for name in os.listdir(path):
+            if name.startswith(HANDED):
+                with contextlib.suppress(ValueError):
+                    keys.append(int(name[len(HANDED) :], 16))
+    return max(keys)
+
+
+def hand_over(source: str, into: str) -> None:
+    """Mark the dead owner's directory ``source`` (its lock held) with the next ``HANDED`` key of
+    ``into``, its adopter's: past every owner either holds.  A mark left by an adopter that died
+    before its rename is replaced.  Best effort (a disk too full for an empty file): an owner
+    handed on unmarked is read first among its adopter's and never moved, as an earlier
+    release's."""
+    key = 0
+    for holder in (into, source):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(holder):
+                if entry.is_dir(follow_symlinks=False) and is_owner(entry.name):
+                    key = max(key, _handed(entry.path) + 1)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(source):
+            if name.startswith(HANDED):
+                os.unlink(os.path.join(source, name))
+        mark = os.path.join(source, f"{HANDED}{key:016x}")
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+
+def flatten(directory: str, into: str) -> list[str]:
+    """Move the owners nested in ``directory`` (those it adopted, at any depth, marked
+    ``HANDED``) up into ``into``, beside it; returns their paths there, in the order they were
+    handed on.  Else every start during an outage nests the backlog one level deeper, and past
+    ``PATH_MAX`` its oldest files can no longer be listed.  Each move is one rename that keeps the
+    owner's key: after a crash at any point an owner is in one place or the other, read in the
+    same order.  An earlier release's owners (unmarked) stay where they are, read there."""
+    moved: list[tuple[int, str]] = []
+    pending = [directory]
+    while pending:
+        parent = pending.pop()
+        with contextlib.suppress(OSError):
+            for entry in list(os.scandir(parent)):
+                if not (is_owner(entry.name) and entry.is_dir(follow_symlinks=False)):
+                    continue
+                key, target = _handed(entry.path), os.path.join(into, entry.name)
+                if key < 0:
+                    continue
+                try:
+                    os.rename(entry.path, target)
+                except OSError:
+                    pending.append(entry.path)  # (its own nested ones may still move)
+                    continue
+                moved.append((key, target))
+                pending.append(target)
+    return [path for _, path in sorted(moved)]
 
 
 def prune_all(path: str, keep: Collection[str]) -> None:
@@ -376,7 +454,7 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             names = os.listdir(path)
         except OSError:
             continue
-        if any(name not in _OWNERS_OWN and not name.startswith(WAS) for name in names):
+        if any(name not in _OWNERS_OWN and not name.startswith((WAS, HANDED)) for name in names):
             continue
         for name in names:
             with contextlib.suppress(OSError):

@@ -22,7 +22,7 @@ from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
 from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
-from ._owners import RESERVE, Home, dead_owners, prune_all, segment_paths
+from ._owners import RESERVE, Home, dead_owners, flatten, hand_over, prune_all, segment_paths
 from ._ranges import Ranges
 from ._streams import Kept, Run
 from ._window import Window
@@ -106,6 +106,7 @@ class Spill:
         for name, fd in dead_owners(self.directory, self.home.owner, self._not_taken):
             source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
             try:
+                hand_over(source, self.home.path)
                 os.rename(source, target)
             except OSError as exc:
                 if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
@@ -120,9 +121,13 @@ class Spill:
                 os.close(fd)
             with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
                 os.unlink(os.path.join(target, RESERVE))
-            paths = segment_paths(target)
+            # What it had adopted, beside it, in the order handed on: one level, however many
+            # starts an outage sees.
+            dirs = [*flatten(target, self.home.path), target]
+            paths = [path for directory in dirs for path in segment_paths(directory)]
             if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
-                prune_all(target, [self.home.path])
+                for directory in dirs:
+                    prune_all(directory, [self.home.path])
             room = self._replay(name, paths, room, most)
         if self._not_taken:
             self.log.warning(
