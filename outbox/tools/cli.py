@@ -28,20 +28,21 @@ if TYPE_CHECKING:  # what add_subparsers() returns (typeshed names it so)
 def _demo_file(raw: str | None) -> tuple[Path, int] | str:
     """Where the demo (or the sink's --store) writes, and how many lines it held before; or
     why it cannot write there."""
-    import os
-
     path = Path(raw) if raw else Path(tempfile.mkdtemp(prefix="outbox-demo-")) / "lineage.jsonl"
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         return f"{path} is a folder; give a file to write the events to"
     if not folder.is_dir():
         return f"the folder of {path} does not exist; create it, or give a path in one"
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return f"cannot write {path}; give a path you can write"
     try:
         before = len(path.read_bytes().splitlines()) if path.exists() else 0
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror or exc}"
+    try:  # (tried, not judged by os.access: root may "write" /proc, and no file appears there)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        return f"cannot write {path} ({exc.strerror or exc}); give a path you can write"
     return path, before
 
 

@@ -274,7 +274,7 @@ def _run(
     err: TextIO,
 ) -> int:
     def still_sending() -> None:  # a long wait says what it waits for (once)
-        left = deadline - time.monotonic()
+        left = max(0.0, deadline - time.monotonic())
         print(
             f"outbox replay: still sending to {transport!r}; waiting up to {left:.0f} s more "
             f"(--timeout {timeout:g}) for it to take the events",
@@ -290,6 +290,13 @@ def _run(
         report = outbox.close(max(0.0, deadline - time.monotonic()))
     finally:
         waiting.cancel()
+    if tally.torn and not (tally.sent or tally.already or tally.not_replayable or tally.unsent):
+        print(
+            f"outbox replay: {path} holds no record of events ({len(tally.torn)} line(s), none a "
+            "record): give a dead-letter file, or JSON lines of OpenLineage events",
+            file=err,
+        )
+        return 2
     _report(path, tally, report, record, timeout, err)
     # With --console the events are standard output: the summary goes beside them, on err.
     print(_summary(path, tally, report, record, timeout), file=err if transport.console else out, flush=True)

@@ -127,6 +127,16 @@ def test_demo_refuses_a_file_it_cannot_write_before_emitting(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_demo_refuses_a_file_the_system_will_not_create_though_its_folder_looks_writable(tmp_path):
+    """helper-37: ``--file /proc/x`` (root "may write" /proc by os.access) emitted, lost every
+    event and ended in a traceback reading the file back.  The file is tried first now."""
+    done = outbox("demo", "--runs", "1", "--file", "/proc/outbox-demo.jsonl")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("outbox demo: --file: cannot write /proc/outbox-demo.jsonl ("), done.stderr
+    assert "give a path you can write" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_demo_run_twice_into_one_file_reports_its_own_events(tmp_path):
     path = tmp_path / "d.jsonl"
     assert outbox("demo", "--runs", "1", "--file", str(path)).returncode == 0

@@ -165,3 +165,21 @@ def test_two_replays_of_one_file_at_once_the_second_refuses(tmp_path):
         result = replay(path, "http://127.0.0.1:9")
     assert result.returncode == 2
     assert "another outbox replay is recording into" in result.stderr
+
+
+def test_replay_of_a_file_that_holds_no_record_is_bad_input_and_an_empty_one_is_nothing_to_do(tmp_path):
+    """helper-37: a text file that is no dead-letter file at all (its lines all "torn") replayed
+    0 events, said "none left undelivered" and exited 0, as if it had done its job."""
+    text = tmp_path / "notes.txt"
+    text.write_text("these are my notes\nnot events\n")
+    done = replay(text, "http://127.0.0.1:9")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        f"outbox replay: {text} holds no record of events (2 line(s), none a record): give a "
+        "dead-letter file, or JSON lines of OpenLineage events"
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    done = replay(empty, "http://127.0.0.1:9")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "replayed 0 events" in done.stdout
