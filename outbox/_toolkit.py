@@ -21,7 +21,13 @@ from ._run._run import Run, RunRecord
 from ._run._serde import serialize
 from ._spill import inspect_dir
 from ._worker._retry import NO_TIME_LEFT, backoff_delay, close_paced
-from .transports._http._settings import environment_proxy, header_problem, redact_url, secret_text
+from .transports._http._settings import (
+    checked_url,
+    environment_proxy,
+    header_problem,
+    redact_url,
+    secret_text,
+)
 from .transports.kafka import producer_settings
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ __all__ = [
     "RunRecord",
     "Torn",
     "backoff_delay",
+    "checked_url",
     "close_paced",
     "environment_proxy",
     "header_problem",

@@ -221,8 +221,17 @@ class ResolvedTransport:
     where: str = "transport"
 
     def origin(self, key: str) -> str:
-        """Names the setting behind ``key`` (``OPENLINEAGE__TRANSPORT__URL``, ...)."""
-        return self.origins.get(key, f"{self.where}.{key}")
+        """Names the setting behind ``key`` (``OPENLINEAGE__TRANSPORT__URL``, ...), or where it
+        would go (``transport.transports.a.url in openlineage.yml``)."""
+        if key in self.origins:
+            return self.origins[key]
+        path, sep, file = self.where.partition(" in ")
+        if sep:
+            return f"{path}.{key} in {file}"
+        if path.startswith("transport.") and path.replace(".", "").replace("_", "").isalnum():
+            # (a composite member's, set by variables as often as in a file: both named)
+            return f"{path}.{key}, or OPENLINEAGE__{path.replace('.', '__').upper()}__{key.upper()}"
+        return f"{path}.{key}"
 
 
 def _find_yaml(environ: Mapping[str, str]) -> str | None:

@@ -193,7 +193,7 @@ def _forwarder(args: argparse.Namespace) -> Forwarder | str:
     import os
 
     from .. import ConfigError
-    from .._toolkit import secret_text
+    from .._toolkit import checked_url, secret_text
     from ..transports import HttpTransport
     from .forward import Forwarder
 
@@ -205,7 +205,8 @@ def _forwarder(args: argparse.Namespace) -> Forwarder | str:
         return kafka_config
     kafka_config.setdefault("bootstrap.servers", args.bootstrap_servers)
     try:
-        # Named as the user gave it (HttpTransport's own message names the variables).
+        # Named as the user gave them (HttpTransport's own messages name the variables).
+        checked_url(url, "--url" if args.url else "OPENLINEAGE_URL")
         api_key = secret_text(
             "--api-key" if args.api_key else "OPENLINEAGE_API_KEY",
             args.api_key or os.environ.get("OPENLINEAGE_API_KEY"),

@@ -126,14 +126,17 @@ def _composite(resolved: ResolvedTransport) -> Transport:
         if not isinstance(member, dict) or not member.get("type"):
             raise ConfigError(f"{where}: the member {name!r} needs a transport config with a type")
         # A member may be a composite itself, as in openlineage-python (its factory builds any).
-        origins = {key: f"{where}.{name}.{key}" for key in member}
+        path, sep, file = where.partition(" in ")  # (transport.transports in openlineage.yml)
+        named = f"{path}.{name}" + (f" in {file}" if sep else "")
+        member_config = ResolvedTransport({}, {}, where=named)
+        origins = {key: member_config.origin(key) for key in member}
         priority = member.get("priority", 0)
         body = {key: value for key, value in member.items() if key not in ("name", "priority")}
         try:
             rank = int(priority)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}.{name}.priority={priority!r} is not a whole number") from None
-        member_config = ResolvedTransport(body, origins, where=f"{where}.{name}")
+        member_config = ResolvedTransport(body, origins, where=named)
         members.append((rank, name, transport_from_config(member_config)))
     if flags["sort_transports"]:
         members.sort(key=lambda entry: -entry[0])

@@ -207,8 +207,15 @@ class KafkaTransport:
             )
         key = config.get("messageKey") or config.get("message_key")
         topic = config.get("topic")
+        if isinstance(topic, (int, float)) and not isinstance(topic, bool):
+            raise ConfigError(  # (a variable's value is read as JSON, as openlineage-python reads it)
+                f"{resolved.origin('topic')}={topic!r} is read as a number, not a topic name; quote it "
+                f'(OPENLINEAGE__TRANSPORT__TOPIC=\'"{topic}"\', or topic: "{topic}" in openlineage.yml)'
+            )
         if not isinstance(topic, str) or not topic:
-            raise ConfigError("the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC")
+            top = resolved.where == "transport"
+            where = "OPENLINEAGE__TRANSPORT__TOPIC" if top else resolved.origin("topic")
+            raise ConfigError(f"the kafka transport needs a topic: set {where}")
         try:
             return cls(topic, producer_config, message_key=str(key) if key else None)
         except ConfigError as exc:

@@ -115,6 +115,16 @@ def test_forward_refuses_kafka_config_keys_it_would_ignore():
     assert len(done.stderr.splitlines()) == 1
 
 
+def test_forward_names_the_url_as_it_was_given():
+    """helper-37: a bad ``--url`` was refused naming OPENLINEAGE_URL, which the user never set."""
+    done = outbox("forward", "--topic", "t", "--url", "http://<lineage host>:5000")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "outbox forward: url='http://<lineage host>:5000' has no host name there ('<lineage host>'); "
+        "put the backend's host name or address, e.g. http://marquez:5000 (--url)"
+    )
+
+
 def test_demo_refuses_a_file_it_cannot_write_before_emitting(tmp_path):
     done = outbox("demo", "--runs", "1", "--file", str(tmp_path / "missing" / "d.jsonl"))
     assert done.returncode == 2, done.stdout + done.stderr

@@ -20,6 +20,7 @@ from ._settings import (
     RedactingFilter,
     check_ca,
     check_headers,
+    checked_url,
     provider_secrets,
     redact_url,
     redact_userinfo,
@@ -56,10 +57,13 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
     _drop_unknown(config, origin)
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():
+        member = resolved.where != "transport"  # (a composite's: its own url, named as it is set)
+        where = resolved.origin("url") if member else "OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL"
         raise ConfigError(
-            f"the {config.get('type', 'http')} transport needs a url: set OPENLINEAGE_URL "
-            "or OPENLINEAGE__TRANSPORT__URL (e.g. http://marquez:5000)"
+            f"the {config.get('type', 'http')} transport needs a url: set {where} (e.g. http://marquez:5000)"
         )
+    # (its problems named where it was set: a composite member's own url, a file's)
+    checked_url(url, origin("url") if "url" in resolved.origins or resolved.where != "transport" else None)
     kwargs: dict[str, Any] = {"url": url}
     for key in ("endpoint", "batch_endpoint", "mode", "batch_format", "compression"):
         if key in config:
@@ -254,11 +258,23 @@ def _retry_kwargs(config: dict[str, Any], origin: Callable[[str], str]) -> dict[
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{name}={value!r} is not a positive number of seconds")
+        hint = ""
+        if isinstance(value, str):
+            try:
+                float(value)
+                # (YAML reads 1e-9 as text: a float needs its dot, 1.0e-9)
+                hint = "; it is text, not a number: write it without quotes (an exponent needs a dot: 1.0e-3)"
+            except ValueError:
+                pass
+        raise ConfigError(f"{name}={value!r} is not a positive number of seconds{hint}")
     return float(value)
 
 
 _OPENLINEAGE_LOGGER = "openlineage.client.transport.http"
+
+
+#: The token providers openlineage-python names (any other is a ``module.Class``).
+_TOKEN_PROVIDERS = ("api_key", "jwt", "oauth2")
 
 
 def _token_provider(name: str, auth: dict[str, Any]) -> Any:
@@ -266,6 +282,15 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
     ``module.Class``); a ConfigError naming the setting when it cannot be built."""
     from openlineage.client.transport.http import create_token_provider
 
+    kind = auth.get("type")
+    if isinstance(kind, str) and "." not in kind and kind not in _TOKEN_PROVIDERS:
+        # (else openlineage-python logs a stray warning and fails to import it as a module)
+        close = difflib.get_close_matches(kind.lower().replace("-", "_"), _TOKEN_PROVIDERS, n=1)
+        raise ConfigError(
+            f"{name}.type={kind!r} is not a token provider: use "
+            + (f"{close[0]!r} (did you mean it?)" if close else "api_key, jwt or oauth2")
+            + ", or the module.Class of your own TokenProvider"
+        )
     try:
         provider = create_token_provider(dict(auth))
     except Exception as exc:  # KeyError for a missing field, TypeError, ImportError, ...

@@ -250,18 +250,19 @@ def check_bearer(provider: Any, bearer: str) -> None:
 # -- the constructor's arguments ---------------------------------------------------------------
 
 
-def checked_url(url: Any) -> SplitResult:
+def checked_url(url: Any, source: str | None = None) -> SplitResult:
     """``url`` split, once it is known to be an HTTP URL with a host name (or address) and a
     numeric port: a placeholder left in (``http://<lineage host>:5000``), a space or a bracket
-    not closed is a ConfigError here, not a lookup that fails at every send."""
+    not closed is a ConfigError here (naming ``source``, where it was given), not a lookup that
+    fails at every send."""
+    source = source or "OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL"
     try:
         parts = urlsplit(url.strip()) if isinstance(url, str) else None
     except ValueError:  # (an IPv6 address whose bracket is not closed)
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
-            f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 "
-            "(OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+            f"url={redact_url(str(url))!r} is not an HTTP URL; use e.g. http://marquez:5000 ({source})"
         )
     shown = redact_url(url.strip())
     try:
@@ -269,13 +270,13 @@ def checked_url(url: Any) -> SplitResult:
     except ValueError:
         raise ConfigError(
             f"url={shown!r} has a port that is not a number from 0 to 65535; "
-            "use e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+            f"use e.g. http://marquez:5000 ({source})"
         ) from None
     host = parts.hostname or ""
     if not (host and (":" in host or all(c.isalnum() or c in "-._~" for c in host))):
         raise ConfigError(
             f"url={shown!r} has no host name there ({host or 'none'!r}); put the backend's host "
-            "name or address, e.g. http://marquez:5000 (OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL)"
+            f"name or address, e.g. http://marquez:5000 ({source})"
         )
     if any(c.isspace() for c in url.strip()):
         raise ConfigError(f"url={shown!r} holds a space; write it as %20 (or remove it)")

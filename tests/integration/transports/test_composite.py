@@ -179,11 +179,27 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
         ),
         (  # a member may be composite itself, but needs members of its own
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "composite"},
-            "transports.a.transports: a composite transport needs transports",
+            "transport.transports.a.transports, or OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TRANSPORTS: "
+            "a composite transport needs transports",
+        ),
+        (  # helper-37: it named OPENLINEAGE_URL, the top level's, which a member does not read
+            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http"},
+            "the http transport needs a url: set transport.transports.a.url, or "
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL",
         ),
         (
-            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http"},
-            "the http transport needs a url",
+            {
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": "http://<host>:5000",
+            },
+            r"has no host name there \('<host>'\); put the backend's host name or address, e.g. "
+            r"http://marquez:5000 \(transport.transports.a.url, or "
+            r"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL\)",
+        ),
+        (
+            {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "kafka"},
+            "the kafka transport needs a topic: set transport.transports.a.topic, or "
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TOPIC",
         ),
         (
             {
@@ -198,6 +214,17 @@ def test_composite_configuration_errors_name_the_setting(monkeypatch, tmp_path, 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=message):
         Outbox.from_env({"OPENLINEAGE__TRANSPORT__TYPE": "composite", **env}, close_at_exit=False)
+
+
+def test_a_members_missing_url_is_named_in_the_file_that_configures_it(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "openlineage.yml"
+    config.write_text("transport:\n  type: composite\n  transports:\n    a:\n      type: http\n")
+    with pytest.raises(ConfigError) as raised:
+        Outbox.from_env({"OPENLINEAGE_CONFIG": str(config)}, close_at_exit=False)
+    assert str(raised.value) == (
+        f"the http transport needs a url: set transport.transports.a.url in {config} (e.g. http://marquez:5000)"
+    )
 
 
 def test_from_env_after_openlineage_client_ran(monkeypatch, tmp_path):

@@ -97,6 +97,40 @@ def test_yaml_config(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("kind", "use"), [("apikey", "'api_key' (did you mean it?)"), ("bearer", "api_key, jwt or oauth2")]
+)
+def test_an_auth_type_openlineage_python_does_not_know_is_named_with_the_ones_it_does(capfd, kind, use):
+    """helper-37: ``apikey`` went to openlineage-python as a module path: an ImportError about
+    importing "apikey", after a stray "not enough values to unpack" line on stderr."""
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "http",
+        "OPENLINEAGE__TRANSPORT__URL": "http://m:5000",
+        "OPENLINEAGE__TRANSPORT__AUTH__TYPE": kind,
+        "OPENLINEAGE__TRANSPORT__AUTH__APIKEY": "secret-value",
+    }
+    with pytest.raises(ConfigError) as raised:
+        Outbox.from_env(env, close_at_exit=False)
+    assert str(raised.value) == (
+        f"transport.auth.type={kind!r} is not a token provider: use {use}, or the module.Class of "
+        "your own TokenProvider"
+    )
+    assert "unpack" not in capfd.readouterr().err
+
+
+def test_a_yaml_timeout_that_yaml_reads_as_text_says_so(tmp_path):
+    """helper-37: YAML reads ``1e-9`` (no dot) as text; "'1e-9' is not a positive number of
+    seconds" left the user looking at a positive number."""
+    config = tmp_path / "openlineage.yml"
+    config.write_text("transport:\n  type: http\n  url: http://m:5000\n  timeout: 1e-9\n")
+    with pytest.raises(ConfigError) as raised:
+        Outbox.from_env({"OPENLINEAGE_CONFIG": str(config)}, close_at_exit=False)
+    assert str(raised.value) == (
+        f"transport.timeout in {config}='1e-9' is not a positive number of seconds; it is text, not a "
+        "number: write it without quotes (an exponent needs a dot: 1.0e-3)"
+    )
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"OPENLINEAGE_URL": "marquez:5000"}, "url='marquez:5000' is not an HTTP URL"),
@@ -178,6 +212,11 @@ def test_yaml_config(tmp_path):
         (
             {"OPENLINEAGE__TRANSPORT__TYPE": "kafka"},
             "the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TOPIC",
+        ),
+        (  # helper-37: the value is read as JSON (as openlineage-python reads it): it said "needs a topic"
+            {"OPENLINEAGE__TRANSPORT__TYPE": "kafka", "OPENLINEAGE__TRANSPORT__TOPIC": "123"},
+            "OPENLINEAGE__TRANSPORT__TOPIC=123 is read as a number, not a topic name; quote it "
+            """\\(OPENLINEAGE__TRANSPORT__TOPIC='"123"'""",
         ),
         # Refused at construction, not a lookup that fails at every send.
         (
