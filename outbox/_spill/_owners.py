@@ -27,7 +27,7 @@ import shutil
 import stat
 import time
 from collections import Counter
-from collections.abc import Collection, Generator
+from collections.abc import Collection, Generator, Iterator
 from typing import Any
 
 from .._errors import ConfigError
@@ -41,6 +41,7 @@ __all__ = [
     "hand_over",
     "inspect_dir",
     "is_owner",
+    "next_key",
     "prune",
     "prune_all",
     "segment_paths",
@@ -357,52 +358,77 @@ def _not_a_directory(path: str) -> str | None:
     return "a file"
 
 
-def segment_paths(directory: str) -> list[str]:
+def segment_paths(directory: str, strict: bool = False) -> list[str]:
     """The segments of an owner's directory, after those of the owners it adopted (its
     subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
-    key; an earlier release's, unmarked, first, by name): the order their events were handed on."""
-    try:
+    key; an earlier release's, unmarked, first, by name): the order their events were handed on.
+    What cannot be listed is left out; with ``strict``, raises OSError if this process could not
+    look (``_SCARCE``): a list made without looking would leave events out, or misorder them."""
+    entries: list[os.DirEntry[str]] = []
+    with _tolerant(strict):
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError:
-        return []
     nested = []
     for entry in entries:
-        with contextlib.suppress(OSError):
+        with _tolerant(strict):
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                nested.append((_handed(entry.path), entry.name, entry.path))
-    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner)]
+                nested.append((_handed(entry.path, strict), entry.name, entry.path))
+    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner, strict)]
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
 
 
-def _handed(path: str) -> int:
-    """The ``HANDED`` key of the owner's directory ``path`` (-1: none, an earlier release's)."""
+@contextlib.contextmanager
+def _tolerant(strict: bool = True) -> Iterator[None]:
+    """Go on past an OSError (a file gone meanwhile, a permission), unless ``strict`` and this
+    process could not look (``_SCARCE``)."""
+    try:
+        yield
+    except OSError as exc:
+        if strict and exc.errno in _SCARCE:
+            raise
+
+
+def _handed(path: str, strict: bool = True) -> int:
+    """The ``HANDED`` key of the owner's directory ``path`` (-1: none, an earlier release's);
+    only a file is a mark.  Raises OSError if this process could not look (``strict``)."""
     keys = [-1]
-    with contextlib.suppress(OSError):
-        for name in os.listdir(path):
-            if name.startswith(HANDED):
+    with _tolerant(strict):
+        for entry in os.scandir(path):
+            if entry.name.startswith(HANDED) and entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(ValueError):
-                    keys.append(int(name[len(HANDED) :], 16))
+                    keys.append(int(entry.name[len(HANDED) :], 16))
     return max(keys)
 
 
-def hand_over(source: str, into: str) -> None:
-    """Mark the dead owner's directory ``source`` (its lock held) with the next ``HANDED`` key of
-    ``into``, its adopter's: past every owner either holds.  A mark left by an adopter that died
-    before its rename is replaced.  Best effort (a disk too full for an empty file): an owner
-    handed on unmarked is read first among its adopter's and never moved, as an earlier
-    release's."""
+def next_key(directory: str) -> int:
+    """The ``HANDED`` key past those of every owner ``directory`` holds (0: none).  Raises
+    OSError if this process could not look: a key chosen without looking may come too early."""
     key = 0
-    for holder in (into, source):
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(holder):
-                if entry.is_dir(follow_symlinks=False) and is_owner(entry.name):
-                    key = max(key, _handed(entry.path) + 1)
+    with _tolerant():
+        for entry in os.scandir(directory):
+            if entry.is_dir(follow_symlinks=False) and is_owner(entry.name):
+                key = max(key, _handed(entry.path) + 1)
+    return key
+
+
+def hand_over(source: str, floor: int) -> int | None:
+    """Mark the dead owner's directory ``source`` (its lock held) with the order it is handed
+    on: a ``HANDED`` key at least ``floor`` (past every owner its adopter holds) and past every
+    owner it holds; returns the key (None: the mark could not be written, a disk too full for an
+    empty file; it is then read first among its adopter's, with what it holds inside it, as an
+    earlier release's).  A mark left by an adopter that died before its rename is replaced.
+    Raises OSError if this process could not look (out of descriptors)."""
+    key = max(floor, next_key(source))
     with contextlib.suppress(OSError):
         for name in os.listdir(source):
             if name.startswith(HANDED):
-                os.unlink(os.path.join(source, name))
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(source, name))
+    try:
         mark = os.path.join(source, f"{HANDED}{key:016x}")
         os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError:
+        return None
+    return key
 
 
 def flatten(directory: str, into: str) -> list[str]:
@@ -411,7 +437,8 @@ def flatten(directory: str, into: str) -> list[str]:
     handed on.  Else every start during an outage nests the backlog one level deeper, and past
     ``PATH_MAX`` its oldest files can no longer be listed.  Each move is one rename that keeps the
     owner's key: after a crash at any point an owner is in one place or the other, read in the
-    same order.  An earlier release's owners (unmarked) stay where they are, read there."""
+    same order.  An earlier release's owners (unmarked) stay where they are, read there, as
+    does what cannot be looked at."""
     moved: list[tuple[int, str]] = []
     pending = [directory]
     while pending:

@@ -17,14 +17,14 @@ from typing import Any
 from .._buffer._buffer import Buffer, serialize_held
 from .._buffer._numbering import DELIVERED
 from .._errors import ConfigError
-from .._observability._log import RateLimitedLog, logger, never_silent
+from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent
 from .._runtime._slices import Slicer
+from ._adoption import Adoption
 from ._disk import RETRY_AFTER, Disk
 from ._format import HEADER
-from ._owners import RESERVE, Home, dead_owners, flatten, hand_over, prune_all, segment_paths
+from ._owners import Home
 from ._ranges import Ranges
-from ._streams import Kept, Run
 from ._window import Window
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "SCAN_INTERVAL", "Spill"]
@@ -75,9 +75,7 @@ class Spill:
         if full is not None:  # in memory until the disk has room (or a directory stays), as when it vanished
             self.disk.failed(full)
             self._retry_home_at = self.disk.retry_at
-        self.recovered = self.owners_adopted = 0
-        self._pending: list[Run] = []  # adopted, not yet in the stretch
-        self._not_taken: set[str] = set()  # dead owners whose directory could not be taken over
+        self.recovered = 0
         self._closed = self._scan_now = False
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
@@ -90,78 +88,21 @@ class Spill:
         if (before := getattr(self, "disk", None)) is not None:
             disk.carry_counts(before)  # (before it is seen: stats() reads without a lock)
         self.home, self.disk = home, disk
+        if (adoption := getattr(self, "adoption", None)) is None:
+            self.adoption = adoption = Adoption(self.directory, self.log)
+        adoption.next_key = None  # (a new directory: looked at before the next hand-over)
         #: Own queued events below this number are written (or were refused, and counted).
         self.written_upto = 0
 
     # -- adoption ---------------------------------------------------------------------------
 
-    def _adopt(self, room: int = 0, most: int = 0) -> None:
-        """Take over every dead owner's directory and replay its files: what is live waits to join
-        the stretch.  One owner's events that fit ``room`` bytes and ``most`` events are kept as
-        the replay reads them (its run does not read its files again)."""
-        self._not_taken.clear()
-        if (taken := self.home.taken) is not None:  # (its directory, taken over on a full disk)
-            self.home.taken = None
-            room = self._replay(*taken, room, most)
-        for name, fd in dead_owners(self.directory, self.home.owner, self._not_taken):
-            source, target = os.path.join(self.directory, name), os.path.join(self.home.path, name)
-            try:
-                hand_over(source, self.home.path)
-                os.rename(source, target)
-            except OSError as exc:
-                if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
-                    continue  # another process adopted it first
-                # (or this owner has no directory to take it into: started on a full disk)
-                self._not_taken.add(name)
-                self.log.warning(
-                    "spill-adopt", "spill: cannot take over %s in %s: %s", name, self.directory, exc
-                )
-                continue
-            finally:
-                os.close(fd)
-            with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
-                os.unlink(os.path.join(target, RESERVE))
-            # What it had adopted, beside it, in the order handed on: one level, however many
-            # starts an outage sees.
-            dirs = [*flatten(target, self.home.path), target]
-            paths = [path for directory in dirs for path in segment_paths(directory)]
-            if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
-                for directory in dirs:
-                    prune_all(directory, [self.home.path])
-            room = self._replay(name, paths, room, most)
-        if self._not_taken:
-            self.log.warning(
-                "spill-left",
-                "spill: %d process(es) in %s could not be looked at or taken over (out of file "
-                "descriptors?): tried again at the next look",
-                len(self._not_taken),
-                self.directory,
-            )
-
-    def _replay(self, name: str, paths: list[str], room: int, most: int) -> int:
-        """The files of the dead owner ``name``, adopted: what is live waits to join the stretch.
-        Returns the ``room`` left for the next one's events to be kept as they are read."""
-        self.owners_adopted += 1
-        kept = Kept()
-        run = Run(0, paths, self.disk.streams.replay(paths, logger.warning, kept, room, most), kept=kept)
-        if kept:
-            run.index, room = len(paths), 0
-        if run.remaining:
-            logger.warning(
-                "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
-                run.remaining,
-                name,
-                self.directory,
-            )
-            self._pending.append(run)
-        return room
-
     def _place_locked(self, buf: Buffer) -> None:
         """Adopted events join the stretch (not past events the overflow holds in memory)."""
-        if self._pending and not self.window.events and not buf.finalized:
-            self.recovered += sum(run.remaining for run in self._pending)
-            self.window.place_locked(buf.holdings, self._pending)
-            self._pending = []
+        adoption = self.adoption
+        if adoption.pending and not self.window.events and not buf.finalized:
+            self.recovered += adoption.remaining()
+            self.window.place_locked(buf.holdings, adoption.pending)
+            adoption.pending = []
 
     def attach(self, buf: Buffer) -> None:
         """Give the buffer its memory window and its journal, adopt the dead owners, and put their
@@ -170,13 +111,15 @@ class Spill:
             self.window.attach(buf.holdings)
             buf.holdings.keep_journal_locked()
         if self._adopt_at_attach:
-            self._adopt(self.window.share_bytes, self.window.share_events)
+            self.adoption.adopt(
+                self.home, self.disk.streams, self.window.share_bytes, self.window.share_events
+            )
         with buf.lock:
             self._place_locked(buf)
 
     def has_pending(self) -> bool:
         """Whether dead owners' events wait to join the stretch (or a look for them is due)."""
-        return bool(self._pending or self._scan_now or self.home.taken)
+        return bool(self.adoption.waiting() or self._scan_now or self.home.taken)
 
     def begin_close(self) -> None:
         """A close began: look for dead owners at the next tick."""
@@ -234,9 +177,9 @@ class Spill:
             self._settle(buf)
             self.disk.write_settlements()
             window.refill(buf, self.log)
-            if now >= self._next_scan or self._scan_now or self.home.taken:
+            if now >= self._next_scan or self._scan_now or self.home.taken or self.adoption.unread:
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
-                self._adopt()
+                self.adoption.adopt(self.home, self.disk.streams)
             disk = self.disk
             with buf.lock:
                 if not window.active:  # overflow to disk again once it works and has room
@@ -400,7 +343,7 @@ class Spill:
                 self.directory,
             )
             on_disk = 0
-            disk.drop_all(spare={path for run in self._pending for path in run.paths})
+            disk.drop_all(spare={path for run in self.adoption.pending for path in run.paths})
         left = self.left()
         if any(left.values()):
             never_silent(
@@ -420,12 +363,12 @@ class Spill:
 
     def left(self) -> dict[str, int]:
         """Adopted events not taken in yet, and dead owners that could not be taken over."""
-        return {"events": sum(run.remaining for run in self._pending), "owners": len(self._not_taken)}
+        return self.adoption.left()
 
     def on_disk(self, journal: list[list[Any]] | None = None) -> int:
         """Of the events held, how many are live on disk, less those settled in ``journal`` (a
         close reported without the worker, under the lock)."""
-        live = self.disk.streams.live() - sum(run.remaining for run in self._pending)
+        live = self.disk.streams.live() - self.adoption.remaining()
         own, foreign = self.disk.own.live, self.window.foreign
         for first, end, _ in journal or []:
             live -= sum(own.count(a, b) for a, b in foreign.outside(first, end))
@@ -456,9 +399,9 @@ class Spill:
             "segments": len(streams.files),
             "written": disk.written,
             "recovered": self.recovered,
-            "recovering": window.adopted() + sum(run.remaining for run in self._pending),
-            "owners_adopted": self.owners_adopted,
-            "owners_left": len(self._not_taken),
+            "recovering": window.adopted() + self.adoption.remaining(),
+            "owners_adopted": self.adoption.owners_adopted,
+            "owners_left": self.adoption.left()["owners"],
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},

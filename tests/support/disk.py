@@ -15,8 +15,9 @@ FILLER = "filler"
 
 
 @contextlib.contextmanager
-def small_disk(size: str = "1m") -> Iterator[Path]:
-    """A tmpfs of ``size`` (``mount -o size=``), unmounted and removed on exit.
+def small_disk(size: str = "1m", inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) and ``inodes`` files at most (``nr_inodes=``),
+    unmounted and removed on exit.
 
     Raises:
         OSError: it cannot be mounted here (not root, or no ``mount``): the message says why.
@@ -24,7 +25,17 @@ def small_disk(size: str = "1m") -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="small-disk-"))
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={size}" + (f",nr_inodes={inodes}" if inodes else ""),
+                "tmpfs",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
         )
     except OSError as exc:
         shutil.rmtree(path, ignore_errors=True)
@@ -58,3 +69,17 @@ def free(disk: Path) -> None:
     """Give back what :func:`fill` took."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(disk / FILLER)
+
+
+def take_inodes(disk: Path) -> list[str]:
+    """Empty files of someone else's in ``disk/inodes`` until the filesystem has no inode left
+    (room for bytes, none for a file); returns their paths, to give them back."""
+    folder = disk / "inodes"
+    folder.mkdir(exist_ok=True)
+    taken: list[str] = []
+    with contextlib.suppress(OSError):
+        while True:
+            path = str(folder / str(len(taken)))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+            taken.append(path)
+    return taken

@@ -4,10 +4,12 @@ Real outboxes, real files, a real ``outbox sink``."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 
+import pytest
 from test_spill_log import RUNS, dead_owner, ns, refused_url
 
 from outbox import Outbox
@@ -16,6 +18,7 @@ from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support import parts
+from support.disk import small_disk, take_inodes
 from support.helpers import run_event, wait_until
 
 
@@ -116,3 +119,119 @@ def test_a_crash_between_two_moves_keeps_the_order(tmp_path):
         if path != newest:
             shutil.move(str(path), str(newest / path.name))
     assert drain(spill) == [0, 1, 2, 3]
+
+
+# -- what an adopter cannot write or cannot look at (helper-39) ---------------------------------
+
+
+def test_an_owner_that_cannot_be_marked_keeps_what_it_adopted_inside_it(tmp_path):
+    """helper-39: on a disk with no inode left, B (which had adopted W) is taken over unmarked;
+    W, marked, was still moved up beside it, and unmarked B sorts first: a successor that took
+    the directory over on a full disk read B's 5-9 before W's 0-4 of the same run.  An owner
+    that cannot be marked is not flattened: what it adopted stays inside it, read first."""
+    try:
+        disk_cm = small_disk("8m", inodes=400)
+        disk = disk_cm.__enter__()
+    except OSError as exc:
+        if os.geteuid() == 0 or os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        stage, spill = disk / "stage", disk / "spill"
+        dead_owner(stage, 0, 5)  # W
+        b = down_box(stage)  # adopts W at start
+        for n in range(5, 10):
+            assert b.emit(run_event(run_id=RUNS[0], n=n))
+        assert b.close(0).undelivered == {"spilled_at_close": 10}
+        (w_in_b,) = [path for path in next(stage.iterdir()).iterdir() if path.is_dir()]
+        x = down_box(spill)
+        taken = take_inodes(disk)
+        assert taken
+        for owner in stage.iterdir():  # B dies while X runs
+            owner.rename(spill / owner.name)
+        _adopted_by(x)
+        (home,) = [path for path in spill.iterdir() if path.is_dir()]
+        (b_in_x,) = [path for path in home.iterdir() if path.is_dir()]
+        assert not [name for name in os.listdir(b_in_x) if name.startswith(HANDED)]  # no inode for it
+        assert (b_in_x / w_in_b.name).is_dir()  # not moved up beside it
+        assert x.close(0).undelivered == {"spilled_at_close": 10}
+        for path in taken:
+            os.unlink(path)
+        assert drain(spill) == list(range(10))
+    finally:
+        disk_cm.__exit__(None, None, None)
+
+
+def _scarce(monkeypatch, path: Path, times: int = 1) -> list[int]:
+    """The next ``times`` listings of ``path`` (``os.scandir``/``os.listdir``) fail with EMFILE,
+    as when another thread of the application holds every descriptor for a moment."""
+    left = [times]
+    real_scandir, real_listdir = os.scandir, os.listdir
+
+    def check(where: object) -> None:
+        if left[0] and os.fspath(where) == str(path):  # type: ignore[call-overload]
+            left[0] -= 1
+            raise OSError(errno.EMFILE, "Too many open files", str(path))
+
+    def scandir(where: object = ".") -> object:
+        check(where)
+        return real_scandir(where)  # type: ignore[call-overload]
+
+    def listdir(where: object = ".") -> list[str]:
+        check(where)
+        return real_listdir(where)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "listdir", listdir)
+    return left
+
+
+def test_an_owner_whose_directory_cannot_be_listed_is_not_keyed_below_what_it_adopted(tmp_path, monkeypatch):
+    """helper-39: B started first, adopted W (started later: key 0), then emitted more of W's
+    run and died.  One EMFILE as X listed B's directory to key it past what it holds: B was
+    keyed 0 too, the tie went by name (B's is older), and B's 5-9 came before W's 0-4.  B is
+    left (named) for the next look instead, and keyed then."""
+    stage, spill = tmp_path / "stage", tmp_path / "spill"
+    b = down_box(stage)  # started first
+    dead_owner(tmp_path / "w", 0, 5)  # started later, dead first
+    for owner in (tmp_path / "w").iterdir():
+        owner.rename(stage / owner.name)
+    _adopted_by(b)
+    for n in range(5, 10):
+        assert b.emit(run_event(run_id=RUNS[0], n=n))
+    assert b.close(0).undelivered == {"spilled_at_close": 10}
+    (b_dir,) = list(stage.iterdir())
+    spill.mkdir()
+    b_dir.rename(spill / b_dir.name)
+    left = _scarce(monkeypatch, spill / b_dir.name)
+    x = down_box(spill)
+    assert left == [0]  # (the listing did fail: B was not taken in then)
+    assert x.stats().spill["owners_left"] == 1
+    monkeypatch.undo()
+    assert x.close(0).undelivered == {"spilled_at_close": 10}  # (its close took B in)
+    assert drain(spill) == list(range(10))
+
+
+def test_an_adopted_owner_whose_files_cannot_be_listed_is_read_at_the_next_look(tmp_path, monkeypatch):
+    """helper-39: one EMFILE as the adopter listed the files of the owner it had just taken in:
+    it replayed nothing, and its close said complete with the owner's events left on disk.  Now
+    the owner waits for the next look (named in ``spill_left`` until then)."""
+    spill = tmp_path / "spill"
+    dead_owner(tmp_path / "w", 0, 5)
+    (w,) = [path.name for path in (tmp_path / "w").iterdir()]
+    with Sink() as sink:
+        x = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        (home,) = [path for path in spill.iterdir() if path.is_dir()]
+        (tmp_path / "w" / w).rename(spill / w)  # W dies while X runs
+        # (inside the adopter, once renamed: moving what it holds up, then listing its files)
+        left = _scarce(monkeypatch, home / w, times=2)
+        spill_part = parts.spill(x)
+        assert spill_part is not None
+        spill_part.begin_close()  # (a look at the next tick)
+        assert wait_until(lambda: left == [0])
+        assert wait_until(lambda: not spill_part.has_pending())  # (read at the look after)
+        monkeypatch.undo()
+        report = x.close(30)
+        assert report.complete, report
+        assert sorted(ns(sink)) == list(range(5))
+    assert not list(spill.rglob("*.seg"))

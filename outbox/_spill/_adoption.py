@@ -1,0 +1,131 @@
+"""Adoption: the dead owners this one takes over, each handed over in order (``_owners``), their
+files replayed (``_streams``); what is live waits here (``pending``) to join the stretch, and what
+could not be taken (``left``) is named at close."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from .._observability._log import RateLimitedLog, logger
+from ._owners import RESERVE, Home, dead_owners, flatten, hand_over, next_key, prune_all, segment_paths
+from ._streams import Kept, Run, Streams
+
+__all__ = ["Adoption"]
+
+
+class Adoption:
+    """The dead owners of ``directory`` that this owner takes over (see the module's docstring)."""
+
+    def __init__(self, directory: str, log: RateLimitedLog) -> None:
+        self.directory = directory
+        self.log = log
+        #: Adopted runs not yet in the stretch.
+        self.pending: list[Run] = []
+        #: Dead owners whose directory could not be taken over (or looked at) at the last look.
+        self.not_taken: set[str] = set()
+        #: Dead owners taken over whose files could not be listed yet (out of descriptors).
+        self.unread: list[tuple[str, list[str]]] = []
+        #: The ``HANDED`` key of the next owner taken over (None: this owner's directory not
+        #: looked at yet; it is the only process that writes there).
+        self.next_key: int | None = None
+        self.owners_adopted = 0
+
+    def waiting(self) -> bool:
+        """Whether adopted events wait to join the stretch, or files to be listed."""
+        return bool(self.pending or self.unread)
+
+    def remaining(self) -> int:
+        """Adopted events not in the stretch yet."""
+        return sum(run.remaining for run in self.pending)
+
+    def left(self) -> dict[str, int]:
+        """Adopted events not taken in yet, and dead owners that could not be taken over."""
+        return {"events": self.remaining(), "owners": len(self.not_taken) + len(self.unread)}
+
+    def adopt(self, home: Home, streams: Streams, room: int = 0, most: int = 0) -> None:
+        """Take over every dead owner's directory into ``home``'s and replay its files into
+        ``streams``: what is live waits in ``pending``.  One owner's events that fit ``room``
+        bytes and ``most`` events are kept as the replay reads them (its run does not read its
+        files again)."""
+        self.not_taken.clear()
+        if (taken := home.taken) is not None:  # (its directory, taken over on a full disk)
+            home.taken = None
+            room = self._replay(streams, *taken, room, most)
+        unread, self.unread = self.unread, []
+        for name, dirs in unread:  # (adopted, but their files could not be listed then)
+            room = self._take_in(home, streams, name, dirs, room, most)
+        for name, fd in dead_owners(self.directory, home.owner, self.not_taken):
+            if (handed := self._take(home, name, fd)) is not None:
+                target, marked = handed
+                # What it had adopted, beside it, in the order handed on: one level, however
+                # many starts an outage sees (not if it could not be marked: then inside it).
+                moved = flatten(target, home.path) if marked else []
+                room = self._take_in(home, streams, name, [*moved, target], room, most)
+        if self.not_taken or self.unread:
+            self.log.warning(
+                "spill-left",
+                "spill: %d process(es) in %s could not be looked at or taken over (out of file "
+                "descriptors?): tried again at the next look",
+                len(self.not_taken) + len(self.unread),
+                self.directory,
+            )
+
+    def _take(self, home: Home, name: str, fd: int) -> tuple[str, bool] | None:
+        """Hand the dead owner ``name`` (``fd``: its lock, held, closed here) over to ``home``:
+        marked with its order, then renamed into its directory.  Returns where it is now and
+        whether it could be marked (None: not taken, counted in ``not_taken`` unless another
+        process took it first)."""
+        source, target = os.path.join(self.directory, name), os.path.join(home.path, name)
+        try:
+            if self.next_key is None:  # (a directory taken over may hold marked owners)
+                self.next_key = next_key(home.path)
+            key = hand_over(source, self.next_key)
+            os.rename(source, target)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
+                return None  # another process adopted it first
+            # (or this owner has no directory to take it into: started on a full disk; or it
+            # could not look, out of descriptors)
+            self.not_taken.add(name)
+            self.log.warning("spill-adopt", "spill: cannot take over %s in %s: %s", name, self.directory, exc)
+            return None
+        finally:
+            os.close(fd)
+        if key is not None:
+            self.next_key = key + 1
+        with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
+            os.unlink(os.path.join(target, RESERVE))
+        return target, key is not None
+
+    def _take_in(self, home: Home, streams: Streams, name: str, dirs: list[str], room: int, most: int) -> int:
+        """Replay the files in ``dirs`` (the dead owner ``name``'s, and those of the owners it had
+        adopted), once they can be listed: out of descriptors, they wait for the next look
+        (``unread``).  Returns the ``room`` left (see :meth:`_replay`)."""
+        try:
+            paths = [path for directory in dirs for path in segment_paths(directory, strict=True)]
+        except OSError:
+            self.unread.append((name, dirs))
+            return room
+        if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
+            for directory in dirs:
+                prune_all(directory, [home.path])
+        return self._replay(streams, name, paths, room, most)
+
+    def _replay(self, streams: Streams, name: str, paths: list[str], room: int, most: int) -> int:
+        """The files of the dead owner ``name``, adopted: what is live waits to join the stretch.
+        Returns the ``room`` left for the next one's events to be kept as they are read."""
+        self.owners_adopted += 1
+        kept = Kept()
+        run = Run(0, paths, streams.replay(paths, logger.warning, kept, room, most), kept=kept)
+        if kept:
+            run.index, room = len(paths), 0
+        if run.remaining:
+            logger.warning(
+                "spill: adopting %d undelivered event(s) of a process that is gone (%s) from %s",
+                run.remaining,
+                name,
+                self.directory,
+            )
+            self.pending.append(run)
+        return room
