@@ -34,6 +34,8 @@ RETRY_AFTER = 5.0
 #: allocated in ``RESERVE`` until a settlement finds the disk full: a full spill, or a full disk,
 #: still takes the records that say its events were settled.
 SETTLE_ROOM = 64 * 1024
+#: The smallest reserve worth keeping (a hundred settlement records or so).
+_PAGE = 4096
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
 _FIXES = {
     errno.ENOSPC: "the disk is full: free space, or lower max_spill_bytes",
@@ -66,7 +68,10 @@ class Disk:
         self.fd, self.number, self.retry_at = -1, _last_number(home), -float("inf")
         self.failures: Counter[str] = Counter()
         #: The last write found max_bytes reached; RESERVE is allocated; the disk was full.
-        self.full = self.reserved = self.full_disk = False
+        self.full = self.full_disk = False
+        #: Bytes ``RESERVE`` holds (0: none); only a whole ``settle_room`` lets events be
+        #: written again on a full disk (a part of one keeps what is left for settlements).
+        self.reserve = 0
         #: Settlement records not yet on disk: (record, its events, whether it says "lost").
         self.unsettled: list[tuple[bytes, int, bool]] = []
         #: Events written in all; accepted events the disk refused, by why (each counted once).
@@ -92,7 +97,7 @@ class Disk:
     def refusing(self) -> bool:
         """Whether events are not written: the disk is failing, or full with the reserve spent
         (what room the disk has is the settlements', until the reserve can be made again)."""
-        return self.failing or (self.full_disk and not self.reserved)
+        return self.failing or (self.full_disk and self.reserve < self.settle_room)
 
     def holds(self, event: SerializedEvent) -> bool:
         """Whether the spill could ever hold ``event``'s record (an empty one of the stream)."""
@@ -177,10 +182,10 @@ class Disk:
         (``settles``) are not held to ``max_bytes`` (see ``_write``), and may use the reserve
         once the disk is full."""
         fit = self._write(records, settles)
-        if settles and fit < len(records) and self.reserved and self.full_disk:
+        if settles and fit < len(records) and self.reserve and self.full_disk:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home.path, RESERVE))
-            self.reserved, self.retry_at = False, -float("inf")
+            self.reserve, self.retry_at = 0, -float("inf")
             fit += self._write(records[fit:], settles)
         return fit
 
@@ -268,18 +273,32 @@ class Disk:
         )
 
     def keep_reserve(self) -> None:
-        """Allocate ``RESERVE`` if it is not (the disk has room for it again)."""
-        if self.reserved or self.failing:
+        """Allocate ``RESERVE`` if it is not whole (the disk has room for it again):
+        ``settle_room``, or as much of it as the disk has, halving down to a page.  An owner made
+        on a full disk by freeing a dead owner's reserve has a little less than one left; with
+        none, its settlements would go unwritten, and a successor deliver again, or count lost,
+        what it delivered.  A part of one is the settlements' only: events wait for a whole one."""
+        if self.failing or self.reserve >= self.settle_room:
             return
         path = os.path.join(self.home.path, RESERVE)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.posix_fallocate(fd, 0, self.settle_room)
-            finally:
-                os.close(fd)
-            self.reserved = True
         except OSError:
+            return
+        try:
+            size = self.settle_room
+            while size > self.reserve and size >= _PAGE:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                    self.reserve = size
+                except OSError:
+                    os.ftruncate(fd, self.reserve)  # (what a failed allocation kept)
+                    size //= 2
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        if not self.reserve:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 

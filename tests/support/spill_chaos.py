@@ -1,10 +1,10 @@
 """The spill's chaos test: generations of owners sharing one spill directory, a backend that
-flaps, SIGKILLs at random points and graceful closes, every overflow policy, small bounds, owners'
-lock files removed, copied or emptied under them, and (``--disk``, root only) a real disk that
-fills and frees (ENOSPC); then a last outbox drains the directory.  The accounting is checked
-event by event, from what each
-child said it accepted, what its audit says the library counted (``spill_chaos_child.py``) and
-what the backend received:
+flaps, SIGKILLs at random points and graceful closes, closes killed in the middle of a hand-over
+(after a dead owner's order mark, or between two moves of what it had adopted), every overflow
+policy, small bounds, owners' lock files removed, copied or emptied under them, and
+(``--disk``, root only) a real disk that fills and frees (ENOSPC); then a last outbox drains the
+directory.  The accounting is checked event by event, from what each child said it accepted,
+what its audit says the library counted (``spill_chaos_child.py``) and what the backend received:
 
 - nothing arrives that was not emitted; each run's first arrivals are in order;
 - no event is counted lost twice, and none is both counted lost and delivered (a loss that a
@@ -91,6 +91,9 @@ class SpillChaos:
         # An operator touching owners' lock files (removed, replaced by an identical copy, or
         # emptied) while they run or after they died: draws of its own, as the disk's.
         self.operator = random.Random(seed + 3)
+        # A close that dies in the middle of a hand-over (``spill_chaos_child.die_in_hand_over``):
+        # just after a dead owner's order mark, or after the first of its nested owners moved up.
+        self.hand_overs = random.Random(seed + 4)
         if disk:
             try:
                 self.disk = self.mounts.enter_context(small_disk("2m"))
@@ -158,6 +161,7 @@ class SpillChaos:
             "shutdown_timeout": rng.choice([0.5, 2.0]),
             "pause": rng.choice([0.001, 0.005]),
             "pad": rng.choice([0, 0, 2048]),
+            "die_in_hand_over": self.hand_overs.choice([None, None, None, "mark", "move"]),
             **(settings or {}),
         }
         shown = {key: value for key, value in cfg.items() if key not in ("url", "dir", "audit", "runs")}
@@ -205,6 +209,10 @@ class SpillChaos:
         proc.stdin.write("close\n")
         proc.stdin.flush()
         proc.wait(60)
+        if proc.returncode == -signal.SIGKILL:  # (its close died in a hand-over: a crash)
+            child.killed = True
+            self.steps.append(f"close child {child.index}: killed in a hand-over")
+            return
         self.steps.append(f"close child {child.index}")
 
     def run(self) -> None:
@@ -240,6 +248,7 @@ class SpillChaos:
                 "max_spill_bytes": 1024**3,
                 "shutdown_timeout": 60.0,
                 "pause": 0.05,
+                "die_in_hand_over": None,
             }
         )
         time.sleep(0.2)
@@ -306,8 +315,9 @@ class SpillChaos:
         # ids a killed child counted lost whose settlement the disk then refused (its reserve
         # spent): a successor may deliver them after their runs' later events (docs/operations.md).
         unwritten: set[int] = set()
-        # ids a killed child delivered without its settlement on disk: a successor adopts them
-        # again, and sends them again, or counts them lost at a close that cannot.
+        # ids a child delivered without its settlement on disk (killed first, or a full disk that
+        # took none: said at its close), in a file that stayed: a successor adopts them again,
+        # and sends them again, or counts them lost at a close that cannot (docs/operations.md).
         undurable: set[int] = set()
         for child in self.children:
             origin: dict[int, tuple[str, int]] = {}
@@ -377,7 +387,7 @@ class SpillChaos:
                 if ended_in_flight:
                     held_by_ended.add(found)
                 if outcome == "delivered":
-                    if child.killed and position > durable_upto and found not in deleted:
+                    if position > durable_upto and found not in deleted:
                         undurable.add(found)  # (a successor takes it in again)
                     continue
                 # A loss a killed child never wrote down died with its counts.

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -155,9 +156,51 @@ def install_audit(path: str) -> None:
     _streams.Streams.forget = audited_forget  # type: ignore[method-assign]
 
 
+def die_in_hand_over(where: str, armed: threading.Event) -> None:
+    """SIGKILL this process in the middle of a hand-over, once ``armed`` (its close began: the
+    one at start would die before saying its owner): ``mark`` just after a dead owner's order
+    mark is written (before its rename), ``move`` just after the first owner nested in an
+    adopted one was moved up beside it (before the others)."""
+    from outbox._spill import _adoption
+
+    def die() -> None:
+        os.write(sys.stdout.fileno(), f"dying in hand-over ({where})\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if where == "mark":
+        hand_over = _adoption.hand_over
+
+        def marked_then_dead(source: str, floor: int) -> int | None:
+            key = hand_over(source, floor)
+            if armed.is_set():
+                die()
+            return key
+
+        _adoption.hand_over = marked_then_dead  # type: ignore[assignment]
+    elif where == "move":
+        flatten, rename = _adoption.flatten, os.rename
+
+        def moved_then_dead(directory: str, into: str) -> list[str]:
+            def rename_once(a: str, b: str) -> None:
+                rename(a, b)
+                if armed.is_set():
+                    die()
+
+            os.rename = rename_once  # (flatten's: the sidecar's thread is the one that renames)
+            try:
+                return flatten(directory, into)
+            finally:
+                os.rename = rename
+
+        _adoption.flatten = moved_then_dead  # type: ignore[assignment]
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     install_audit(cfg["audit"])
+    closing = threading.Event()
+    if cfg.get("die_in_hand_over"):
+        die_in_hand_over(cfg["die_in_hand_over"], closing)
     # Dead owners are adopted at start and at close only: an adoption while running would
     # number its events among this owner's own (the audit's arithmetic assumes it does not).
     outbox._spill._spill.SCAN_INTERVAL = 3600.0
@@ -191,6 +234,7 @@ def main() -> None:
         i += 1
         if i % 10 == 0:
             time.sleep(cfg["pause"])
+    closing.set()
     report = box.close(cfg["shutdown_timeout"])
     stats = box.stats()
     line = {

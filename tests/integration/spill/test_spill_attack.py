@@ -27,6 +27,7 @@ from outbox._spill._streams import Streams
 from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
+from support import parts
 from support.disk import fill, free
 from support.helpers import run_event, wait_until
 
@@ -504,7 +505,7 @@ def test_on_a_full_disk_the_reserve_is_spent_on_settlements_never_on_events(tmpf
     home = Home(str(tmpfs / "spill"))
     disk = Disk(home, 1024**3, RateLimitedLog(30))
     me, lock = home.owner, threading.Lock()
-    assert disk.reserved
+    assert disk.reserve == disk.settle_room
 
     def events(first: int, end: int) -> list[tuple[int, SerializedEvent]]:
         return [
@@ -522,9 +523,41 @@ def test_on_a_full_disk_the_reserve_is_spent_on_settlements_never_on_events(tmpf
         disk.write_settlements()
         assert not disk.unsettled, f"the loss of event {n} is not on disk"
         disk.append(events(200 + 10 * n, 210 + 10 * n), lock, lambda: None)
-    assert not disk.reserved
+    assert disk.reserve < disk.settle_room  # (events wait for a whole one)
     assert disk.written == 100 + first, disk.written  # (none since the disk filled)
     assert disk.not_spilled == {"spill_failed": 1100 - first}, disk.not_spilled
+
+
+def test_an_owner_made_on_a_full_disk_keeps_a_reserve_and_its_deliveries_are_not_sent_again(tmpfs):
+    """The chaos test on a small disk (seed 9802, 3 runs in 15): an owner made on a full disk by
+    freeing a dead owner's 64 KiB reserve had a little less than that left, asked for a whole
+    reserve, got none, and wrote none of its settlements; it delivered most of what it adopted,
+    its successor adopted all of it again, and (the disk still full) counted lost at its close
+    what had been delivered.  Now it keeps what it can get (halving down to a page) for its
+    settlements: its successor delivers only what it had not."""
+    from outbox.transports import Outcome
+
+    from support.helpers import ScriptedTransport
+
+    spill = tmpfs / "spill"
+    dead_owner(spill, 0, 500)
+    fill(tmpfs)
+
+    def decide(event: dict) -> Outcome:  # (the backend goes down after the first 400)
+        return Outcome.delivered() if event["n"] < 400 else Outcome.retry("backend_down")
+
+    transport = ScriptedTransport(decide)  # (a settlement record a batch: pages of them)
+    x = Outbox(transport, spill_dir=str(spill), max_batch_events=1, close_at_exit=False)
+    disk = parts.spill(x).disk  # type: ignore[union-attr]
+    assert 0 < disk.reserve < disk.settle_room  # (before: 0)
+    fill(tmpfs)  # (what room was left, taken by someone else: as in the chaos test)
+    assert wait_until(lambda: len(transport.delivered) == 400)
+    report = x.close(0.5)
+    assert report.undelivered == {"spilled_at_close": 100}, report
+    free(tmpfs)
+    with Sink() as sink:
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(20).complete
+        assert sorted(ns(sink)) == list(range(400, 500))  # (before: 0-499, the first 400 again)
 
 
 # -- an operator's rm -rf looping under the spill directory -------------------------------------
