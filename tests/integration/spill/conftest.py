@@ -11,12 +11,11 @@ import pytest
 from support.disk import small_disk
 
 
-@pytest.fixture
-def tmpfs() -> Iterator[Path]:
-    """A 1 MiB tmpfs: a disk that fills (``support.disk.fill``).  Mounting needs root; CI runs
-    as root, where ENOSPC must be proven, never skipped."""
+def _mounted(size: str, inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs for one test.  Mounting needs root; CI runs as root, where ENOSPC must be
+    proven, never skipped."""
     try:
-        disk = small_disk("1m")
+        disk = small_disk(size, inodes)
         path = disk.__enter__()
     except OSError as exc:
         if os.geteuid() == 0 or os.environ.get("CI") == "true":
@@ -26,3 +25,15 @@ def tmpfs() -> Iterator[Path]:
         yield path
     finally:
         disk.__exit__(None, None, None)
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Path]:
+    """A 1 MiB tmpfs: a disk that fills (``support.disk.fill``)."""
+    yield from _mounted("1m")
+
+
+@pytest.fixture
+def few_inodes() -> Iterator[Path]:
+    """An 8 MiB tmpfs of 400 files at most: a disk whose files run out (``support.disk.take_inodes``)."""
+    yield from _mounted("8m", inodes=400)

@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 from test_spill_log import RUNS, dead_owner, ns, refused_url
 
 from outbox import Outbox
@@ -18,7 +17,7 @@ from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
 
 from support import parts
-from support.disk import small_disk, take_inodes
+from support.disk import take_inodes
 from support.helpers import run_event, wait_until
 
 
@@ -124,42 +123,33 @@ def test_a_crash_between_two_moves_keeps_the_order(tmp_path):
 # -- what an adopter cannot write or cannot look at (helper-39) ---------------------------------
 
 
-def test_an_owner_that_cannot_be_marked_keeps_what_it_adopted_inside_it(tmp_path):
+def test_an_owner_that_cannot_be_marked_keeps_what_it_adopted_inside_it(few_inodes):
     """helper-39: on a disk with no inode left, B (which had adopted W) is taken over unmarked;
     W, marked, was still moved up beside it, and unmarked B sorts first: a successor that took
     the directory over on a full disk read B's 5-9 before W's 0-4 of the same run.  An owner
     that cannot be marked is not flattened: what it adopted stays inside it, read first."""
-    try:
-        disk_cm = small_disk("8m", inodes=400)
-        disk = disk_cm.__enter__()
-    except OSError as exc:
-        if os.geteuid() == 0 or os.environ.get("CI") == "true":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        stage, spill = disk / "stage", disk / "spill"
-        dead_owner(stage, 0, 5)  # W
-        b = down_box(stage)  # adopts W at start
-        for n in range(5, 10):
-            assert b.emit(run_event(run_id=RUNS[0], n=n))
-        assert b.close(0).undelivered == {"spilled_at_close": 10}
-        (w_in_b,) = [path for path in next(stage.iterdir()).iterdir() if path.is_dir()]
-        x = down_box(spill)
-        taken = take_inodes(disk)
-        assert taken
-        for owner in stage.iterdir():  # B dies while X runs
-            owner.rename(spill / owner.name)
-        _adopted_by(x)
-        (home,) = [path for path in spill.iterdir() if path.is_dir()]
-        (b_in_x,) = [path for path in home.iterdir() if path.is_dir()]
-        assert not [name for name in os.listdir(b_in_x) if name.startswith(HANDED)]  # no inode for it
-        assert (b_in_x / w_in_b.name).is_dir()  # not moved up beside it
-        assert x.close(0).undelivered == {"spilled_at_close": 10}
-        for path in taken:
-            os.unlink(path)
-        assert drain(spill) == list(range(10))
-    finally:
-        disk_cm.__exit__(None, None, None)
+    disk = few_inodes
+    stage, spill = disk / "stage", disk / "spill"
+    dead_owner(stage, 0, 5)  # W
+    b = down_box(stage)  # adopts W at start
+    for n in range(5, 10):
+        assert b.emit(run_event(run_id=RUNS[0], n=n))
+    assert b.close(0).undelivered == {"spilled_at_close": 10}
+    (w_in_b,) = [path for path in next(stage.iterdir()).iterdir() if path.is_dir()]
+    x = down_box(spill)
+    taken = take_inodes(disk)
+    assert taken
+    for owner in stage.iterdir():  # B dies while X runs
+        owner.rename(spill / owner.name)
+    _adopted_by(x)
+    (home,) = [path for path in spill.iterdir() if path.is_dir()]
+    (b_in_x,) = [path for path in home.iterdir() if path.is_dir()]
+    assert not [name for name in os.listdir(b_in_x) if name.startswith(HANDED)]  # no inode for it
+    assert (b_in_x / w_in_b.name).is_dir()  # not moved up beside it
+    assert x.close(0).undelivered == {"spilled_at_close": 10}
+    for path in taken:
+        os.unlink(path)
+    assert drain(spill) == list(range(10))
 
 
 def _scarce(monkeypatch, path: Path, times: int = 1) -> list[int]:
