@@ -278,16 +278,23 @@ class Disk:
         on a full disk by freeing a dead owner's reserve has a little less than one left; with
         none, its settlements would go unwritten, and a successor deliver again, or count lost,
         what it delivered.  A part of one is the settlements' only: events wait for a whole one."""
-        if self.failing or self.reserve >= self.settle_room:
+        if self.failing:
             return
         path = os.path.join(self.home.path, RESERVE)
+        if self.reserve:  # (one an operator removed or cut is made again)
+            try:
+                self.reserve = min(self.reserve, os.stat(path).st_size)
+            except OSError:
+                self.reserve = 0
+        if self.reserve >= self.settle_room:
+            return
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
             return
         try:
-            size = self.settle_room
-            while size > self.reserve and size >= _PAGE:
+            size, least = self.settle_room, min(_PAGE, self.settle_room)
+            while size > self.reserve and size >= least:
                 try:
                     os.posix_fallocate(fd, 0, size)
                     self.reserve = size

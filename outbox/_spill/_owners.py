@@ -301,7 +301,11 @@ class Home:
         except OSError:
             os.close(fd)
             raise full from None
-        self.taken = (name, segment_paths(self.path))
+        try:  # (strict: files left out of the list would never be replayed, nor counted)
+            self.taken = (name, segment_paths(self.path, strict=True))
+        except OSError:
+            os.close(fd)  # (the directory, of this owner's name now, is a dead owner's again)
+            raise full from None
         return fd
 
     def vanished(self) -> bool:

@@ -560,6 +560,68 @@ def test_an_owner_made_on_a_full_disk_keeps_a_reserve_and_its_deliveries_are_not
         assert sorted(ns(sink)) == list(range(400, 500))  # (before: 0-499, the first 400 again)
 
 
+@pytest.mark.parametrize("max_spill_bytes", [16 * 1024, 1024**3])
+def test_a_reserve_is_kept_whatever_max_spill_bytes_and_made_again_if_removed(tmpfs, max_spill_bytes):
+    """helper-40: below 32 KiB of max_spill_bytes the reserve (an eighth of it) was under the
+    page the halving stopped at: none was ever made, and after one full disk no event was
+    written again, the disk freed.  And a reserve an operator removed was never made again:
+    the next full disk took none of the settlements."""
+    home = Home(str(tmpfs / "spill"))
+    disk = Disk(home, max_spill_bytes, RateLimitedLog(30))
+    lock = threading.Lock()
+    assert disk.reserve == disk.settle_room
+    events = [
+        (i, SerializedEvent(b'{"n": %d, "p": "%s"}' % (i, b"x" * 300), RUNS[0], None)) for i in range(400)
+    ]
+    assert disk.append(events[:5], lock, lambda: None) == 5
+    fill(tmpfs)
+    disk.append(events[5:200], lock, lambda: None)
+    assert disk.refusing
+    free(tmpfs)
+    disk.retry_at = 0.0  # (the disk is tried again: RETRY_AFTER passed)
+    disk.make_room()
+    assert disk.reserve == disk.settle_room
+    assert disk.append(events[200:210], lock, lambda: None) == 10  # (before, at 16 KiB: 0)
+    os.unlink(os.path.join(home.path, "reserve"))  # an operator's rm
+    disk.make_room()
+    assert os.path.getsize(os.path.join(home.path, "reserve")) == disk.settle_room
+
+
+def test_an_emfile_listing_a_directory_taken_over_on_a_full_disk_leaves_it_named(tmpfs, monkeypatch):
+    """helper-40: a successor that took a dead owner's directory over on a full disk listed its
+    files leniently: one EMFILE there, and it replayed nothing, closed complete, and left the
+    100 events on disk (delivered later by the next outbox, after newer ones of their runs).
+    Now the take-over lets go (the directory, of its name, is a dead owner's again) and the
+    outbox starts in memory: its close names the owner it left."""
+    import errno
+
+    from outbox._spill import _owners
+
+    spill = tmpfs / "spill"
+    dead_owner(spill, 0, 100)
+    (dead,) = owner_dirs(spill)
+    (dead / "reserve").unlink()  # (none to free: the directory is taken over)
+    fill(tmpfs)
+    strict_listing = _owners.segment_paths
+
+    def once(directory: str, strict: bool = False) -> list[str]:
+        monkeypatch.setattr(_owners, "segment_paths", strict_listing)
+        raise OSError(errno.EMFILE, "Too many open files", directory)
+
+    monkeypatch.setattr(_owners, "segment_paths", once)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        for n in range(1000, 1010):
+            assert box.emit(run_event(run_id=RUNS[n % 4], n=n))
+        assert wait_until(lambda: len(sink.events) >= 10)
+        report = box.close(2)
+        assert not report.complete, report  # (before: complete, the 100 events on disk)
+        assert report.spill_left == {"events": 0, "owners": 1}
+        free(tmpfs)
+        assert Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(20).complete
+        assert sorted(ns(sink)) == [*range(100), *range(1000, 1010)]
+
+
 # -- an operator's rm -rf looping under the spill directory -------------------------------------
 
 
