@@ -120,6 +120,7 @@ class Disk:
         in) and the files they free go first when the disk has no room for them."""
         at = time.time()
         records = [encode_event(seq, at, ser) for seq, ser in events]
+        self.look_at_reserve()
         if self.room() < sum(map(len, records)):
             drain()
             self.make_room()
@@ -278,16 +279,9 @@ class Disk:
         on a full disk by freeing a dead owner's reserve has a little less than one left; with
         none, its settlements would go unwritten, and a successor deliver again, or count lost,
         what it delivered.  A part of one is the settlements' only: events wait for a whole one."""
-        if self.failing:
+        if self.failing or self.reserve >= self.settle_room:
             return
         path = os.path.join(self.home.path, RESERVE)
-        if self.reserve:  # (one an operator removed or cut is made again)
-            try:
-                self.reserve = min(self.reserve, os.stat(path).st_size)
-            except OSError:
-                self.reserve = 0
-        if self.reserve >= self.settle_room:
-            return
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
@@ -308,6 +302,16 @@ class Disk:
         if not self.reserve:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+    def look_at_reserve(self) -> None:
+        """At a write: a reserve an operator removed (or cut) is made again at the next
+        :meth:`keep_reserve`.  Looked at when writing only, as the lock file is: an ``rm -rf``
+        of an idle owner's directory is not undone under it."""
+        if self.reserve:
+            try:
+                self.reserve = min(self.reserve, os.stat(os.path.join(self.home.path, RESERVE)).st_size)
+            except OSError:
+                self.reserve = 0
 
     def make_room(self) -> None:
         """Write the settlements down, delete the files that frees, allocate the reserve again."""

@@ -583,6 +583,7 @@ def test_a_reserve_is_kept_whatever_max_spill_bytes_and_made_again_if_removed(tm
     assert disk.reserve == disk.settle_room
     assert disk.append(events[200:210], lock, lambda: None) == 10  # (before, at 16 KiB: 0)
     os.unlink(os.path.join(home.path, "reserve"))  # an operator's rm
+    assert disk.append(events[210:220], lock, lambda: None) == 10  # (a write looks at it)
     disk.make_room()
     assert os.path.getsize(os.path.join(home.path, "reserve")) == disk.settle_room
 
