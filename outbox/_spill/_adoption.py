@@ -56,6 +56,10 @@ class Adoption:
         for name, dirs in unread:  # (adopted, but their files could not be listed then)
             room = self._take_in(home, streams, name, dirs, room, most)
         for name, fd in dead_owners(self.directory, home.owner, self.not_taken):
+            if self.not_taken:  # (an older one is left: the younger wait for it, in order)
+                os.close(fd)
+                self.not_taken.add(name)
+                continue
             if (handed := self._take(home, name, fd)) is not None:
                 target, marked = handed
                 # What it had adopted, beside it, in the order handed on: one level, however
@@ -101,7 +105,11 @@ class Adoption:
     def _take_in(self, home: Home, streams: Streams, name: str, dirs: list[str], room: int, most: int) -> int:
         """Replay the files in ``dirs`` (the dead owner ``name``'s, and those of the owners it had
         adopted), once they can be listed: out of descriptors, they wait for the next look
-        (``unread``).  Returns the ``room`` left (see :meth:`_replay`)."""
+        (``unread``), as do those taken after one that waits (in the order they were taken).
+        Returns the ``room`` left (see :meth:`_replay`)."""
+        if self.unread:
+            self.unread.append((name, dirs))
+            return room
         try:
             paths = [path for directory in dirs for path in segment_paths(directory, strict=True)]
         except OSError:

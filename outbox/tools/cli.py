@@ -34,6 +34,8 @@ def _demo_file(raw: str | None) -> tuple[Path, int] | str:
         return f"{path} is a folder; give a file to write the events to"
     if not folder.is_dir():
         return f"the folder of {path} does not exist; create it, or give a path in one"
+    if path.exists() and not path.is_file():  # (a FIFO would hang the count, /dev/zero never end it)
+        return f"{path} is not a regular file; give a file to write the events to"
     try:
         before = len(path.read_bytes().splitlines()) if path.exists() else 0
     except OSError as exc:

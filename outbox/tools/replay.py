@@ -290,7 +290,8 @@ def _run(
         report = outbox.close(max(0.0, deadline - time.monotonic()))
     finally:
         waiting.cancel()
-    if tally.torn and not (tally.sent or tally.already or tally.not_replayable or tally.unsent):
+    # (One torn line alone is a dead-letter file whose first write was cut off: a crash.)
+    if len(tally.torn) > 1 and not (tally.sent or tally.already or tally.not_replayable or tally.unsent):
         print(
             f"outbox replay: {path} holds no record of events ({len(tally.torn)} line(s), none a "
             "record): give a dead-letter file, or JSON lines of OpenLineage events",

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,6 +146,16 @@ def test_demo_refuses_a_file_the_system_will_not_create_though_its_folder_looks_
     assert done.stderr.startswith("outbox demo: --file: cannot write /proc/outbox-demo.jsonl ("), done.stderr
     assert "give a path you can write" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_demo_refuses_a_file_that_is_not_a_regular_one(tmp_path):
+    """helper-41: a FIFO hung the demo (it counted the lines there first); /dev/zero never ended."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        done = outbox("demo", "--runs", "1", "--file", str(path))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"outbox demo: --file: {path} is not a regular file" in done.stderr
 
 
 def test_demo_run_twice_into_one_file_reports_its_own_events(tmp_path):

@@ -183,3 +183,9 @@ def test_replay_of_a_file_that_holds_no_record_is_bad_input_and_an_empty_one_is_
     done = replay(empty, "http://127.0.0.1:9")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "replayed 0 events" in done.stdout
+    # helper-41: a dead-letter file whose first write was cut off (one torn line) is no bad input
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b'{"eventType": "START", "run": {"ru')
+    done = replay(cut, "http://127.0.0.1:9")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 torn record(s)" in done.stderr

@@ -225,3 +225,23 @@ def test_an_adopted_owner_whose_files_cannot_be_listed_is_read_at_the_next_look(
         assert report.complete, report
         assert sorted(ns(sink)) == list(range(5))
     assert not list(spill.rglob("*.seg"))
+
+
+def test_an_owner_left_for_the_next_look_keeps_the_younger_ones_waiting_behind_it(tmp_path, monkeypatch):
+    """helper-41: P (older, 0-4) and Y (younger, 5-9) dead, of the same runs; one EMFILE as the
+    adopter listed P to key it.  P was left for the next look, but Y, later in the same pass,
+    was taken, keyed and sent first: 5-9, then 0-4, and the close said complete.  The younger
+    now wait behind the older, taken at the next look in order."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)  # P
+    (p,) = [path for path in spill.iterdir() if path.is_dir()]
+    dead_owner(spill, 5, 5)  # Y
+    left = _scarce(monkeypatch, p)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        assert left == [0]  # (the listing did fail)
+        assert box.stats().spill["owners_left"] == 2  # (P, and Y behind it)
+        monkeypatch.undo()
+        report = box.close(30)
+        assert report.complete, report
+        assert ns(sink) == list(range(10))  # (before: 5-9, then 0-4)
