@@ -132,9 +132,10 @@ def test_kafka_that_never_serves_metadata_is_an_error_naming_it_and_its_last_ans
     kafka = peers.ApacheKafka(lambda line: None, properties={"fake.empty.answers": "1000000"})
     try:
         with pytest.raises(RuntimeError) as raised:
-            # Long enough for its JVM to listen beside CI's three suites and its e2e peers (3 s
-            # was not: "did not listen"), which is what this test is not about.
-            kafka.start(timeout=15)
+            # Long enough for its JVM to listen and answer beside CI's three suites and its e2e
+            # peers (3 s was not: "did not listen"; 15 s once left its one answer a timeout),
+            # which is what this test is not about.
+            kafka.start(timeout=30)
         message = str(raised.value)
         assert message.startswith(
             f"Apache Kafka {apache_kafka.KAFKA_VERSION} on {kafka.bootstrap_servers} did not answer "
