@@ -5,6 +5,7 @@ could not be taken (``left``) is named at close."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 
 from .._observability._log import RateLimitedLog, logger
@@ -61,10 +62,10 @@ class Adoption:
                 self.not_taken.add(name)
                 continue
             if (handed := self._take(home, name, fd)) is not None:
-                target, marked = handed
+                target, moves = handed
                 # What it had adopted, beside it, in the order handed on: one level, however
-                # many starts an outage sees (not if it could not be marked: then inside it).
-                moved = flatten(target, home.path) if marked else []
+                # many starts an outage sees (not if one could not be keyed: then inside it).
+                moved = flatten(target, home.path) if moves else []
                 room = self._take_in(home, streams, name, [*moved, target], room, most)
         if self.not_taken or self.unread:
             self.log.warning(
@@ -78,13 +79,15 @@ class Adoption:
     def _take(self, home: Home, name: str, fd: int) -> tuple[str, bool] | None:
         """Hand the dead owner ``name`` (``fd``: its lock, held, closed here) over to ``home``:
         marked with its order, then renamed into its directory.  Returns where it is now and
-        whether it could be marked (None: not taken, counted in ``not_taken`` unless another
-        process took it first)."""
+        whether the owners it holds are to move up beside it (None: not taken, counted in
+        ``not_taken`` unless another process took it first)."""
         source, target = os.path.join(self.directory, name), os.path.join(home.path, name)
         try:
             if self.next_key is None:  # (a directory taken over may hold marked owners)
                 self.next_key = next_key(home.path)
-            key = hand_over(source, self.next_key)
+            handed = hand_over(source, self.next_key)
+            if handed is None:  # (not even by renaming a file it holds: no inode left)
+                raise OSError(errno.ENOSPC, "no order mark could be written in it", source)
             os.rename(source, target)
         except OSError as exc:
             if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
@@ -96,11 +99,10 @@ class Adoption:
             return None
         finally:
             os.close(fd)
-        if key is not None:
-            self.next_key = key + 1
+        self.next_key = handed[0] + 1
         with contextlib.suppress(OSError):  # (its settlements are this owner's, in its room)
             os.unlink(os.path.join(target, RESERVE))
-        return target, key is not None
+        return target, handed[1]
 
     def _take_in(self, home: Home, streams: Streams, name: str, dirs: list[str], room: int, most: int) -> int:
         """Replay the files in ``dirs`` (the dead owner ``name``'s, and those of the owners it had

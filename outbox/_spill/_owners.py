@@ -6,7 +6,8 @@ the directory is ours (and keeps releases that lock only that file off a live ow
 as ``.tmp-ID`` with both taken, then renamed, so no scanner sees an owner unlocked.  The lock file
 removed or replaced (an ``rm``, a restore) is made again by its live owner; a dead owner's
 directory without one is adopted if it holds segments of its name.  Adoption marks a dead
-owner's directory with the order it is handed on (``HANDED``), then renames it, whole, into the
+owner's directory with the order it is handed on (``HANDED``; and the owners it holds, keyed
+again before it in the order they are read there), then renames it, whole, into the
 adopter's (on a disk too full to make one, to the adopter's name: its lock and files then the
 adopter's): atomic, so after a crash the files are with one of them (adoptable), never both,
 never neither; only the process holding its lock can adopt it.  The owners it had adopted then
@@ -394,74 +395,109 @@ def _tolerant(strict: bool = True) -> Iterator[None]:
 def _handed(path: str, strict: bool = True) -> int:
     """The ``HANDED`` key of the owner's directory ``path`` (-1: none, an earlier release's);
     only a file is a mark.  Raises OSError if this process could not look (``strict``)."""
-    keys = [-1]
+    return _look(path, strict)[0]
+
+
+def _look(path: str, strict: bool = True) -> tuple[int, list[str]]:
+    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), and the owners'
+    directories in it, in one listing."""
+    keys, owners = [-1], []
     with _tolerant(strict):
         for entry in os.scandir(path):
             if entry.name.startswith(HANDED) and entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(ValueError):
                     keys.append(int(entry.name[len(HANDED) :], 16))
-    return max(keys)
+            elif is_owner(entry.name) and entry.is_dir(follow_symlinks=False):
+                owners.append(entry.path)
+    return max(keys), owners
 
 
 def next_key(directory: str) -> int:
     """The ``HANDED`` key past those of every owner ``directory`` holds (0: none).  Raises
     OSError if this process could not look: a key chosen without looking may come too early."""
-    key = 0
-    with _tolerant():
-        for entry in os.scandir(directory):
-            if entry.is_dir(follow_symlinks=False) and is_owner(entry.name):
-                key = max(key, _handed(entry.path) + 1)
-    return key
+    return max([0, *(_handed(path) + 1 for path in _look(directory)[1])])
 
 
-def hand_over(source: str, floor: int) -> int | None:
-    """Mark the dead owner's directory ``source`` (its lock held) with the order it is handed
-    on: a ``HANDED`` key at least ``floor`` (past every owner its adopter holds) and past every
-    owner it holds; returns the key (None: the mark could not be written, a disk too full for an
-    empty file; it is then read first among its adopter's, with what it holds inside it, as an
-    earlier release's).  A mark left by an adopter that died before its rename is replaced.
-    Raises OSError if this process could not look (out of descriptors)."""
-    key = max(floor, next_key(source))
-    with contextlib.suppress(OSError):
-        for name in os.listdir(source):
-            if name.startswith(HANDED):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(source, name))
+def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, str]]:
+    """The owners nested in the owners' directories ``owners`` (those of one directory) and
+    those, at any depth, as (``HANDED`` key, path), in the order :func:`segment_paths` reads
+    them there: each one's own nested ones before it (an earlier release's, unmarked, first).
+    Raises OSError if this process could not look (``strict``): a rank taken without looking
+    is wrong."""
+    found = [(*_look(path, strict), os.path.basename(path), path) for path in owners]
+    found.sort(key=lambda item: (item[0], item[2]))
+    return [owner for key, inner, _, path in found for owner in (*_nested(inner, strict), (key, path))]
+
+
+def _mark(path: str, key: int, marked: bool = True) -> bool:
+    """Mark the owner's directory ``path`` with ``key``, larger than its marks (``marked``: it
+    may have some): the new mark first, then the old ones removed (after a crash between the two
+    it reads as the new one).  On a disk with no inode left, an old mark, or the dead owner's
+    reserve (emptied), is renamed to it (atomic: one mark or the other); False if it has neither."""
+    mark = f"{HANDED}{key:016x}"
     try:
-        mark = os.path.join(source, f"{HANDED}{key:016x}")
-        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        os.close(os.open(os.path.join(path, mark), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
     except OSError:
-        return None
-    return key
+        if not _rename_to(path, mark):
+            return False
+    if marked:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(path):
+                if name.startswith(HANDED) and name != mark:
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(path, name))
+    return True
+
+
+def _rename_to(path: str, mark: str) -> bool:
+    """Make ``mark`` in the owner's directory ``path`` of a file it holds: an old mark, else its
+    reserve (its settlements are its adopter's now), emptied."""
+    with contextlib.suppress(OSError):
+        names = os.listdir(path)
+        for name in sorted(names, key=lambda name: not name.startswith(HANDED)):
+            if name.startswith(HANDED) or name == RESERVE:
+                os.rename(os.path.join(path, name), os.path.join(path, mark))
+                with contextlib.suppress(OSError):
+                    os.truncate(os.path.join(path, mark), 0)
+                return True
+    return False
+
+
+def hand_over(source: str, floor: int) -> tuple[int, bool] | None:
+    """Mark the dead owner's directory ``source`` (its lock held) with the order it is handed
+    on, and the owners nested in it with the order they are read in it, all past ``floor``
+    (every owner its adopter holds) and past every key it holds: the owners it had adopted are
+    ranked as they are read in it (their own nested ones first), then it.  Each is keyed again
+    largest first, so that at any crash siblings compare as before, and a successor that takes
+    it over ranks it all again.  Returns its key, and whether it holds owners, every one keyed
+    again (only then are they moved up beside it: :func:`flatten`); None: it could not be marked (no
+    inode left, and no file of its own to rename), not to be taken until it can be.  Raises
+    OSError if this process could not look."""
+    own, owners = _look(source)
+    nested = _nested(owners)
+    base = max([floor, own + 1, *(key + 1 for key, _ in nested)])
+    rekeyed = all(_mark(path, base + rank) for rank, (_, path) in reversed(list(enumerate(nested))))
+    key = base + len(nested)
+    return (key, rekeyed and bool(nested)) if _mark(source, key, own >= 0) else None
 
 
 def flatten(directory: str, into: str) -> list[str]:
-    """Move the owners nested in ``directory`` (those it adopted, at any depth, marked
-    ``HANDED``) up into ``into``, beside it; returns their paths there, in the order they were
-    handed on.  Else every start during an outage nests the backlog one level deeper, and past
-    ``PATH_MAX`` its oldest files can no longer be listed.  Each move is one rename that keeps the
-    owner's key: after a crash at any point an owner is in one place or the other, read in the
-    same order.  An earlier release's owners (unmarked) stay where they are, read there, as
-    does what cannot be looked at."""
-    moved: list[tuple[int, str]] = []
-    pending = [directory]
-    while pending:
-        parent = pending.pop()
-        with contextlib.suppress(OSError):
-            for entry in list(os.scandir(parent)):
-                if not (is_owner(entry.name) and entry.is_dir(follow_symlinks=False)):
-                    continue
-                key, target = _handed(entry.path), os.path.join(into, entry.name)
-                if key < 0:
-                    continue
-                try:
-                    os.rename(entry.path, target)
-                except OSError:
-                    pending.append(entry.path)  # (its own nested ones may still move)
-                    continue
-                moved.append((key, target))
-                pending.append(target)
-    return [path for _, path in sorted(moved)]
+    """Move the owners nested in ``directory`` (those it adopted, at any depth, marked ``HANDED``
+    and keyed again by :func:`hand_over` in the order they are read there) up into ``into``,
+    beside it, in that order; returns their paths there.  Else every start during an outage nests
+    the backlog one level deeper, and past ``PATH_MAX`` its oldest files can no longer be listed.
+    Each move is one rename, of an owner whose nested ones have moved: after a crash at any point
+    those moved are read before those not yet, in the same order.  The first that cannot move
+    stops the moves: the rest are read where they are, as is what cannot be looked at."""
+    moved = []
+    for _, path in _nested(_look(directory, strict=False)[1], strict=False):
+        target = os.path.join(into, os.path.basename(path))
+        try:
+            os.rename(path, target)
+        except OSError:
+            break
+        moved.append(target)
+    return moved
 
 
 def prune_all(path: str, keep: Collection[str]) -> None:

@@ -92,7 +92,7 @@ class SpillChaos:
         # emptied) while they run or after they died: draws of its own, as the disk's.
         self.operator = random.Random(seed + 3)
         # A close that dies in the middle of a hand-over (``spill_chaos_child.die_in_hand_over``):
-        # just after a dead owner's order mark, or after the first of its nested owners moved up.
+        # keying it again, just after its order marks, or after the first of its nested owners moved up.
         self.hand_overs = random.Random(seed + 4)
         if disk:
             try:
@@ -161,7 +161,7 @@ class SpillChaos:
             "shutdown_timeout": rng.choice([0.5, 2.0]),
             "pause": rng.choice([0.001, 0.005]),
             "pad": rng.choice([0, 0, 2048]),
-            "die_in_hand_over": self.hand_overs.choice([None, None, None, "mark", "move"]),
+            "die_in_hand_over": self.hand_overs.choice([None, None, None, None, "rekey", "mark", "move"]),
             **(settings or {}),
         }
         shown = {key: value for key, value in cfg.items() if key not in ("url", "dir", "audit", "runs")}
@@ -319,9 +319,14 @@ class SpillChaos:
         # took none: said at its close), in a file that stayed: a successor adopts them again,
         # and sends them again, or counts them lost at a close that cannot (docs/operations.md).
         undurable: set[int] = set()
+        # A killed child's loss notes not known to be on disk (killed before its audit said the
+        # write was done), and the ids of every file a successor deleted: a note whose settlement
+        # reached the disk all the same (a successor deleted its file) was the child's, counted
+        # in what died with it, as one known to be on disk.
+        undecided: list[tuple[int, int, str]] = []
+        deleted_anywhere: set[int] = set()
         for child in self.children:
             origin: dict[int, tuple[str, int]] = {}
-            pending: list[tuple[int, str]] = []  # loss notes not known to be on disk yet
             durable_upto = -1
             taken_at = -1
             # The settlements taken at each S: (S's position, its disk, its last record's count).
@@ -392,13 +397,17 @@ class SpillChaos:
                     continue
                 # A loss a killed child never wrote down died with its counts.
                 if child.killed and position > durable_upto and found not in deleted:
-                    pending.append((found, outcome))
+                    undecided.append((found, child.index, outcome))
                     if refused_at > position:
                         unwritten.add(found)
                     continue
                 losses[found].append((child.index, outcome))
             if ended_in_flight:
                 held_by_ended.update(child.event_id(i) for i in child.accepted)
+            deleted_anywhere |= deleted
+        for found, index, outcome in undecided:
+            if found in deleted_anywhere and found not in arrivals and found not in losses:
+                losses[found].append((index, outcome))
 
         self._check_order(unwritten)
         twice = {e: where for e, where in losses.items() if len(where) > 1}
@@ -455,6 +464,7 @@ class SpillChaos:
         return {
             "children": len(self.children),
             "killed": sum(child.killed for child in self.children),
+            "killed_in_hand_over": sum("killed in a hand-over" in step for step in self.steps),
             "accepted": len(accepted),
             "delivered": len(set(arrivals)),
             "duplicates": sum(n - 1 for n in arrivals.values()),

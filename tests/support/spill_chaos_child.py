@@ -158,19 +158,31 @@ def install_audit(path: str) -> None:
 
 def die_in_hand_over(where: str, armed: threading.Event) -> None:
     """SIGKILL this process in the middle of a hand-over, once ``armed`` (its close began: the
-    one at start would die before saying its owner): ``mark`` just after a dead owner's order
-    mark is written (before its rename), ``move`` just after the first owner nested in an
-    adopted one was moved up beside it (before the others)."""
-    from outbox._spill import _adoption
+    one at start would die before saying its owner): ``rekey`` just after the first new mark of
+    a hand-over is written (before the old one is removed, and before the others are keyed),
+    ``mark`` just after a dead owner and those it holds are marked (before its rename), ``move``
+    just after the first owner nested in an adopted one was moved up beside it (before the
+    others)."""
+    from outbox._spill import _adoption, _owners
 
     def die() -> None:
         os.write(sys.stdout.fileno(), f"dying in hand-over ({where})\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
 
-    if where == "mark":
+    if where == "rekey":
+        mark = _owners._mark
+
+        def new_mark_then_dead(path: str, key: int, marked: bool = True) -> bool:
+            if armed.is_set():
+                os.close(os.open(os.path.join(path, f"{_owners.HANDED}{key:016x}"), os.O_WRONLY | os.O_CREAT))
+                die()
+            return mark(path, key, marked)
+
+        _owners._mark = new_mark_then_dead
+    elif where == "mark":
         hand_over = _adoption.hand_over
 
-        def marked_then_dead(source: str, floor: int) -> int | None:
+        def marked_then_dead(source: str, floor: int) -> tuple[int, bool] | None:
             key = hand_over(source, floor)
             if armed.is_set():
                 die()

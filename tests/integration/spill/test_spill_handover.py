@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from pathlib import Path
 
 from test_spill_log import RUNS, dead_owner, ns, refused_url
@@ -100,55 +99,97 @@ def test_siblings_are_read_in_the_order_handed_on_not_the_order_they_started(tmp
     assert drain(spill) == [*range(10), 100]
 
 
+def _key(owner: Path) -> int:
+    (mark,) = [name for name in os.listdir(owner) if name.startswith(HANDED)]
+    return int(mark[len(HANDED) :], 16)
+
+
 def test_a_crash_between_two_moves_keeps_the_order(tmp_path):
-    """An adopter that died between moving the owners nested in what it adopted: some are beside
-    it, some still inside; its successor reads them in the same order either way."""
+    """An adopter that died between moving the owners nested in what it adopted: those moved are
+    beside it, the rest still inside; its successor reads them in the same order either way."""
     spill = tmp_path / "spill"
-    for generation in range(4):  # each adopts the last: keys 0, 1, 2 in the end beside the last
+    for generation in range(4):  # each adopts the last: three beside the last in the end
         box = down_box(spill)
         assert box.emit(run_event(run_id=RUNS[0], n=generation))
         assert box.close(0).undelivered == {"spilled_at_close": generation + 1}
     (home,) = [path for path in spill.iterdir() if path.is_dir()]
-    nested = sorted(path for path in home.iterdir() if path.is_dir())
-    assert len(nested) == 3
-    assert all(any(name.startswith(HANDED) for name in os.listdir(path)) for path in nested)
-    # As if the move of the two oldest up beside their adopter had not happened yet.
-    newest = max(nested, key=lambda path: max(os.listdir(path)))
-    for path in nested:
-        if path != newest:
-            shutil.move(str(path), str(newest / path.name))
+    _, second, third = sorted((path for path in home.iterdir() if path.is_dir()), key=_key)
+    # As if it had died after moving the first up out of the third, and not the second yet.
+    second.rename(third / second.name)
     assert drain(spill) == [0, 1, 2, 3]
+
+
+def test_a_crash_between_two_marks_keeps_the_order(tmp_path):
+    """An adopter that died while it keyed again what it took over (a new mark written, the old
+    one not yet removed, the rest not keyed again): its successor reads them in the same order."""
+    spill = tmp_path / "spill"
+    for generation in range(3):
+        box = down_box(spill)
+        assert box.emit(run_event(run_id=RUNS[0], n=generation))
+        assert box.close(0).undelivered == {"spilled_at_close": generation + 1}
+    (home,) = [path for path in spill.iterdir() if path.is_dir()]
+    _, second = sorted((path for path in home.iterdir() if path.is_dir()), key=_key)
+    (second / f"{HANDED}{_key(second) + 10:016x}").touch()  # (keyed first: read last)
+    assert drain(spill) == [0, 1, 2]
 
 
 # -- what an adopter cannot write or cannot look at (helper-39) ---------------------------------
 
 
-def test_an_owner_that_cannot_be_marked_keeps_what_it_adopted_inside_it(few_inodes):
-    """helper-39: on a disk with no inode left, B (which had adopted W) is taken over unmarked;
-    W, marked, was still moved up beside it, and unmarked B sorts first: a successor that took
-    the directory over on a full disk read B's 5-9 before W's 0-4 of the same run.  An owner
-    that cannot be marked is not flattened: what it adopted stays inside it, read first."""
-    disk = few_inodes
-    stage, spill = disk / "stage", disk / "spill"
+def _b_adopted_w(stage: Path) -> Path:
+    """B, gone, which had adopted W (0-4) and then emitted 5-9 of the same run; returns B."""
     dead_owner(stage, 0, 5)  # W
     b = down_box(stage)  # adopts W at start
     for n in range(5, 10):
         assert b.emit(run_event(run_id=RUNS[0], n=n))
     assert b.close(0).undelivered == {"spilled_at_close": 10}
-    (w_in_b,) = [path for path in next(stage.iterdir()).iterdir() if path.is_dir()]
+    (b_dir,) = list(stage.iterdir())
+    return b_dir
+
+
+def test_on_a_disk_with_no_inode_left_marks_are_made_of_the_files_the_owners_hold(few_inodes):
+    """helper-39: on a disk with no inode left, B (which had adopted W) was taken over unmarked,
+    W still moved up beside it, and unmarked B sorted first: a successor read B's 5-9 before
+    W's 0-4 of the same run.  A mark needs no inode now: W's old mark and B's reserve are renamed
+    to their new ones; both are keyed, W is moved up, and they are read in order."""
+    disk = few_inodes
+    stage, spill = disk / "stage", disk / "spill"
+    b_dir = _b_adopted_w(stage)
+    assert (b_dir / "reserve").exists()
     x = down_box(spill)
     taken = take_inodes(disk)
     assert taken
-    for owner in stage.iterdir():  # B dies while X runs
-        owner.rename(spill / owner.name)
+    b_dir.rename(spill / b_dir.name)  # B dies while X runs
     _adopted_by(x)
     (home,) = [path for path in spill.iterdir() if path.is_dir()]
-    (b_in_x,) = [path for path in home.iterdir() if path.is_dir()]
-    assert not [name for name in os.listdir(b_in_x) if name.startswith(HANDED)]  # no inode for it
-    assert (b_in_x / w_in_b.name).is_dir()  # not moved up beside it
+    owners = sorted((path for path in home.iterdir() if path.is_dir()), key=_key)
+    assert [path.name for path in owners][1:] == [b_dir.name]  # W moved up beside B, keyed before it
+    assert not (owners[1] / "reserve").exists()  # (renamed to its mark)
     assert x.close(0).undelivered == {"spilled_at_close": 10}
     for path in taken:
         os.unlink(path)
+    assert drain(spill) == list(range(10))
+
+
+def test_an_owner_that_cannot_be_marked_at_all_is_left_for_the_next_look(few_inodes):
+    """B has no reserve and no mark to rename, and the disk no inode: taken over unmarked, it
+    would be read first, before the owners its adopter had taken earlier.  It is left where it
+    is, named in ``spill_left``, and taken once a mark can be made."""
+    disk = few_inodes
+    stage, spill = disk / "stage", disk / "spill"
+    b_dir = _b_adopted_w(stage)
+    (b_dir / "reserve").unlink()
+    x = down_box(spill)
+    taken = take_inodes(disk)
+    assert taken
+    b_dir.rename(spill / b_dir.name)
+    _adopted_by(x)
+    assert (spill / b_dir.name).is_dir()  # (not taken)
+    assert x.stats().spill["owners_left"] == 1
+    for path in taken:
+        os.unlink(path)
+    assert x.close(0).undelivered == {"spilled_at_close": 10}  # (its close took B in)
+    assert not (spill / b_dir.name).exists()
     assert drain(spill) == list(range(10))
 
 
@@ -245,3 +286,25 @@ def test_an_owner_left_for_the_next_look_keeps_the_younger_ones_waiting_behind_i
         report = box.close(30)
         assert report.complete, report
         assert ns(sink) == list(range(10))  # (before: 5-9, then 0-4)
+
+
+def test_owners_moved_up_from_one_adopter_are_read_after_those_the_other_had_taken_before(tmp_path):
+    """helper-41: each adopter keyed its owners in its own count, and the owners moved up beside
+    the adopter of their adopter kept their keys: A took D (key 0) and X (1, with 0-4), B took W
+    (0, with 5-9, later), then A took B; W, moved up beside X with key 0, was read before it:
+    5-9, then 0-4.  What is moved up is keyed again, after what its new adopter held, in the
+    order it was read where it was."""
+    stage, spill = tmp_path / "stage", tmp_path / "spill"
+    a = down_box(spill)
+    dead_owner(spill, 100, 1)  # D
+    _adopted_by(a)
+    dead_owner(spill, 0, 5)  # X
+    _adopted_by(a)
+    dead_owner(stage, 5, 5)  # W
+    b = down_box(stage)  # adopts W at start
+    assert b.close(0).undelivered == {"spilled_at_close": 5}
+    for owner in stage.iterdir():  # B dies while A runs
+        owner.rename(spill / owner.name)
+    _adopted_by(a)
+    assert a.close(0).undelivered == {"spilled_at_close": 11}
+    assert drain(spill) == [100, *range(10)]
