@@ -442,7 +442,8 @@ class Entry:
     #: What identifies it for replay's record of what was delivered (a digest of its bytes).
     key: str
     #: The event's JSON, as it was sent (from ``event``, or an ``event_text`` that is a JSON
-    #: object); None when the record holds none (other text, ``event_repr``).
+    #: object); None when the record holds none (other text, ``event_repr``, a line of JSON
+    #: that is no object).
     event: bytes | None
     #: The dead-letter reason; None for a plain event line.
     reason: str | None
@@ -537,9 +538,11 @@ def _parse(line: bytes, number: int) -> Iterator[Entry | Torn]:
         yield Torn(number, len(line))  # a framed record whose bytes changed
     elif _is_legacy(value):
         yield _legacy_entry(line, number, value)
-    else:
-        # Any other JSON: an event line of a plain file (the outbox judges it, as any event).
+    elif isinstance(value, dict):
+        # Any other object: an event line of a plain file (the outbox judges it, as any event).
         yield Entry(number, _key(line), line, None)
+    else:  # (JSON that is no object: no event, and no rerun makes it one)
+        yield Entry(number, _key(line), None, None)
 
 
 def scan(file: IO[bytes]) -> Iterator[Entry | Torn]:

@@ -12,7 +12,8 @@ through the transport ``Outbox.from_env()`` configures, at least once, resumable
 * Each event is sent as the file keeps it, byte for byte: a pre-serialized event as it was
   emitted (from ``event``, or from ``event_text`` when its text spans lines).
 * Torn records (a writer cut off mid-record) are skipped, with one warning; records that hold no
-  JSON event (an ``event_text`` that is not a JSON object, an ``event_repr``) are counted, not sent.
+  JSON event (a line or an ``event_text`` that is not a JSON object, an ``event_repr``) are
+  counted, not sent.
 * It refuses to run without a configured backend (the console fallback would print every event
   and call it delivered) unless asked for the console (``console=True``); a console run reads
   the record of what was delivered but never writes it.
@@ -346,8 +347,8 @@ def _summary(path: str, tally: _Tally, report: CloseReport, record: Progress, ti
         )
     if tally.not_replayable:
         parts.append(
-            f"{tally.not_replayable} record(s) hold no JSON event (event_text that is not a JSON "
-            "object, or event_repr): not sent"
+            f"{tally.not_replayable} record(s) hold no JSON event (a line or an event_text that is "
+            "not a JSON object, or event_repr): not sent"
         )
     return "; ".join(parts)
 

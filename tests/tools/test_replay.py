@@ -189,3 +189,24 @@ def test_replay_of_a_file_that_holds_no_record_is_bad_input_and_an_empty_one_is_
     done = replay(cut, "http://127.0.0.1:9")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 torn record(s)" in done.stderr
+
+
+def test_lines_of_json_that_are_not_objects_are_counted_not_sent_and_a_rerun_has_nothing_to_do(tmp_path):
+    """helper-41: a line of JSON that is no object (``[1, 2]``, ``"text"``, ``42``) was emitted,
+    dropped by the outbox as ``invalid_event``, said to be "left for the next run", and exited 1:
+    every rerun did the same.  It holds no event: counted beside the records that hold none, not
+    sent, and the events around it are delivered once."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(
+        b"\n".join([orjson.dumps(run_event(n=0)), b"[1, 2]", b'"text"', b"42", orjson.dumps(run_event(n=1))])
+        + b"\n"
+    )
+    with Sink() as sink:
+        first = replay(path, sink.url)
+        second = replay(path, sink.url)
+        arrived = [e["n"] for e in sink.events]
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "3 record(s) hold no JSON event" in first.stdout
+    assert "invalid_event" not in first.stdout + first.stderr
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert arrived == [0, 1]
