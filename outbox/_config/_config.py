@@ -33,6 +33,7 @@ from .._observability._log import never_silent
 __all__ = [
     "OUTBOX_VARIABLES",
     "ResolvedTransport",
+    "Sources",
     "outbox_settings",
     "parse_bool",
     "parse_size",
@@ -207,31 +208,119 @@ def outbox_settings(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[st
     return settings, origins
 
 
+#: Where a setting sits below ``transport``: keys, and the index of a list's member.
+Path = tuple[str | int, ...]
+
+
+def _dotted(path: Path) -> str:
+    """``transports.a.url``, ``transports[0].url``."""
+    text = ""
+    for key in path:
+        if isinstance(key, int) or not key or not key.replace("_", "").replace("-", "").isalnum():
+            text += f"[{key!r}]"  # (a list's member, or a name such as 'my.a')
+        else:
+            text += f".{key}" if text else key
+    return text
+
+
+def _variable(path: Path) -> str | None:
+    """The variable that sets ``path`` alone (``OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL``);
+    None for a list's member, which only JSON can set."""
+    if all(isinstance(key, str) for key in path):
+        return "OPENLINEAGE__TRANSPORT" + "".join(f"__{str(key).upper()}" for key in path)
+    return None
+
+
+@dataclass
+class Sources:
+    """Where each setting of a transport came from, by its path below ``transport`` (a composite's
+    members' too, at any depth): to name it in an error as it was set, and one that is missing
+    where it would go."""
+
+    #: Each ``OPENLINEAGE__TRANSPORT*`` variable still in force, by the path it sets (whole:
+    #: what its JSON holds is below it), and the transport they make together.
+    variables: dict[Path, str] = field(default_factory=dict)
+    env_transport: Any = None
+    #: The openlineage.yml read, and its ``transport`` mapping (it wins over the variables).
+    file: str | None = None
+    file_transport: dict[str, Any] | None = None
+    #: Settings made of other variables (``OPENLINEAGE_URL`` as the url), or a default.
+    fixed: dict[Path, str] = field(default_factory=dict)
+
+    def name(self, path: Path) -> str:
+        """The setting at ``path`` as it was set: ``OPENLINEAGE__TRANSPORT__TOPIC``,
+        ``OPENLINEAGE__TRANSPORT: transports.a.url`` (a key of its JSON), ``FILE:
+        transport.topic``, ``OPENLINEAGE_URL``; one not set, where it would go (:meth:`missing`)."""
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.fixed:
+                return self.fixed[path[:n]]
+        if self.file and _holds(self.file_transport, path):
+            return f"{self.file}: transport.{_dotted(path)}"
+        if _holds(self.env_transport, path):
+            for n in range(len(path), -1, -1):
+                if (var := self.variables.get(path[:n])) is not None:
+                    return var if n == len(path) else f"{var}: {_dotted(path[n:])}"
+        return self.missing(path)
+
+    def missing(self, path: Path) -> str:
+        """Where the setting at ``path``, not set, would go: beside its siblings (in the file, in
+        the JSON of the variable that holds them, or a variable of its own), else either way."""
+        parent = path[:-1]
+        if self.file and _holds(self.file_transport, parent):
+            return f"transport.{_dotted(path)} in {self.file}"
+        for n in range(len(parent), -1, -1):
+            if (var := self.variables.get(parent[:n])) is not None:
+                return f"{_dotted(path[n:])} in {var}"
+        variable = _variable(path)
+        if variable and any(len(p) > len(parent) and p[: len(parent)] == parent for p in self.variables):
+            return variable
+        return f"transport.{_dotted(path)} in openlineage.yml" + (f", or {variable}" if variable else "")
+
+
+def _holds(tree: Any, path: Path) -> bool:
+    """Whether ``tree`` (a transport's mapping, None for none) has a setting at ``path``."""
+    if tree is None:
+        return False
+    for key in path:
+        listed = isinstance(tree, list) and isinstance(key, int) and 0 <= key < len(tree)
+        if not (listed or (isinstance(tree, dict) and key in tree)):
+            return False
+        tree = tree[key]
+    return True
+
+
 @dataclass
 class ResolvedTransport:
     """What the environment asks for: a transport config dict, or disabled."""
 
     #: ``{"type": "http", "url": ..., ...}`` as openlineage-python would see it; None when disabled.
     config: dict[str, Any] | None
-    #: Where each top-level transport key came from, for error messages.
-    origins: dict[str, str] = field(default_factory=dict)
+    #: Where each setting came from, for error messages.
+    sources: Sources = field(default_factory=Sources)
     #: True when ``OPENLINEAGE_DISABLED`` is set.
     disabled: bool = False
-    #: Where this config sits, for keys with no origin of their own (a composite's member).
-    where: str = "transport"
+    #: Where this config sits below ``transport`` (a composite's member: ``("transports", "a")``).
+    path: Path = ()
 
     def origin(self, key: str) -> str:
-        """Names the setting behind ``key`` (``OPENLINEAGE__TRANSPORT__URL``, ...), or where it
-        would go (``transport.transports.a.url in openlineage.yml``)."""
-        if key in self.origins:
-            return self.origins[key]
-        path, sep, file = self.where.partition(" in ")
-        if sep:
-            return f"{path}.{key} in {file}"
-        if path.startswith("transport.") and path.replace(".", "").replace("_", "").isalnum():
-            # (a composite member's, set by variables as often as in a file: both named)
-            return f"{path}.{key}, or OPENLINEAGE__{path.replace('.', '__').upper()}__{key.upper()}"
-        return f"{path}.{key}"
+        """Names the setting behind ``key`` as it was set (``OPENLINEAGE__TRANSPORT__URL``,
+        ``/etc/openlineage.yml: transport.transports.a.url``), or where it would go
+        (``transport.transports.a.url in /etc/openlineage.yml``)."""
+        return self.sources.name((*self.path, key))
+
+    def named(self, *keys: str | int) -> str:
+        """:meth:`origin` of a setting below one of this config's keys (``auth``, ``apiKey``)."""
+        return self.sources.name((*self.path, *keys))
+
+    @property
+    def origins(self) -> dict[str, str]:
+        """Where each of this config's own keys came from (:meth:`origin`)."""
+        return {key: self.origin(key) for key in self.config or {}}
+
+    @property
+    def member(self) -> bool:
+        """Whether this is a composite's member (its settings named by their own path)."""
+        return bool(self.path)
 
 
 def _find_yaml(environ: Mapping[str, str]) -> str | None:
@@ -283,9 +372,9 @@ def _load_yaml(path: str) -> dict[str, Any]:
     return content
 
 
-def _env_config(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+def _env_config(environ: Mapping[str, str]) -> tuple[dict[str, Any], Sources]:
     config: dict[str, Any] = {}
-    origins: dict[str, str] = {}
+    sources = Sources()
     prefix = "OPENLINEAGE__"
     # Reverse order, as openlineage-python does: longer names first, so that a
     # whole-object variable (OPENLINEAGE__TRANSPORT) is applied last and wins.
@@ -303,12 +392,12 @@ def _env_config(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, s
             node = child
         node[keys[-1]] = value
         if keys[0] == "transport":
-            if len(keys) == 2:
-                origins[keys[1]] = var
-            elif len(keys) == 1 and isinstance(value, dict):
-                for key in value:
-                    origins[key] = f"{var} (key {key!r})"
-    return config, origins
+            path = tuple(keys[1:])
+            for replaced in [p for p in sources.variables if p[: len(path)] == path]:
+                del sources.variables[replaced]  # (what it was set to is gone with it)
+            sources.variables[path] = var
+    sources.env_transport = config.get("transport")
+    return config, sources
 
 
 def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
@@ -331,7 +420,7 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
     ``read_files=False`` skips the YAML file."""
     if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
         return ResolvedTransport(None, disabled=True)
-    config, origins = _env_config(environ)
+    config, sources = _env_config(environ)
     path = _find_yaml(environ) if read_files else None
     file_config: dict[str, Any] = {}
     if path is not None:
@@ -339,33 +428,33 @@ def resolve_transport_config(environ: Mapping[str, str], *, read_files: bool = T
         config = _merge(config, file_config)
         file_transport = file_config.get("transport")
         if isinstance(file_transport, dict):
-            for key in file_transport:
-                origins[key] = f"transport.{key} in {path}"
+            sources.file, sources.file_transport = path, file_transport
     transport = config.get("transport")
     _refuse_plain_transport_string(environ, transport)
     url = environ.get("OPENLINEAGE_URL")
     if isinstance(transport, dict) and transport.get("type"):
         transport = dict(transport)
-        _add_url_aliases(transport, environ, url, origins)
-        return ResolvedTransport(transport, origins)
+        _add_url_aliases(transport, environ, url, sources.fixed)
+        return ResolvedTransport(transport, sources)
     if url:
         http: dict[str, Any] = {
             "type": "http",
             "url": url,
             "endpoint": environ.get("OPENLINEAGE_ENDPOINT", "api/v1/lineage"),
         }
-        origins = {"url": "OPENLINEAGE_URL", "endpoint": "OPENLINEAGE_ENDPOINT"}
+        fixed: dict[Path, str] = {("url",): "OPENLINEAGE_URL", ("endpoint",): "OPENLINEAGE_ENDPOINT"}
         if environ.get("OPENLINEAGE_API_KEY"):
             http["auth"] = _api_key_auth(environ)
-            origins["auth"] = "OPENLINEAGE_API_KEY"
-        return ResolvedTransport(http, origins)
+            fixed[("auth",)] = "OPENLINEAGE_API_KEY"
+        fixed[("type",)] = "OPENLINEAGE_URL"
+        return ResolvedTransport(http, Sources(fixed=fixed))
     never_silent(
         logging.WARNING,
         "no OpenLineage transport is configured (OPENLINEAGE_URL, OPENLINEAGE__TRANSPORT__TYPE, "
         "openlineage.yml)%s; lineage events will be printed to the console",
         _unused_config(environ, path, file_config, config.get("transport")),
     )
-    return ResolvedTransport({"type": "console"}, {"type": "the default"})
+    return ResolvedTransport({"type": "console"}, Sources(fixed={("type",): "the default"}))
 
 
 #: The variables that configure a transport, for a hint when a name near one did not.
@@ -416,7 +505,7 @@ def _refuse_plain_transport_string(environ: Mapping[str, str], transport: Any) -
 
 
 def _add_url_aliases(
-    transport: dict[str, Any], environ: Mapping[str, str], url: str | None, origins: dict[str, str]
+    transport: dict[str, Any], environ: Mapping[str, str], url: str | None, fixed: dict[Path, str]
 ) -> None:
     """openlineage-python's uses of OPENLINEAGE_URL beside a configured transport type: the
     url, endpoint and key of async_http, and a composite's default_http member."""
@@ -429,7 +518,7 @@ def _add_url_aliases(
         ):
             if value and key not in transport:
                 transport[key] = value
-                origins[key] = var
+                fixed[(key,)] = var
     if transport["type"] == "composite" and url:
         # openlineage-python's OpenLineageClient() aliases OPENLINEAGE_URL as a member
         # named default_http of a composite transport (unless one is configured).
@@ -441,3 +530,4 @@ def _add_url_aliases(
             if environ.get("OPENLINEAGE_ENDPOINT"):
                 default["endpoint"] = environ["OPENLINEAGE_ENDPOINT"]
             transport["transports"] = {**(members or {}), "default_http": default}
+            fixed[("transports", "default_http")] = "OPENLINEAGE_URL"

@@ -74,7 +74,7 @@ def transport_from_config(resolved: ResolvedTransport) -> Transport:
         path = config.get("log_file_path")
         if not isinstance(path, str) or not path:
             raise ConfigError(
-                f"the file transport needs a log_file_path; set OPENLINEAGE__TRANSPORT__LOG_FILE_PATH "
+                f"the file transport needs a log_file_path; set {resolved.origin('log_file_path')} "
                 f"(got {path!r})"
             )
         append = openlineage_flag(resolved.origin("append"), config.get("append", False))
@@ -95,16 +95,14 @@ def _composite(resolved: ResolvedTransport) -> Transport:
     config = resolved.config or {}
     listed = config.get("transports")
     where = resolved.origin("transports")
+    # (name, its key in transports: a mapping's key or a list's index, the member's config)
     if isinstance(listed, dict):
-        entries = [(str(name), member) for name, member in listed.items() if member]
+        entries = [(str(key), key, member) for key, member in listed.items() if member]
     elif isinstance(listed, list):
         entries = [
-            (
-                str(member.get("name") or f"{member.get('type')}-{i}")
-                if isinstance(member, dict)
-                else str(i),
-                member,
-            )
+            (str(member.get("name") or f"{member.get('type')}-{i}"), i, member)
+            if isinstance(member, dict)
+            else (str(i), i, member)
             for i, member in enumerate(listed)
         ]
     else:
@@ -122,21 +120,19 @@ def _composite(resolved: ResolvedTransport) -> Transport:
     ):
         flags[key] = openlineage_flag(resolved.origin(key), config.get(key, default))
     members: list[tuple[int, str, Transport]] = []
-    for name, member in entries:
+    for name, key, member in entries:
         if not isinstance(member, dict) or not member.get("type"):
+            where = resolved.named("transports", key)
             raise ConfigError(f"{where}: the member {name!r} needs a transport config with a type")
         # A member may be a composite itself, as in openlineage-python (its factory builds any).
-        path, sep, file = where.partition(" in ")  # (transport.transports in openlineage.yml)
-        named = f"{path}.{name}" + (f" in {file}" if sep else "")
-        member_config = ResolvedTransport({}, {}, where=named)
-        origins = {key: member_config.origin(key) for key in member}
         priority = member.get("priority", 0)
-        body = {key: value for key, value in member.items() if key not in ("name", "priority")}
+        body = {k: value for k, value in member.items() if k not in ("name", "priority")}
         try:
             rank = int(priority)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}.{name}.priority={priority!r} is not a whole number") from None
-        member_config = ResolvedTransport(body, origins, where=named)
+            where = resolved.named("transports", key, "priority")
+            raise ConfigError(f"{where}={priority!r} is not a whole number") from None
+        member_config = ResolvedTransport(body, resolved.sources, path=(*resolved.path, "transports", key))
         members.append((rank, name, transport_from_config(member_config)))
     if flags["sort_transports"]:
         members.sort(key=lambda entry: -entry[0])

@@ -104,7 +104,7 @@ class OpenLineageTransportAdapter:
 
         config = dict(resolved.config or {})
         kind = config.get("type")
-        secrets = config_secrets(config, resolved.origin)
+        secrets = config_secrets(config, resolved.named)
 
         def build() -> Any:
             return get_default_factory().create(dict(config))

@@ -208,13 +208,16 @@ class KafkaTransport:
         key = config.get("messageKey") or config.get("message_key")
         topic = config.get("topic")
         if isinstance(topic, (int, float)) and not isinstance(topic, bool):
+            where = resolved.origin("topic")
+            if where.startswith("OPENLINEAGE__") and ":" not in where:  # (a variable of its own)
+                quoted = f"{where}='\"{topic}\"'"
+            else:  # (in a file, or in a variable's JSON)
+                quoted = f'"{topic}"'
             raise ConfigError(  # (a variable's value is read as JSON, as openlineage-python reads it)
-                f"{resolved.origin('topic')}={topic!r} is read as a number, not a topic name; quote it "
-                f'(OPENLINEAGE__TRANSPORT__TOPIC=\'"{topic}"\', or topic: "{topic}" in openlineage.yml)'
+                f"{where}={topic!r} is read as a number, not a topic name; quote it ({quoted})"
             )
         if not isinstance(topic, str) or not topic:
-            top = resolved.where == "transport"
-            where = "OPENLINEAGE__TRANSPORT__TOPIC" if top else resolved.origin("topic")
+            where = resolved.origin("topic") if resolved.member else "OPENLINEAGE__TRANSPORT__TOPIC"
             raise ConfigError(f"the kafka transport needs a topic: set {where}")
         try:
             return cls(topic, producer_config, message_key=str(key) if key else None)

@@ -57,13 +57,12 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
     _drop_unknown(config, origin)
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():
-        member = resolved.where != "transport"  # (a composite's: its own url, named as it is set)
-        where = resolved.origin("url") if member else "OPENLINEAGE_URL or OPENLINEAGE__TRANSPORT__URL"
+        where = resolved.origin("url")  # (where it would go beside the transport's other settings)
         raise ConfigError(
             f"the {config.get('type', 'http')} transport needs a url: set {where} (e.g. http://marquez:5000)"
         )
     # (its problems named where it was set: a composite member's own url, a file's)
-    checked_url(url, origin("url") if "url" in resolved.origins or resolved.where != "transport" else None)
+    checked_url(url, origin("url"))
     kwargs: dict[str, Any] = {"url": url}
     for key in ("endpoint", "batch_endpoint", "mode", "batch_format", "compression"):
         if key in config:
@@ -84,7 +83,7 @@ def http_kwargs(resolved: ResolvedTransport) -> dict[str, Any]:
     elif config.get("type") == "async_http":
         kwargs["max_concurrent_requests"] = _ASYNC_HTTP_CONCURRENCY  # openlineage-python's default
     kwargs.update(_tls_kwargs(config, origin, url))
-    kwargs.update(_header_and_auth_kwargs(config, origin))
+    kwargs.update(_header_and_auth_kwargs(config, resolved.named))
     kwargs.update(_retry_kwargs(config, origin))
     return kwargs
 
@@ -193,7 +192,7 @@ def _ssl_context_kwargs(ssl_config: Any, name: str, plain_http: bool, kind: Any)
     return kwargs
 
 
-def _header_and_auth_kwargs(config: dict[str, Any], origin: Callable[[str], str]) -> dict[str, Any]:
+def _header_and_auth_kwargs(config: dict[str, Any], origin: Callable[..., str]) -> dict[str, Any]:
     """``custom_headers``, and ``api_key`` or ``token_provider`` from ``auth``."""
     kwargs: dict[str, Any] = {}
     if "custom_headers" in config:
@@ -206,9 +205,9 @@ def _header_and_auth_kwargs(config: dict[str, Any], origin: Callable[[str], str]
         auth = config["auth"]
         kind = auth.get("type") if isinstance(auth, dict) else None
         if kind in (None, "api_key"):
-            kwargs["api_key"] = _api_key(origin("auth"), auth)
+            kwargs["api_key"] = _api_key(origin("auth"), auth, origin("auth", "apiKey"))
         else:
-            kwargs["token_provider"] = _token_provider(origin("auth"), auth)
+            kwargs["token_provider"] = _token_provider(origin("auth"), auth, origin("auth", "type"))
     return kwargs
 
 
@@ -277,9 +276,10 @@ _OPENLINEAGE_LOGGER = "openlineage.client.transport.http"
 _TOKEN_PROVIDERS = ("api_key", "jwt", "oauth2")
 
 
-def _token_provider(name: str, auth: dict[str, Any]) -> Any:
+def _token_provider(name: str, auth: dict[str, Any], type_name: str) -> Any:
     """openlineage-python's own token provider for ``auth`` (``jwt``, ``oauth2`` or a
-    ``module.Class``); a ConfigError naming the setting when it cannot be built."""
+    ``module.Class``); a ConfigError naming the setting (``name``, its type ``type_name``) when
+    it cannot be built."""
     from openlineage.client.transport.http import create_token_provider
 
     kind = auth.get("type")
@@ -287,7 +287,7 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
         # (else openlineage-python logs a stray warning and fails to import it as a module)
         close = difflib.get_close_matches(kind.lower().replace("-", "_"), _TOKEN_PROVIDERS, n=1)
         raise ConfigError(
-            f"{name}.type={kind!r} is not a token provider: use "
+            f"{type_name}={kind!r} is not a token provider: use "
             + (f"{close[0]!r} (did you mean it?)" if close else "api_key, jwt or oauth2")
             + ", or the module.Class of your own TokenProvider"
         )
@@ -318,7 +318,7 @@ def _token_provider(name: str, auth: dict[str, Any]) -> Any:
     return provider
 
 
-def _api_key(name: str, auth: Any) -> str | None:
+def _api_key(name: str, auth: Any, key_name: str) -> str | None:
     if not isinstance(auth, dict):
         raise ConfigError(f'{name} must be a mapping such as {{"type": "api_key", "apiKey": "..."}}')
     kind = auth.get("type")
@@ -333,5 +333,5 @@ def _api_key(name: str, auth: Any) -> str | None:
     if not isinstance(key, str) or not key:
         raise ConfigError(f"{name}: auth type api_key needs apiKey (the value is never logged)")
     # Checked here to name where it came from (the constructor knows only its keyword).
-    secret_text(name if name == "OPENLINEAGE_API_KEY" else f"{name}: apiKey", key, header=True)
+    secret_text(name if name == "OPENLINEAGE_API_KEY" else key_name, key, header=True)
     return key

@@ -132,17 +132,17 @@ _SECRET_KEY = re.compile(r"api_?key|token|secret|passw|credential|cookie", re.I)
 _NOT_SECRET_KEY = re.compile(r"endpoint|url|type|class|path|file|provider", re.I)
 
 
-def config_secrets(config: dict[str, Any], origin: Callable[[str], str]) -> list[str]:
+def config_secrets(config: dict[str, Any], origin: Callable[..., str]) -> list[str]:
     """The credentials of an openlineage-python transport ``config`` (every string under a key
     naming one, every custom header's value), for redaction; an API key's, a token's and a
     header value's surrounding whitespace is stripped in ``config`` (mounted secrets often end
-    in a newline).  A ``ConfigError`` naming the setting (``origin`` of its top-level key, then
-    the path below it), never the value, for an API key, a token or a header value that no
+    in a newline).  A ``ConfigError`` naming the setting (``origin`` of its path of keys, as
+    ``ResolvedTransport.named``), never the value, for an API key, a token or a header value that no
     HTTP header can carry."""
     found: list[str] = []
 
     def name(path: list[str]) -> str:
-        return origin(path[0]) + (f": {'.'.join(path[1:])}" if len(path) > 1 else "")
+        return origin(*path)
 
     def walk(node: Any, path: list[str], header_value: bool) -> Any:
         # header_value: node is a value of a header dict (custom_headers).

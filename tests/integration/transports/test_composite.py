@@ -179,13 +179,11 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
         ),
         (  # a member may be composite itself, but needs members of its own
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "composite"},
-            "transport.transports.a.transports, or OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TRANSPORTS: "
-            "a composite transport needs transports",
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TRANSPORTS: a composite transport needs transports",
         ),
         (  # helper-37: it named OPENLINEAGE_URL, the top level's, which a member does not read
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "http"},
-            "the http transport needs a url: set transport.transports.a.url, or "
-            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL",
+            "the http transport needs a url: set OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL ",
         ),
         (
             {
@@ -193,13 +191,11 @@ def test_composite_as_a_list_in_yaml_sorted_by_priority(monkeypatch, tmp_path):
                 "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL": "http://<host>:5000",
             },
             r"has no host name there \('<host>'\); put the backend's host name or address, e.g. "
-            r"http://marquez:5000 \(transport.transports.a.url, or "
-            r"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL\)",
+            r"http://marquez:5000 \(OPENLINEAGE__TRANSPORT__TRANSPORTS__A__URL\)",
         ),
         (
             {"OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TYPE": "kafka"},
-            "the kafka transport needs a topic: set transport.transports.a.topic, or "
-            "OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TOPIC",
+            "the kafka transport needs a topic: set OPENLINEAGE__TRANSPORT__TRANSPORTS__A__TOPIC$",
         ),
         (
             {
@@ -225,6 +221,84 @@ def test_a_members_missing_url_is_named_in_the_file_that_configures_it(monkeypat
     assert str(raised.value) == (
         f"the http transport needs a url: set transport.transports.a.url in {config} (e.g. http://marquez:5000)"
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "yml", "message"),
+    [
+        (  # a member of a member, by variables: its own variable, not "X, or Y" glued
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__OUTER__TYPE": "composite",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__OUTER__TRANSPORTS__B__TYPE": "http",
+            },
+            None,
+            "the http transport needs a url: set "
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__OUTER__TRANSPORTS__B__URL (e.g. http://marquez:5000)",
+        ),
+        (  # the whole transport as one variable's JSON: the key in it
+            {
+                "OPENLINEAGE__TRANSPORT": '{"type": "composite", "transports": {"a": {"type": "http", '
+                '"url": "ftp://x"}}}'
+            },
+            None,
+            "url='ftp://x' is not an HTTP URL; use e.g. http://marquez:5000 "
+            "(OPENLINEAGE__TRANSPORT: transports.a.url)",
+        ),
+        (
+            {"OPENLINEAGE__TRANSPORT": '{"type": "composite", "transports": {"a": {"type": "http"}}}'},
+            None,
+            "the http transport needs a url: set transports.a.url in OPENLINEAGE__TRANSPORT "
+            "(e.g. http://marquez:5000)",
+        ),
+        (  # a list's member, unnamed: by its place in the list, not by a name the file never had
+            {},
+            "transport:\n  type: composite\n  transports:\n    - type: http\n",
+            "the http transport needs a url: set transport.transports[0].url in {config} "
+            "(e.g. http://marquez:5000)",
+        ),
+        (  # a file member without its path: its own variable, not the top level's
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__F__TYPE": "file",
+            },
+            None,
+            "the file transport needs a log_file_path; set "
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__F__LOG_FILE_PATH (got None)",
+        ),
+        (  # a value in a file: the file first, then the setting and its value
+            {},
+            "transport:\n  type: kafka\n  topic: 123\n  config:\n    bootstrap.servers: x:9092\n",
+            '{config}: transport.topic=123 is read as a number, not a topic name; quote it ("123")',
+        ),
+        (  # the hint names the member's variable, not the top level's
+            {
+                "OPENLINEAGE__TRANSPORT__TYPE": "composite",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__K__TYPE": "kafka",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__K__TOPIC": "123",
+                "OPENLINEAGE__TRANSPORT__TRANSPORTS__K__CONFIG": '{"bootstrap.servers": "x:9092"}',
+            },
+            None,
+            "OPENLINEAGE__TRANSPORT__TRANSPORTS__K__TOPIC=123 is read as a number, not a topic name; quote "
+            "it (OPENLINEAGE__TRANSPORT__TRANSPORTS__K__TOPIC='\"123\"')",
+        ),
+    ],
+)
+def test_a_setting_at_any_depth_is_named_as_it_was_set(monkeypatch, tmp_path, env, yml, message):
+    """helper-41: a member's member named "transport.transports.outer.transports, or
+    OPENLINEAGE__TRANSPORT__TRANSPORTS__OUTER__TRANSPORTS.b.url", a variable no one can set; an
+    unnamed list member was "http-0"; a file member without its path named the top level's
+    variable; a value was glued after the file's name ("... in FILE=123").  Each setting is now
+    named by where it was set (a variable, a key of a variable's JSON, a key of the file), at
+    any depth, and a missing one by where it would go beside its siblings."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "openlineage.yml"
+    if yml is not None:
+        config.write_text(yml)
+        env = {**env, "OPENLINEAGE_CONFIG": str(config)}
+    with pytest.raises(ConfigError) as raised:
+        Outbox.from_env(env, close_at_exit=False)
+    assert str(raised.value) == message.format(config=config)
 
 
 def test_from_env_after_openlineage_client_ran(monkeypatch, tmp_path):

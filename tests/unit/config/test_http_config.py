@@ -111,8 +111,8 @@ def test_an_auth_type_openlineage_python_does_not_know_is_named_with_the_ones_it
     with pytest.raises(ConfigError) as raised:
         Outbox.from_env(env, close_at_exit=False)
     assert str(raised.value) == (
-        f"transport.auth.type={kind!r} is not a token provider: use {use}, or the module.Class of "
-        "your own TokenProvider"
+        f"OPENLINEAGE__TRANSPORT__AUTH__TYPE={kind!r} is not a token provider: use {use}, or the "
+        "module.Class of your own TokenProvider"
     )
     assert "unpack" not in capfd.readouterr().err
 
@@ -125,7 +125,7 @@ def test_a_yaml_timeout_that_yaml_reads_as_text_says_so(tmp_path):
     with pytest.raises(ConfigError) as raised:
         Outbox.from_env({"OPENLINEAGE_CONFIG": str(config)}, close_at_exit=False)
     assert str(raised.value) == (
-        f"transport.timeout in {config}='1e-9' is not a positive number of seconds; it is text, not a "
+        f"{config}: transport.timeout='1e-9' is not a positive number of seconds; it is text, not a "
         "number: write it without quotes (an exponent needs a dot: 1.0e-3)"
     )
 
@@ -134,7 +134,10 @@ def test_a_yaml_timeout_that_yaml_reads_as_text_says_so(tmp_path):
     ("env", "message"),
     [
         ({"OPENLINEAGE_URL": "marquez:5000"}, "url='marquez:5000' is not an HTTP URL"),
-        ({"OPENLINEAGE__TRANSPORT__TYPE": "http"}, "the http transport needs a url: set OPENLINEAGE_URL"),
+        (
+            {"OPENLINEAGE__TRANSPORT__TYPE": "http"},
+            "the http transport needs a url: set OPENLINEAGE__TRANSPORT__URL ",
+        ),
         (
             {
                 "OPENLINEAGE__TRANSPORT__TYPE": "http",
