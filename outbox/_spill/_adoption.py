@@ -62,10 +62,10 @@ class Adoption:
                 self.not_taken.add(name)
                 continue
             if (handed := self._take(home, name, fd)) is not None:
-                target, moves = handed
+                target, order = handed
                 # What it had adopted, beside it, in the order handed on: one level, however
                 # many starts an outage sees (not if one could not be keyed: then inside it).
-                moved = flatten(target, home.path) if moves else []
+                moved = flatten(target, home.path, order)
                 room = self._take_in(home, streams, name, [*moved, target], room, most)
         if self.not_taken or self.unread:
             self.log.warning(
@@ -76,10 +76,10 @@ class Adoption:
                 self.directory,
             )
 
-    def _take(self, home: Home, name: str, fd: int) -> tuple[str, bool] | None:
+    def _take(self, home: Home, name: str, fd: int) -> tuple[str, list[str]] | None:
         """Hand the dead owner ``name`` (``fd``: its lock, held, closed here) over to ``home``:
         marked with its order, then renamed into its directory.  Returns where it is now and
-        whether the owners it holds are to move up beside it (None: not taken, counted in
+        the owners it holds that are to move up beside it, in order (None: not taken, counted in
         ``not_taken`` unless another process took it first)."""
         source, target = os.path.join(self.directory, name), os.path.join(home.path, name)
         try:

@@ -404,12 +404,27 @@ def _look(path: str, strict: bool = True) -> tuple[int, list[str]]:
     keys, owners = [-1], []
     with _tolerant(strict):
         for entry in os.scandir(path):
-            if entry.name.startswith(HANDED) and entry.is_file(follow_symlinks=False):
-                with contextlib.suppress(ValueError):
-                    keys.append(int(entry.name[len(HANDED) :], 16))
+            if (key := _mark_key(entry)) is not None:
+                keys.append(key)
             elif is_owner(entry.name) and entry.is_dir(follow_symlinks=False):
                 owners.append(entry.path)
     return max(keys), owners
+
+
+#: Keys past this are no adopter's (each adds a few to the largest it finds): not marks.
+_MOST_KEY = 1 << 62
+
+
+def _mark_key(entry: os.DirEntry[str]) -> int | None:
+    """The key of ``entry`` if it is a mark: a regular file named ``HANDED`` and 16 hex digits."""
+    name = entry.name
+    if not (name.startswith(HANDED) and len(name) == len(HANDED) + 16):
+        return None
+    try:
+        key = int(name[len(HANDED) :], 16)
+        return key if key < _MOST_KEY and entry.is_file(follow_symlinks=False) else None
+    except (ValueError, OSError):
+        return None
 
 
 def next_key(directory: str) -> int:
@@ -442,58 +457,69 @@ def _mark(path: str, key: int, marked: bool = True) -> bool:
             return False
     if marked:
         with contextlib.suppress(OSError):
-            for name in os.listdir(path):
-                if name.startswith(HANDED) and name != mark:
+            for entry in list(os.scandir(path)):
+                if entry.name != mark and _mark_key(entry) is not None:
                     with contextlib.suppress(OSError):
-                        os.unlink(os.path.join(path, name))
+                        os.unlink(entry.path)
     return True
 
 
 def _rename_to(path: str, mark: str) -> bool:
-    """Make ``mark`` in the owner's directory ``path`` of a file it holds: an old mark, else its
-    reserve (its settlements are its adopter's now), emptied."""
+    """Make ``mark`` in the owner's directory ``path`` of a regular file it holds: an old mark,
+    else its reserve (its settlements are its adopter's now), emptied."""
     with contextlib.suppress(OSError):
-        names = os.listdir(path)
-        for name in sorted(names, key=lambda name: not name.startswith(HANDED)):
-            if name.startswith(HANDED) or name == RESERVE:
-                os.rename(os.path.join(path, name), os.path.join(path, mark))
-                with contextlib.suppress(OSError):
-                    os.truncate(os.path.join(path, mark), 0)
-                return True
+        entries = [
+            entry
+            for entry in os.scandir(path)
+            if _mark_key(entry) is not None
+            or (entry.name == RESERVE and entry.is_file(follow_symlinks=False))
+        ]
+        for entry in sorted(entries, key=lambda entry: entry.name == RESERVE):
+            target = os.path.join(path, mark)
+            os.rename(entry.path, target)
+            with contextlib.suppress(OSError):
+                fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, 0)
+                finally:
+                    os.close(fd)
+            return True
     return False
 
 
-def hand_over(source: str, floor: int) -> tuple[int, bool] | None:
+def hand_over(source: str, floor: int) -> tuple[int, list[str]] | None:
     """Mark the dead owner's directory ``source`` (its lock held) with the order it is handed
     on, and the owners nested in it with the order they are read in it, all past ``floor``
     (every owner its adopter holds) and past every key it holds: the owners it had adopted are
     ranked as they are read in it (their own nested ones first), then it.  Each is keyed again
     largest first, so that at any crash siblings compare as before, and a successor that takes
-    it over ranks it all again.  Returns its key, and whether it holds owners, every one keyed
-    again (only then are they moved up beside it: :func:`flatten`); None: it could not be marked (no
-    inode left, and no file of its own to rename), not to be taken until it can be.  Raises
-    OSError if this process could not look."""
+    it over ranks it all again.  Returns its key, and the owners it holds (their paths in it),
+    in that order, if every one was keyed again (only then are they moved up beside it:
+    :func:`flatten`); None: it could not be marked (no inode left, and no file of its own to
+    rename), not to be taken until it can be.  Raises OSError if this process could not look."""
     own, owners = _look(source)
     nested = _nested(owners)
     base = max([floor, own + 1, *(key + 1 for key, _ in nested)])
     rekeyed = all(_mark(path, base + rank) for rank, (_, path) in reversed(list(enumerate(nested))))
     key = base + len(nested)
-    return (key, rekeyed and bool(nested)) if _mark(source, key, own >= 0) else None
+    if not _mark(source, key, own >= 0):
+        return None
+    return key, [os.path.relpath(path, source) for _, path in nested] if rekeyed else []
 
 
-def flatten(directory: str, into: str) -> list[str]:
-    """Move the owners nested in ``directory`` (those it adopted, at any depth, marked ``HANDED``
-    and keyed again by :func:`hand_over` in the order they are read there) up into ``into``,
-    beside it, in that order; returns their paths there.  Else every start during an outage nests
-    the backlog one level deeper, and past ``PATH_MAX`` its oldest files can no longer be listed.
-    Each move is one rename, of an owner whose nested ones have moved: after a crash at any point
-    those moved are read before those not yet, in the same order.  The first that cannot move
-    stops the moves: the rest are read where they are, as is what cannot be looked at."""
+def flatten(directory: str, into: str, order: list[str]) -> list[str]:
+    """Move the owners nested in ``directory`` (``order``: their paths in it, as :func:`hand_over`
+    ranked and keyed them, as they are read there) up into ``into``, beside it, in that order;
+    returns their paths there.  Else every start during an outage nests the backlog one level
+    deeper, and past ``PATH_MAX`` its oldest files can no longer be listed.  Each move is one
+    rename, of an owner whose nested ones have moved: after a crash at any point those moved are
+    read before those not yet, in the same order.  The first that cannot move stops the moves:
+    the rest are read where they are."""
     moved = []
-    for _, path in _nested(_look(directory, strict=False)[1], strict=False):
+    for path in order:
         target = os.path.join(into, os.path.basename(path))
         try:
-            os.rename(path, target)
+            os.rename(os.path.join(directory, path), target)
         except OSError:
             break
         moved.append(target)

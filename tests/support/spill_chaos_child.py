@@ -182,7 +182,7 @@ def die_in_hand_over(where: str, armed: threading.Event) -> None:
     elif where == "mark":
         hand_over = _adoption.hand_over
 
-        def marked_then_dead(source: str, floor: int) -> tuple[int, bool] | None:
+        def marked_then_dead(source: str, floor: int) -> tuple[int, list[str]] | None:
             key = hand_over(source, floor)
             if armed.is_set():
                 die()
@@ -192,7 +192,7 @@ def die_in_hand_over(where: str, armed: threading.Event) -> None:
     elif where == "move":
         flatten, rename = _adoption.flatten, os.rename
 
-        def moved_then_dead(directory: str, into: str) -> list[str]:
+        def moved_then_dead(directory: str, into: str, order: list[str]) -> list[str]:
             def rename_once(a: str, b: str) -> None:
                 rename(a, b)
                 if armed.is_set():
@@ -200,7 +200,7 @@ def die_in_hand_over(where: str, armed: threading.Event) -> None:
 
             os.rename = rename_once  # (flatten's: the sidecar's thread is the one that renames)
             try:
-                return flatten(directory, into)
+                return flatten(directory, into, order)
             finally:
                 os.rename = rename
 

@@ -308,3 +308,94 @@ def test_owners_moved_up_from_one_adopter_are_read_after_those_the_other_had_tak
     _adopted_by(a)
     assert a.close(0).undelivered == {"spilled_at_close": 11}
     assert drain(spill) == [100, *range(10)]
+
+
+# -- what a hostile directory holds (helper-42) -------------------------------------------------
+
+
+def test_a_symlink_named_like_a_mark_is_never_followed_nor_taken_for_one(few_inodes, tmp_path):
+    """helper-42: on a disk with no inode left a mark is made by renaming a file the dead owner
+    holds; a symlink ``handed-zz`` (to a file elsewhere) was renamed, then truncated through:
+    the file it named emptied, and the "mark", no file, read as none: B's 5-9 before W's 0-4.
+    Only a regular file is renamed (here B's reserve), and truncated without following a link."""
+    disk = few_inodes
+    victim = tmp_path / "precious.txt"
+    victim.write_text("do not truncate me\n")
+    spill = disk / "spill"
+    x = down_box(spill)
+    dead_owner(disk / "w", 0, 5)
+    for owner in (disk / "w").iterdir():
+        owner.rename(spill / owner.name)
+    _adopted_by(x)  # W, key 0
+    dead_owner(disk / "b", 5, 5)
+    (b,) = list((disk / "b").iterdir())
+    (b / f"{HANDED}zz").symlink_to(victim)
+    (b / f"{HANDED}{'0' * 16}").symlink_to(victim)  # (named like a mark: still no file)
+    taken = take_inodes(disk)
+    b.rename(spill / b.name)
+    _adopted_by(x)
+    assert victim.read_text() == "do not truncate me\n"
+    assert x.close(0).undelivered == {"spilled_at_close": 10}
+    for path in taken:
+        os.unlink(path)
+    assert drain(spill) == list(range(10))
+
+
+def test_moving_up_follows_the_order_the_hand_over_ranked_whatever_a_listing_then_says(tmp_path, monkeypatch):
+    """helper-42: the moves up listed what they moved again, leniently: one EMFILE on Y's listing
+    read Y as unmarked, so it moved first, and when the move of X (keyed before it) then failed,
+    Y stayed ahead of X: 5-9, 0-4, 10-14.  The moves follow the ranks the hand-over keyed, and
+    list nothing."""
+    stage, spill = tmp_path / "stage", tmp_path / "spill"
+    dead_owner(stage, 0, 5)  # X
+    d = down_box(stage)  # adopts X at start
+    dead_owner(tmp_path / "y", 5, 5)  # Y
+    (y,) = [owner.name for owner in (tmp_path / "y").iterdir()]
+    (tmp_path / "y" / y).rename(stage / y)
+    _adopted_by(d)
+    for n in range(10, 15):
+        assert d.emit(run_event(run_id=RUNS[0], n=n))
+    assert d.close(0).undelivered == {"spilled_at_close": 15}
+    (d_dir,) = list(stage.iterdir())
+    (x,) = [path.name for path in d_dir.iterdir() if path.is_dir() and path.name != y]
+    spill.mkdir()
+    d_dir.rename(spill / d_dir.name)
+    real_scandir, real_rename = os.scandir, os.rename
+    faults = {"emfile": 1, "enospc": 1}
+
+    def inside_adopter(path: object, name: str) -> bool:
+        text = os.fspath(path)  # type: ignore[call-overload]
+        return text.endswith(f"{d_dir.name}/{name}") and not text.startswith(str(spill / d_dir.name))
+
+    def scandir(path: object = ".") -> object:
+        if faults["emfile"] and inside_adopter(path, y):
+            faults["emfile"] -= 1  # (out of descriptors for a moment, as Y is looked at)
+            raise OSError(errno.EMFILE, "Too many open files", os.fspath(path))  # type: ignore[call-overload]
+        return real_scandir(path)  # type: ignore[call-overload]
+
+    def rename(a: object, b: object) -> None:
+        if faults["enospc"] and inside_adopter(a, x):
+            faults["enospc"] -= 1  # (moving X up: the disk is full)
+            raise OSError(errno.ENOSPC, "No space left on device", a)
+        real_rename(a, b)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "rename", rename)
+    with Sink() as sink:
+        report = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(30)
+        assert report.complete, report
+        assert faults == {"emfile": 0, "enospc": 0}  # (both happened)
+        assert ns(sink) == list(range(15))
+
+
+def test_a_forged_mark_too_long_for_a_key_is_no_mark(tmp_path):
+    """helper-42: a forged mark of 248 hex digits made every next key 249 digits long, a name no
+    file system takes: the owner was left at every look, every younger one behind it, and
+    nothing was ever delivered.  A mark is 16 hex digits, below 2**62; anything else is not one."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)
+    (p,) = [path for path in spill.iterdir() if path.is_dir()]
+    (p / f"{HANDED}{'f' * 248}").touch()
+    (p / f"{HANDED}{'f' * 16}").touch()
+    dead_owner(spill, 5, 5)
+    assert drain(spill) == list(range(10))

@@ -64,8 +64,7 @@ def take(home: Path, dead: Path) -> bool:
         return False
     target = home / dead.name
     os.rename(dead, target)
-    if handed[1]:
-        flatten(str(target), str(home))
+    flatten(str(target), str(home), handed[1])
     return True
 
 
