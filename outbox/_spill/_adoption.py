@@ -27,6 +27,9 @@ class Adoption:
         self.not_taken: set[str] = set()
         #: Dead owners taken over whose files could not be listed yet (out of descriptors).
         self.unread: list[tuple[str, list[str]]] = []
+        #: Dead owners taken over that hold files no path can name (nested past PATH_MAX by an
+        #: earlier release): what could be listed was replayed; the rest is named at every close.
+        self.unreachable: set[str] = set()
         #: The ``HANDED`` key of the next owner taken over (None: this owner's directory not
         #: looked at yet; it is the only process that writes there).
         self.next_key: int | None = None
@@ -42,7 +45,10 @@ class Adoption:
 
     def left(self) -> dict[str, int]:
         """Adopted events not taken in yet, and dead owners that could not be taken over."""
-        return {"events": self.remaining(), "owners": len(self.not_taken) + len(self.unread)}
+        return {
+            "events": self.remaining(),
+            "owners": len(self.not_taken) + len(self.unread) + len(self.unreachable),
+        }
 
     def adopt(self, home: Home, streams: Streams, room: int = 0, most: int = 0) -> None:
         """Take over every dead owner's directory into ``home``'s and replay its files into
@@ -112,11 +118,22 @@ class Adoption:
         if self.unread:
             self.unread.append((name, dirs))
             return room
+        unreachable: list[str] = []
         try:
-            paths = [path for directory in dirs for path in segment_paths(directory, strict=True)]
+            paths = [path for directory in dirs for path in segment_paths(directory, True, unreachable)]
         except OSError:
             self.unread.append((name, dirs))
             return room
+        if unreachable:
+            self.unreachable.add(name)
+            self.log.warning(
+                "spill-unreachable",
+                "spill: %s holds files nested past PATH_MAX (an earlier release's backlog), which "
+                "no path can name: not delivered, and named at every close; move the owner "
+                "directories nested in it up (mv), then start an outbox on %s",
+                name,
+                self.directory,
+            )
         if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
             for directory in dirs:
                 prune_all(directory, [home.path])

@@ -363,21 +363,28 @@ def _not_a_directory(path: str) -> str | None:
     return "a file"
 
 
-def segment_paths(directory: str, strict: bool = False) -> list[str]:
+def segment_paths(directory: str, strict: bool = False, unreachable: list[str] | None = None) -> list[str]:
     """The segments of an owner's directory, after those of the owners it adopted (its
     subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
     key; an earlier release's, unmarked, first, by name): the order their events were handed on.
     What cannot be listed is left out; with ``strict``, raises OSError if this process could not
-    look (``_SCARCE``): a list made without looking would leave events out, or misorder them."""
+    look (``_SCARCE``): a list made without looking would leave events out, or misorder them.
+    A directory whose path is too long to list (an earlier release's backlog nested past
+    ``PATH_MAX``) is added to ``unreachable``."""
     entries: list[os.DirEntry[str]] = []
-    with _tolerant(strict):
+    try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG and unreachable is not None:
+            unreachable.append(directory)
+        elif strict and exc.errno in _SCARCE:
+            raise
     nested = []
     for entry in entries:
         with _tolerant(strict):
             if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
                 nested.append((_handed(entry.path, strict), entry.name, entry.path))
-    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner, strict)]
+    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner, strict, unreachable)]
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
 
 

@@ -5,6 +5,8 @@ Real outboxes, real files, a real ``outbox sink``."""
 from __future__ import annotations
 
 import errno
+import fcntl
+import itertools
 import os
 from pathlib import Path
 
@@ -92,6 +94,7 @@ def test_siblings_are_read_in_the_order_handed_on_not_the_order_they_started(tmp
         owner.rename(spill / owner.name)
     _adopted_by(adopter)
     assert w.close(0).undelivered == {"spilled_at_close": 1}
+    _let_go(next((tmp_path / "w").iterdir()))
     for owner in (tmp_path / "w").iterdir():
         owner.rename(spill / owner.name)
     _adopted_by(adopter)
@@ -136,6 +139,23 @@ def test_a_crash_between_two_marks_keeps_the_order(tmp_path):
 # -- what an adopter cannot write or cannot look at (helper-39) ---------------------------------
 
 
+def _let_go(owner: Path) -> None:
+    """Wait until the closed owner's directory is no longer locked: a close whose deadline has
+    passed returns its report while its worker still lets go of the directory."""
+
+    def free() -> bool:
+        fd = os.open(owner, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # (and the lock with it)
+
+    assert wait_until(free)
+
+
 def _b_adopted_w(stage: Path) -> Path:
     """B, gone, which had adopted W (0-4) and then emitted 5-9 of the same run; returns B."""
     dead_owner(stage, 0, 5)  # W
@@ -144,6 +164,7 @@ def _b_adopted_w(stage: Path) -> Path:
         assert b.emit(run_event(run_id=RUNS[0], n=n))
     assert b.close(0).undelivered == {"spilled_at_close": 10}
     (b_dir,) = list(stage.iterdir())
+    _let_go(b_dir)
     return b_dir
 
 
@@ -161,8 +182,10 @@ def test_on_a_disk_with_no_inode_left_marks_are_made_of_the_files_the_owners_hol
     assert taken
     b_dir.rename(spill / b_dir.name)  # B dies while X runs
     _adopted_by(x)
-    (home,) = [path for path in spill.iterdir() if path.is_dir()]
-    owners = sorted((path for path in home.iterdir() if path.is_dir()), key=_key)
+    listing = sorted(str(path.relative_to(spill)) for path in spill.rglob("*"))
+    homes = [path for path in spill.iterdir() if path.is_dir()]
+    assert len(homes) == 1, (listing, x.stats().spill)
+    owners = sorted((path for path in homes[0].iterdir() if path.is_dir()), key=_key)
     assert [path.name for path in owners][1:] == [b_dir.name]  # W moved up beside B, keyed before it
     assert not (owners[1] / "reserve").exists()  # (renamed to its mark)
     assert x.close(0).undelivered == {"spilled_at_close": 10}
@@ -232,6 +255,7 @@ def test_an_owner_whose_directory_cannot_be_listed_is_not_keyed_below_what_it_ad
         assert b.emit(run_event(run_id=RUNS[0], n=n))
     assert b.close(0).undelivered == {"spilled_at_close": 10}
     (b_dir,) = list(stage.iterdir())
+    _let_go(b_dir)
     spill.mkdir()
     b_dir.rename(spill / b_dir.name)
     left = _scarce(monkeypatch, spill / b_dir.name)
@@ -303,6 +327,7 @@ def test_owners_moved_up_from_one_adopter_are_read_after_those_the_other_had_tak
     dead_owner(stage, 5, 5)  # W
     b = down_box(stage)  # adopts W at start
     assert b.close(0).undelivered == {"spilled_at_close": 5}
+    _let_go(next(stage.iterdir()))
     for owner in stage.iterdir():  # B dies while A runs
         owner.rename(spill / owner.name)
     _adopted_by(a)
@@ -357,6 +382,7 @@ def test_moving_up_follows_the_order_the_hand_over_ranked_whatever_a_listing_the
         assert d.emit(run_event(run_id=RUNS[0], n=n))
     assert d.close(0).undelivered == {"spilled_at_close": 15}
     (d_dir,) = list(stage.iterdir())
+    _let_go(d_dir)
     (x,) = [path.name for path in d_dir.iterdir() if path.is_dir() and path.name != y]
     spill.mkdir()
     d_dir.rename(spill / d_dir.name)
@@ -399,3 +425,31 @@ def test_a_forged_mark_too_long_for_a_key_is_no_mark(tmp_path):
     (p / f"{HANDED}{'f' * 16}").touch()
     dead_owner(spill, 5, 5)
     assert drain(spill) == list(range(10))
+
+
+def test_a_backlog_nested_past_path_max_by_an_earlier_release_is_named_never_said_complete(tmp_path, caplog):
+    """helper-42: an earlier release nested each adopted owner whole in its adopter; 140 of them
+    put the oldest files past PATH_MAX.  A successor delivered the 129 it could list, left 11
+    files on disk and said complete.  What can be listed is delivered; the owner that holds the
+    rest is named in ``spill_left``, the close is not complete, and a warning says what to do."""
+    stage = tmp_path / "stage"
+    owners = []
+    for n in range(140):
+        box = down_box(stage / str(n))
+        assert box.emit(run_event(run_id=RUNS[0], n=n))
+        assert box.close(0).undelivered == {"spilled_at_close": 1}
+        (owner,) = list((stage / str(n)).iterdir())
+        owners.append(owner)
+    for inner, outer in itertools.pairwise(owners):  # (each adopted the last, whole)
+        inner.rename(outer / inner.name)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    owners[-1].rename(spill / owners[-1].name)
+    with Sink() as sink:
+        report = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(30)
+        delivered = ns(sink)
+    assert not report.complete
+    assert report.spill_left["owners"] == 1, report
+    assert 100 < len(delivered) < 140
+    assert delivered == sorted(delivered)  # (the newest, in order)
+    assert "nested past PATH_MAX" in caplog.text
