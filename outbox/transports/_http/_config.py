@@ -205,7 +205,9 @@ def _header_and_auth_kwargs(config: dict[str, Any], origin: Callable[..., str]) 
         auth = config["auth"]
         kind = auth.get("type") if isinstance(auth, dict) else None
         if kind in (None, "api_key"):
-            kwargs["api_key"] = _api_key(origin("auth"), auth, origin("auth", "apiKey"))
+            keys = auth if isinstance(auth, dict) else {}
+            used = next((k for k in ("apiKey", "apikey", "api_key") if k in keys), "apiKey")
+            kwargs["api_key"] = _api_key(origin("auth"), auth, origin("auth", used))
         else:
             kwargs["token_provider"] = _token_provider(origin("auth"), auth, origin("auth", "type"))
     return kwargs

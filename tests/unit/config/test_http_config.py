@@ -355,3 +355,18 @@ def test_a_secret_that_is_not_text_is_a_config_error_naming_it():
         ConfigError, match=r"api_key \(OPENLINEAGE_API_KEY or auth.apiKey\) is of type int, not text"
     ):
         HttpTransport("http://m:5000", api_key=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["apiKey", "apikey", "api_key"])
+def test_an_api_key_that_no_header_can_carry_is_named_as_it_was_written(tmp_path, field):
+    """The key's setting is named by the key it was written under (openlineage-python reads all
+    three), in the file that holds it."""
+    config = tmp_path / "openlineage.yml"
+    config.write_text(
+        "transport:\n  type: http\n  url: http://m:5000\n"
+        f'  auth:\n    type: api_key\n    {field}: "k\\nX-Injected: 1"\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        Outbox.from_env({"OPENLINEAGE_CONFIG": str(config)}, close_at_exit=False)
+    assert str(raised.value).startswith(f"{config}: transport.auth.{field} contains a control character")
+    assert "X-Injected" not in str(raised.value)
