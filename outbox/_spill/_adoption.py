@@ -9,7 +9,8 @@ import errno
 import os
 
 from .._observability._log import RateLimitedLog, logger
-from ._owners import RESERVE, Home, dead_owners, flatten, hand_over, next_key, prune_all, segment_paths
+from ._order import flatten, hand_over, next_key, segment_paths
+from ._owners import RESERVE, Home, dead_owners, prune_all
 from ._streams import Kept, Run, Streams
 
 __all__ = ["Adoption"]

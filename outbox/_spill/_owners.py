@@ -22,61 +22,37 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import secrets
 import shutil
 import stat
 import time
 from collections import Counter
-from collections.abc import Collection, Generator, Iterator
+from collections.abc import Collection, Generator
 from typing import Any
 
 from .._errors import ConfigError
+from . import _order
 from ._format import Event, NotOurs, SegmentReader
+from ._names import HANDED, LOCK, LOCK_TEXT, LOCKS_DIRECTORY, RESERVE, SCARCE, WAS, is_owner
+from ._order import segment_paths
 
 __all__ = [
+    "HANDED",
+    "LOCK_TEXT",
     "RESERVE",
+    "WAS",
     "Home",
     "dead_owners",
-    "flatten",
-    "hand_over",
     "inspect_dir",
     "is_owner",
-    "next_key",
     "prune",
     "prune_all",
-    "segment_paths",
 ]
 
-LOCK = "lock"
-#: A file of the owner's allocated for its settlements on a full disk (``_disk``).
-RESERVE = "reserve"
-LOCK_TEXT = b"lineage-outbox spill owner 1\n"
-#: ``WAS + ID``: an empty file saying that the directory was owner ID's (taken over on a full
-#: disk), whose segments it holds under that name.
-WAS = "was-"
-#: An empty file an owner makes in its directory: it locks the directory itself (this release
-#: on), so that the directory, its lock file removed or damaged, is still adoptable once gone.
-#: A directory without it (an earlier release's owner, which locks its lock file only) is not.
-LOCKS_DIRECTORY = "locks-directory"
-#: ``HANDED + KEY``: an empty file in an adopted owner's directory saying when it was handed on
-#: among its adopter's (``KEY``: 16 hex digits, larger than those of the owners the adopter held
-#: and of those the adopted one held): owners are read in that order wherever they are moved.
-HANDED = "handed-"
 #: What an owner's directory holds besides its segments and marks.
 _OWNERS_OWN = frozenset({LOCK, LOCK + ".new", LOCKS_DIRECTORY, RESERVE})
 #: Tries to make an owner's directory while what is made is removed under it.
 _MAKE_ATTEMPTS = 5
-_OWNER = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{1,8}-[0-9a-f]{8}$")
-
-
-def is_owner(name: str) -> bool:
-    return bool(_OWNER.match(name))
-
-
-#: Errors that say nothing of an owner but that this process could not look (out of file
-#: descriptors or memory): the owner is neither alive nor gone to it.
-_SCARCE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOLCK})
 
 
 def _probe(root: str, name: str, how: int) -> int | None:
@@ -87,14 +63,14 @@ def _probe(root: str, name: str, how: int) -> int | None:
     its lock file removed or damaged, it says it locks its directory (``LOCKS_DIRECTORY``) and
     holds a segment whose header names it.  ``name`` may be one being made (``.tmp-ID``): only
     one ``STALE_AFTER`` old is probed (a younger one's maker may be about to lock it).  Raises
-    OSError (``_SCARCE``) if this process could not look."""
+    OSError (``SCARCE``) if this process could not look."""
     if not is_owner(name.removeprefix(".tmp-")) or (name.startswith(".tmp-") and not _old(name)):
         return None
     path = os.path.join(root, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in _SCARCE:
+        if exc.errno in SCARCE:
             raise
         return None
     try:
@@ -102,7 +78,7 @@ def _probe(root: str, name: str, how: int) -> int | None:
         if _lock_file_free(path, how) if _has_lock_text(path) else _locks_itself(path, name):
             return fd
     except OSError as exc:
-        if exc.errno in _SCARCE:
+        if exc.errno in SCARCE:
             os.close(fd)
             raise
     os.close(fd)
@@ -115,7 +91,7 @@ def _has_lock_text(path: str) -> bool:
     try:
         fd = os.open(os.path.join(path, LOCK), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError as exc:
-        if exc.errno in _SCARCE:
+        if exc.errno in SCARCE:
             raise
         return False
     try:
@@ -303,7 +279,7 @@ class Home:
             os.close(fd)
             raise full from None
         try:  # (strict: files left out of the list would never be replayed, nor counted)
-            self.taken = (name, segment_paths(self.path, strict=True))
+            self.taken = (name, _order.segment_paths(self.path, strict=True))
         except OSError:
             os.close(fd)  # (the directory, of this owner's name now, is a dead owner's again)
             raise full from None
@@ -363,176 +339,6 @@ def _not_a_directory(path: str) -> str | None:
     return "a file"
 
 
-def segment_paths(directory: str, strict: bool = False, unreachable: list[str] | None = None) -> list[str]:
-    """The segments of an owner's directory, after those of the owners it adopted (its
-    subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
-    key; an earlier release's, unmarked, first, by name): the order their events were handed on.
-    What cannot be listed is left out; with ``strict``, raises OSError if this process could not
-    look (``_SCARCE``): a list made without looking would leave events out, or misorder them.
-    A directory whose path is too long to list (an earlier release's backlog nested past
-    ``PATH_MAX``) is added to ``unreachable``."""
-    entries: list[os.DirEntry[str]] = []
-    try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG and unreachable is not None:
-            unreachable.append(directory)
-        elif strict and exc.errno in _SCARCE:
-            raise
-    nested = []
-    for entry in entries:
-        with _tolerant(strict):
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                nested.append((_handed(entry.path, strict), entry.name, entry.path))
-    paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner, strict, unreachable)]
-    return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
-
-
-@contextlib.contextmanager
-def _tolerant(strict: bool = True) -> Iterator[None]:
-    """Go on past an OSError (a file gone meanwhile, a permission), unless ``strict`` and this
-    process could not look (``_SCARCE``)."""
-    try:
-        yield
-    except OSError as exc:
-        if strict and exc.errno in _SCARCE:
-            raise
-
-
-def _handed(path: str, strict: bool = True) -> int:
-    """The ``HANDED`` key of the owner's directory ``path`` (-1: none, an earlier release's);
-    only a file is a mark.  Raises OSError if this process could not look (``strict``)."""
-    return _look(path, strict)[0]
-
-
-def _look(path: str, strict: bool = True) -> tuple[int, list[str]]:
-    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), and the owners'
-    directories in it, in one listing."""
-    keys, owners = [-1], []
-    with _tolerant(strict):
-        for entry in os.scandir(path):
-            if (key := _mark_key(entry)) is not None:
-                keys.append(key)
-            elif is_owner(entry.name) and entry.is_dir(follow_symlinks=False):
-                owners.append(entry.path)
-    return max(keys), owners
-
-
-#: Keys past this are no adopter's (each adds a few to the largest it finds): not marks.
-_MOST_KEY = 1 << 62
-
-
-def _mark_key(entry: os.DirEntry[str]) -> int | None:
-    """The key of ``entry`` if it is a mark: a regular file named ``HANDED`` and 16 hex digits."""
-    name = entry.name
-    if not (name.startswith(HANDED) and len(name) == len(HANDED) + 16):
-        return None
-    try:
-        key = int(name[len(HANDED) :], 16)
-        return key if key < _MOST_KEY and entry.is_file(follow_symlinks=False) else None
-    except (ValueError, OSError):
-        return None
-
-
-def next_key(directory: str) -> int:
-    """The ``HANDED`` key past those of every owner ``directory`` holds (0: none).  Raises
-    OSError if this process could not look: a key chosen without looking may come too early."""
-    return max([0, *(_handed(path) + 1 for path in _look(directory)[1])])
-
-
-def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, str]]:
-    """The owners nested in the owners' directories ``owners`` (those of one directory) and
-    those, at any depth, as (``HANDED`` key, path), in the order :func:`segment_paths` reads
-    them there: each one's own nested ones before it (an earlier release's, unmarked, first).
-    Raises OSError if this process could not look (``strict``): a rank taken without looking
-    is wrong."""
-    found = [(*_look(path, strict), os.path.basename(path), path) for path in owners]
-    found.sort(key=lambda item: (item[0], item[2]))
-    return [owner for key, inner, _, path in found for owner in (*_nested(inner, strict), (key, path))]
-
-
-def _mark(path: str, key: int, marked: bool = True) -> bool:
-    """Mark the owner's directory ``path`` with ``key``, larger than its marks (``marked``: it
-    may have some): the new mark first, then the old ones removed (after a crash between the two
-    it reads as the new one).  On a disk with no inode left, an old mark, or the dead owner's
-    reserve (emptied), is renamed to it (atomic: one mark or the other); False if it has neither."""
-    mark = f"{HANDED}{key:016x}"
-    try:
-        os.close(os.open(os.path.join(path, mark), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-    except OSError:
-        if not _rename_to(path, mark):
-            return False
-    if marked:
-        with contextlib.suppress(OSError):
-            for entry in list(os.scandir(path)):
-                if entry.name != mark and _mark_key(entry) is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.path)
-    return True
-
-
-def _rename_to(path: str, mark: str) -> bool:
-    """Make ``mark`` in the owner's directory ``path`` of a regular file it holds: an old mark,
-    else its reserve (its settlements are its adopter's now), emptied."""
-    with contextlib.suppress(OSError):
-        entries = [
-            entry
-            for entry in os.scandir(path)
-            if _mark_key(entry) is not None
-            or (entry.name == RESERVE and entry.is_file(follow_symlinks=False))
-        ]
-        for entry in sorted(entries, key=lambda entry: entry.name == RESERVE):
-            target = os.path.join(path, mark)
-            os.rename(entry.path, target)
-            with contextlib.suppress(OSError):
-                fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                try:
-                    os.ftruncate(fd, 0)
-                finally:
-                    os.close(fd)
-            return True
-    return False
-
-
-def hand_over(source: str, floor: int) -> tuple[int, list[str]] | None:
-    """Mark the dead owner's directory ``source`` (its lock held) with the order it is handed
-    on, and the owners nested in it with the order they are read in it, all past ``floor``
-    (every owner its adopter holds) and past every key it holds: the owners it had adopted are
-    ranked as they are read in it (their own nested ones first), then it.  Each is keyed again
-    largest first, so that at any crash siblings compare as before, and a successor that takes
-    it over ranks it all again.  Returns its key, and the owners it holds (their paths in it),
-    in that order, if every one was keyed again (only then are they moved up beside it:
-    :func:`flatten`); None: it could not be marked (no inode left, and no file of its own to
-    rename), not to be taken until it can be.  Raises OSError if this process could not look."""
-    own, owners = _look(source)
-    nested = _nested(owners)
-    base = max([floor, own + 1, *(key + 1 for key, _ in nested)])
-    rekeyed = all(_mark(path, base + rank) for rank, (_, path) in reversed(list(enumerate(nested))))
-    key = base + len(nested)
-    if not _mark(source, key, own >= 0):
-        return None
-    return key, [os.path.relpath(path, source) for _, path in nested] if rekeyed else []
-
-
-def flatten(directory: str, into: str, order: list[str]) -> list[str]:
-    """Move the owners nested in ``directory`` (``order``: their paths in it, as :func:`hand_over`
-    ranked and keyed them, as they are read there) up into ``into``, beside it, in that order;
-    returns their paths there.  Else every start during an outage nests the backlog one level
-    deeper, and past ``PATH_MAX`` its oldest files can no longer be listed.  Each move is one
-    rename, of an owner whose nested ones have moved: after a crash at any point those moved are
-    read before those not yet, in the same order.  The first that cannot move stops the moves:
-    the rest are read where they are."""
-    moved = []
-    for path in order:
-        target = os.path.join(into, os.path.basename(path))
-        try:
-            os.rename(os.path.join(directory, path), target)
-        except OSError:
-            break
-        moved.append(target)
-    return moved
-
-
 def prune_all(path: str, keep: Collection[str]) -> None:
     """:func:`prune` ``path`` and the owners' directories in it (adopted, files or not)."""
     dirs = set()
@@ -573,7 +379,7 @@ def dead_owners(root: str, me: str, unseen: set[str] | None = None) -> Generator
     try:
         names = sorted(os.listdir(root))
     except OSError as exc:
-        if unseen is not None and exc.errno in _SCARCE:
+        if unseen is not None and exc.errno in SCARCE:
             unseen.add(root)
         return
     for name in names:

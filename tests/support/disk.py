@@ -76,10 +76,11 @@ def take_inodes(disk: Path) -> list[str]:
     (room for bytes, none for a file); returns their paths, to give them back."""
     folder = disk / "inodes"
     folder.mkdir(exist_ok=True)
+    first = len(os.listdir(folder))  # (taken again: past those taken before)
     taken: list[str] = []
     with contextlib.suppress(OSError):
         while True:
-            path = str(folder / str(len(taken)))
+            path = str(folder / str(first + len(taken)))
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
             taken.append(path)
     return taken

@@ -163,22 +163,22 @@ def die_in_hand_over(where: str, armed: threading.Event) -> None:
     ``mark`` just after a dead owner and those it holds are marked (before its rename), ``move``
     just after the first owner nested in an adopted one was moved up beside it (before the
     others)."""
-    from outbox._spill import _adoption, _owners
+    from outbox._spill import _adoption, _order
 
     def die() -> None:
         os.write(sys.stdout.fileno(), f"dying in hand-over ({where})\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
 
     if where == "rekey":
-        mark = _owners._mark
+        mark = _order._mark
 
         def new_mark_then_dead(path: str, key: int, marked: bool = True) -> bool:
             if armed.is_set():
-                os.close(os.open(os.path.join(path, f"{_owners.HANDED}{key:016x}"), os.O_WRONLY | os.O_CREAT))
+                os.close(os.open(os.path.join(path, f"{_order.HANDED}{key:016x}"), os.O_WRONLY | os.O_CREAT))
                 die()
             return mark(path, key, marked)
 
-        _owners._mark = new_mark_then_dead
+        _order._mark = new_mark_then_dead
     elif where == "mark":
         hand_over = _adoption.hand_over
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from outbox._run._serde import SerializedEvent
 from outbox._spill._format import SegmentReader
-from outbox._spill._owners import is_owner, segment_paths
+from outbox._spill._order import segment_paths
+from outbox._spill._owners import is_owner
 from outbox._spill._streams import Run, Streams
 
 

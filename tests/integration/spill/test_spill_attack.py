@@ -21,7 +21,8 @@ from outbox._observability._log import RateLimitedLog
 from outbox._run._serde import SerializedEvent
 from outbox._spill._disk import Disk
 from outbox._spill._format import FRAME, MAGIC, encode_event, file_header
-from outbox._spill._owners import Home, segment_paths
+from outbox._spill._order import segment_paths
+from outbox._spill._owners import Home
 from outbox._spill._ranges import Ranges
 from outbox._spill._streams import Streams
 from outbox.tools.sink import Sink, SinkBehaviour
@@ -596,20 +597,20 @@ def test_an_emfile_listing_a_directory_taken_over_on_a_full_disk_leaves_it_named
     outbox starts in memory: its close names the owner it left."""
     import errno
 
-    from outbox._spill import _owners
+    from outbox._spill import _order
 
     spill = tmpfs / "spill"
     dead_owner(spill, 0, 100)
     (dead,) = owner_dirs(spill)
     (dead / "reserve").unlink()  # (none to free: the directory is taken over)
     fill(tmpfs)
-    strict_listing = _owners.segment_paths
+    strict_listing = _order.segment_paths
 
     def once(directory: str, strict: bool = False) -> list[str]:
-        monkeypatch.setattr(_owners, "segment_paths", strict_listing)
+        monkeypatch.setattr(_order, "segment_paths", strict_listing)
         raise OSError(errno.EMFILE, "Too many open files", directory)
 
-    monkeypatch.setattr(_owners, "segment_paths", once)
+    monkeypatch.setattr(_order, "segment_paths", once)
     with Sink() as sink:
         box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
         for n in range(1000, 1010):

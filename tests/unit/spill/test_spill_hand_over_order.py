@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from outbox._spill import _owners
-from outbox._spill._owners import HANDED, flatten, hand_over, next_key, segment_paths
+from outbox._spill._order import flatten, hand_over, next_key, segment_paths
+from outbox._spill._owners import HANDED
 
 
 class Crash(BaseException):
