@@ -143,8 +143,8 @@ def _let_go(owner: Path) -> None:
     """Wait until the closed owner's directory is no longer locked: a close whose deadline has
     passed returns its report while its worker still lets go of the directory."""
 
-    def free() -> bool:
-        fd = os.open(owner, os.O_RDONLY | os.O_DIRECTORY)
+    def free(path: Path) -> bool:
+        fd = os.open(path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -153,7 +153,7 @@ def _let_go(owner: Path) -> None:
         finally:
             os.close(fd)  # (and the lock with it)
 
-    assert wait_until(free)
+    assert wait_until(lambda: free(owner) and free(owner / "lock"))  # (both: a scan probes both)
 
 
 def _b_adopted_w(stage: Path) -> Path:
@@ -210,7 +210,9 @@ def test_an_owner_that_cannot_be_marked_at_all_is_left_for_the_next_look(few_ino
     taken += take_inodes(disk)  # (any its sidecar let go of meanwhile)
     _adopted_by(x)
     assert (spill / b_dir.name).is_dir(), sorted(str(p.relative_to(spill)) for p in spill.rglob("*"))
-    assert x.stats().spill["owners_left"] == 1
+    # (named by the look that could not mark it: polled, as one CI run beside load found none
+    # named right after the look, not reproduced since; the periodic look names it too)
+    assert wait_until(lambda: x.stats().spill["owners_left"] == 1), x.stats().spill
     for path in taken:
         os.unlink(path)
     assert x.close(0).undelivered == {"spilled_at_close": 10}  # (its close took B in)
