@@ -5,12 +5,11 @@ Real outboxes, real files, a real ``outbox sink``."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import os
 from pathlib import Path
 
-from test_spill_log import RUNS, dead_owner, ns, refused_url
+from test_spill_log import RUNS, dead_owner, let_go, ns, refused_url
 
 from outbox import Outbox
 from outbox._spill._owners import HANDED
@@ -94,7 +93,7 @@ def test_siblings_are_read_in_the_order_handed_on_not_the_order_they_started(tmp
         owner.rename(spill / owner.name)
     _adopted_by(adopter)
     assert w.close(0).undelivered == {"spilled_at_close": 1}
-    _let_go(next((tmp_path / "w").iterdir()))
+    let_go(next((tmp_path / "w").iterdir()))
     for owner in (tmp_path / "w").iterdir():
         owner.rename(spill / owner.name)
     _adopted_by(adopter)
@@ -139,23 +138,6 @@ def test_a_crash_between_two_marks_keeps_the_order(tmp_path):
 # -- what an adopter cannot write or cannot look at (helper-39) ---------------------------------
 
 
-def _let_go(owner: Path) -> None:
-    """Wait until the closed owner's directory is no longer locked: a close whose deadline has
-    passed returns its report while its worker still lets go of the directory."""
-
-    def free(path: Path) -> bool:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)  # (and the lock with it)
-
-    assert wait_until(lambda: free(owner) and free(owner / "lock"))  # (both: a scan probes both)
-
-
 def _b_adopted_w(stage: Path) -> Path:
     """B, gone, which had adopted W (0-4) and then emitted 5-9 of the same run; returns B."""
     dead_owner(stage, 0, 5)  # W
@@ -164,7 +146,7 @@ def _b_adopted_w(stage: Path) -> Path:
         assert b.emit(run_event(run_id=RUNS[0], n=n))
     assert b.close(0).undelivered == {"spilled_at_close": 10}
     (b_dir,) = list(stage.iterdir())
-    _let_go(b_dir)
+    let_go(b_dir)
     return b_dir
 
 
@@ -259,7 +241,7 @@ def test_an_owner_whose_directory_cannot_be_listed_is_not_keyed_below_what_it_ad
         assert b.emit(run_event(run_id=RUNS[0], n=n))
     assert b.close(0).undelivered == {"spilled_at_close": 10}
     (b_dir,) = list(stage.iterdir())
-    _let_go(b_dir)
+    let_go(b_dir)
     spill.mkdir()
     b_dir.rename(spill / b_dir.name)
     left = _scarce(monkeypatch, spill / b_dir.name)
@@ -331,7 +313,7 @@ def test_owners_moved_up_from_one_adopter_are_read_after_those_the_other_had_tak
     dead_owner(stage, 5, 5)  # W
     b = down_box(stage)  # adopts W at start
     assert b.close(0).undelivered == {"spilled_at_close": 5}
-    _let_go(next(stage.iterdir()))
+    let_go(next(stage.iterdir()))
     for owner in stage.iterdir():  # B dies while A runs
         owner.rename(spill / owner.name)
     _adopted_by(a)
@@ -386,7 +368,7 @@ def test_moving_up_follows_the_order_the_hand_over_ranked_whatever_a_listing_the
         assert d.emit(run_event(run_id=RUNS[0], n=n))
     assert d.close(0).undelivered == {"spilled_at_close": 15}
     (d_dir,) = list(stage.iterdir())
-    _let_go(d_dir)
+    let_go(d_dir)
     (x,) = [path.name for path in d_dir.iterdir() if path.is_dir() and path.name != y]
     spill.mkdir()
     d_dir.rename(spill / d_dir.name)
