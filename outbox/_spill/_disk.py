@@ -9,6 +9,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import time
 from bisect import bisect_right
 from collections import Counter, deque
@@ -20,6 +21,7 @@ from typing import Any
 from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent
 from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
+from ._names import open_own
 from ._owners import RESERVE, Home, prune_all
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
@@ -278,14 +280,20 @@ class Disk:
         ``settle_room``, or as much of it as the disk has, halving down to a page.  An owner made
         on a full disk by freeing a dead owner's reserve has a little less than one left; with
         none, its settlements would go unwritten, and a successor deliver again, or count lost,
-        what it delivered.  A part of one is the settlements' only: events wait for a whole one."""
+        what it delivered.  A part of one is the settlements' only: events wait for a whole one.
+        What stands at its name and is not a file of its own (a link, a FIFO) is removed first."""
         if self.failing or self.reserve >= self.settle_room:
             return
         path = os.path.join(self.home.path, RESERVE)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_own(path)
         except OSError:
-            return
+            with contextlib.suppress(OSError):  # (its own name, in its own directory)
+                os.unlink(path)
+            try:
+                fd = open_own(path)
+            except OSError:
+                return
         try:
             size, least = self.settle_room, min(_PAGE, self.settle_room)
             while size > self.reserve and size >= least:
@@ -309,9 +317,13 @@ class Disk:
         of an idle owner's directory is not undone under it."""
         if self.reserve:
             try:
-                self.reserve = min(self.reserve, os.stat(os.path.join(self.home.path, RESERVE)).st_size)
+                found = os.lstat(os.path.join(self.home.path, RESERVE))
             except OSError:
                 self.reserve = 0
+                return
+            # (a link or another's file in its place frees nothing: made again)
+            ours = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
+            self.reserve = min(self.reserve, found.st_size) if ours else 0
 
     def make_room(self) -> None:
         """Write the settlements down, delete the files that frees, allocate the reserve again."""

@@ -1,12 +1,25 @@
 """What looks ours in a spill directory: the names of owners' directories and of the files an
-owner keeps beside its segments, and the errors that say this process could not look."""
+owner keeps beside its segments, how a file is opened by such a name (:func:`open_own`), and
+the errors that say this process could not look."""
 
 from __future__ import annotations
 
 import errno
+import os
 import re
+import stat
 
-__all__ = ["HANDED", "LOCK", "LOCKS_DIRECTORY", "LOCK_TEXT", "RESERVE", "SCARCE", "WAS", "is_owner"]
+__all__ = [
+    "HANDED",
+    "LOCK",
+    "LOCKS_DIRECTORY",
+    "LOCK_TEXT",
+    "RESERVE",
+    "SCARCE",
+    "WAS",
+    "is_owner",
+    "open_own",
+]
 
 LOCK = "lock"
 #: A file of the owner's allocated for its settlements on a full disk (``_disk``).
@@ -33,3 +46,20 @@ def is_owner(name: str) -> bool:
 #: Errors that say nothing of an owner but that this process could not look (out of file
 #: descriptors or memory): the owner is neither alive nor gone to it.
 SCARCE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOLCK})
+
+
+def open_own(path: str, flags: int = os.O_WRONLY | os.O_CREAT) -> int:
+    """Open (or make) the file of ours named ``path``: never through a link, never waiting on
+    a FIFO, and only a regular file no other name links to; its fd.  Whatever stands in a
+    spill directory may be anyone's: a mark, a lock file or a reserve opened through a link
+    planted there would make, fill or cut a file elsewhere, and a FIFO would hold the open for
+    ever.  Raises OSError otherwise (ELOOP, ENXIO, EISDIR; EEXIST for another kind of file)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            raise OSError(errno.EEXIST, "not a file of ours: another kind of file, or linked elsewhere", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -11,7 +11,7 @@ import errno
 import os
 from collections.abc import Iterator
 
-from ._names import HANDED, RESERVE, SCARCE, is_owner
+from ._names import HANDED, RESERVE, SCARCE, is_owner, open_own
 
 __all__ = ["flatten", "hand_over", "next_key", "segment_paths"]
 
@@ -58,50 +58,65 @@ def _handed(path: str, strict: bool = True) -> int:
     return _look(path, strict)[0]
 
 
-def _look(path: str, strict: bool = True) -> tuple[int, list[str]]:
-    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), and the owners'
-    directories in it, in one listing."""
-    keys, owners = [-1], []
+def _look(path: str, strict: bool = True) -> tuple[int, int, list[str]]:
+    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), the largest key
+    any name there takes (a mark's, or that of something named like one: a link, a FIFO, a
+    directory, on which no mark is made), and the owners' directories in it, in one listing."""
+    keys, taken, owners = [-1], [-1], []
     with _tolerant(strict):
         for entry in os.scandir(path):
-            if (key := _mark_key(entry)) is not None:
-                keys.append(key)
+            if (key := _name_key(entry.name)) is not None:
+                taken.append(key)
+                if _mark_key(entry) is not None:
+                    keys.append(key)
             elif is_owner(entry.name) and entry.is_dir(follow_symlinks=False):
                 owners.append(entry.path)
-    return max(keys), owners
+    return max(keys), max(taken), owners
 
 
 #: Keys past this are no adopter's (each adds a few to the largest it finds): not marks.
 _MOST_KEY = 1 << 62
 
 
-def _mark_key(entry: os.DirEntry[str]) -> int | None:
-    """The key of ``entry`` if it is a mark: a regular file named ``HANDED`` and 16 hex digits."""
-    name = entry.name
+def _name_key(name: str) -> int | None:
+    """The key ``name`` says if it is a mark's: ``HANDED`` and 16 hex digits, below ``_MOST_KEY``."""
     if not (name.startswith(HANDED) and len(name) == len(HANDED) + 16):
         return None
     try:
         key = int(name[len(HANDED) :], 16)
-        return key if key < _MOST_KEY and entry.is_file(follow_symlinks=False) else None
-    except (ValueError, OSError):
+    except ValueError:
+        return None
+    return key if key < _MOST_KEY else None
+
+
+def _mark_key(entry: os.DirEntry[str]) -> int | None:
+    """The key of ``entry`` if it is a mark: a regular file named as one."""
+    key = _name_key(entry.name)
+    try:
+        return key if key is not None and entry.is_file(follow_symlinks=False) else None
+    except OSError:
         return None
 
 
 def next_key(directory: str) -> int:
     """The ``HANDED`` key past those of every owner ``directory`` holds (0: none).  Raises
     OSError if this process could not look: a key chosen without looking may come too early."""
-    return max([0, *(_handed(path) + 1 for path in _look(directory)[1])])
+    return max([0, *(_handed(path) + 1 for path in _look(directory)[2])])
 
 
-def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, str]]:
+def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, int, str]]:
     """The owners nested in the owners' directories ``owners`` (those of one directory) and
-    those, at any depth, as (``HANDED`` key, path), in the order :func:`segment_paths` reads
-    them there: each one's own nested ones before it (an earlier release's, unmarked, first).
-    Raises OSError if this process could not look (``strict``): a rank taken without looking
-    is wrong."""
+    those, at any depth, as (``HANDED`` key, the largest key a name there takes, path), in the
+    order :func:`segment_paths` reads them there: each one's own nested ones before it (an
+    earlier release's, unmarked, first).  Raises OSError if this process could not look
+    (``strict``): a rank taken without looking is wrong."""
     found = [(*_look(path, strict), os.path.basename(path), path) for path in owners]
-    found.sort(key=lambda item: (item[0], item[2]))
-    return [owner for key, inner, _, path in found for owner in (*_nested(inner, strict), (key, path))]
+    found.sort(key=lambda item: (item[0], item[3]))
+    return [
+        owner
+        for key, taken, inner, _, path in found
+        for owner in (*_nested(inner, strict), (key, taken, path))
+    ]
 
 
 def _mark(path: str, key: int, marked: bool = True) -> bool:
@@ -111,7 +126,7 @@ def _mark(path: str, key: int, marked: bool = True) -> bool:
     reserve (emptied), is renamed to it (atomic: one mark or the other); False if it has neither."""
     mark = f"{HANDED}{key:016x}"
     try:
-        os.close(os.open(os.path.join(path, mark), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        os.close(open_own(os.path.join(path, mark)))
     except OSError:
         if not _rename_to(path, mark):
             return False
@@ -138,7 +153,7 @@ def _rename_to(path: str, mark: str) -> bool:
             target = os.path.join(path, mark)
             os.rename(entry.path, target)
             with contextlib.suppress(OSError):
-                fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = open_own(target, os.O_WRONLY)
                 try:
                     os.ftruncate(fd, 0)
                 finally:
@@ -156,15 +171,23 @@ def hand_over(source: str, floor: int) -> tuple[int, list[str]] | None:
     it over ranks it all again.  Returns its key, and the owners it holds (their paths in it),
     in that order, if every one was keyed again (only then are they moved up beside it:
     :func:`flatten`); None: it could not be marked (no inode left, and no file of its own to
-    rename), not to be taken until it can be.  Raises OSError if this process could not look."""
-    own, owners = _look(source)
+    rename), not to be taken until it can be.  Raises OSError if this process could not look.
+
+    The keys pass every name that looks like a mark (a link, a FIFO or a directory so named
+    is none, and no mark is made over it).  A forged key so large that too few are left past
+    it is no order to keep: they are numbered from ``floor`` then."""
+    own, taken, owners = _look(source)
     nested = _nested(owners)
-    base = max([floor, own + 1, *(key + 1 for key, _ in nested)])
-    rekeyed = all(_mark(path, base + rank) for rank, (_, path) in reversed(list(enumerate(nested))))
+    base = max([floor, taken + 1, *(top + 1 for _, top, _ in nested)])
+    if base + len(nested) >= _MOST_KEY:
+        base = floor
     key = base + len(nested)
+    if key >= _MOST_KEY:  # (the adopter's own marks forged: none is made until they go)
+        return None
+    rekeyed = all(_mark(path, base + rank) for rank, (*_, path) in reversed(list(enumerate(nested))))
     if not _mark(source, key, own >= 0):
         return None
-    return key, [os.path.relpath(path, source) for _, path in nested] if rekeyed else []
+    return key, [os.path.relpath(path, source) for *_, path in nested] if rekeyed else []
 
 
 def flatten(directory: str, into: str, order: list[str]) -> list[str]:

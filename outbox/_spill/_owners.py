@@ -33,7 +33,7 @@ from typing import Any
 from .._errors import ConfigError
 from . import _order
 from ._format import Event, NotOurs, SegmentReader
-from ._names import HANDED, LOCK, LOCK_TEXT, LOCKS_DIRECTORY, RESERVE, SCARCE, WAS, is_owner
+from ._names import HANDED, LOCK, LOCK_TEXT, LOCKS_DIRECTORY, RESERVE, SCARCE, WAS, is_owner, open_own
 from ._order import segment_paths
 
 __all__ = [
@@ -217,12 +217,10 @@ class Home:
         try:
             fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            marker = os.open(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            marker = open_own(os.path.join(tmp, LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL)
             fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.write(marker, LOCK_TEXT)
-            os.close(
-                os.open(os.path.join(tmp, LOCKS_DIRECTORY), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            )
+            os.close(open_own(os.path.join(tmp, LOCKS_DIRECTORY)))
             os.rename(tmp, self.path)
         except BaseException:
             for opened in (fd, marker):
@@ -243,9 +241,7 @@ class Home:
             if os.path.samestat(os.lstat(path), os.fstat(self.marker_fd)) and _has_lock_text(self.path):
                 return
         with contextlib.suppress(OSError):  # (a directory taken over from an earlier release)
-            os.close(
-                os.open(os.path.join(self.path, LOCKS_DIRECTORY), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)
-            )
+            os.close(open_own(os.path.join(self.path, LOCKS_DIRECTORY)))
         fd = -1
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -273,7 +269,7 @@ class Home:
             raise full
         source = os.path.join(self.root, name)
         try:  # (the mark first: after a crash it is harmless in a directory of the same name)
-            os.close(os.open(os.path.join(source, WAS + name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC))
+            os.close(open_own(os.path.join(source, WAS + name)))
             os.rename(source, self.path)
         except OSError:
             os.close(fd)
@@ -312,7 +308,9 @@ def _new_marker(directory: str) -> int:
     made = os.path.join(directory, LOCK + ".new")
     fd = -1
     try:
-        fd = os.open(made, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        with contextlib.suppress(FileNotFoundError):  # (one a crash left: made anew, whatever it is)
+            os.unlink(made)
+        fd = open_own(made, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if os.write(fd, LOCK_TEXT) != len(LOCK_TEXT):
             raise OSError(errno.ENOSPC, "cut short")

@@ -1,7 +1,8 @@
 """The spill's chaos test: generations of owners sharing one spill directory, a backend that
 flaps, SIGKILLs at random points and graceful closes, closes killed in the middle of a hand-over
 (after a dead owner's order mark, or between two moves of what it had adopted), every overflow
-policy, small bounds, owners' lock files removed, copied or emptied under them, and
+policy, small bounds, owners' lock files removed, copied or emptied under them, links and
+FIFOs planted where the spill makes files of its own (order marks, ``lock.new``, reserves), and
 (``--disk``, root only) a real disk that fills and frees (ENOSPC); then a last outbox drains the
 directory.  The accounting is checked event by event, from what each child said it accepted,
 what its audit says the library counted (``spill_chaos_child.py``) and what the backend received:
@@ -17,7 +18,8 @@ what its audit says the library counted (``spill_chaos_child.py``) and what the 
   accepted by a child killed before it wrote it (the crash's window: never one it had written);
 - duplicates only of events held by a child that ended with events in flight, or whose request
   timed out or failed on the wire (the sink may have taken it: at least once);
-- the last outbox's close is complete, and leaves the directory empty.
+- the last outbox's close is complete, and leaves the directory empty;
+- nothing was written through a planted link (its target is as it was, or was never made).
 
     python tests/support/spill_chaos.py --seed 7 --generations 8 [--disk]
 
@@ -54,6 +56,10 @@ from support.disk import fill, free, small_disk
 CHILD = str(Path(__file__).parent / "spill_chaos_child.py")
 LOSSES_AT_CLOSE = ("dropped_shutdown", "worker_stopped")
 NOT_LOSSES = ("spilled_at_close",)
+
+
+_VICTIM = b"a file of someone else's\n"
+_PLANTED = ["mark fifo", "mark link", "lock.new link", "reserve link", "reserve fifo"]
 
 
 @dataclass
@@ -101,6 +107,9 @@ class SpillChaos:
                 shutil.rmtree(self.folder, ignore_errors=True)
                 raise
             self.spill = self.disk / "spill"
+        # What a link planted in an owner's directory points at: never written through.
+        self.victim = self.folder / "victim"
+        self.victim.write_bytes(_VICTIM)
         self.behaviour = SinkBehaviour()
         self.sink = Sink(behaviour=self.behaviour).start()
         self.proxy = FaultProxy("127.0.0.1", self.sink.port).start()
@@ -228,6 +237,7 @@ class SpillChaos:
                 time.sleep(rng.uniform(0.1, 0.5))
                 self._backend()
                 self._touch_a_lock_file()
+                self._plant()
             for child in kills:  # first: the others' closes adopt them
                 self._end(child, kill=True)
             self._backend()
@@ -272,6 +282,32 @@ class SpillChaos:
             elif how == "emptied":
                 lock.write_bytes(b"")
             self.steps.append(f"lock file of {lock.parent.name} {how}")
+
+    def _plant(self) -> None:
+        """Now and then, what a user puts where the spill makes a file of its own: a FIFO, or a
+        link to nowhere, named like an order mark; a link at ``lock.new``; a link or a FIFO in
+        place of a reserve (``victim``: what the links point at)."""
+        if self.operator.random() >= 0.1:
+            return
+        with contextlib.suppress(OSError):
+            owners = sorted(path for path in self.spill.iterdir() if path.is_dir() and path.name[:1] != ".")
+            if not owners:
+                return
+            owner = self.operator.choice(owners)
+            what = self.operator.choice(
+                ["mark fifo", "mark link", "lock.new link", "reserve link", "reserve fifo"]
+            )
+            name = {"mark": f"handed-{self.operator.randrange(4):016x}", "lock.new": "lock.new"}
+            where = owner / name.get(what.split()[0], "reserve")
+            if what.startswith("reserve"):
+                where.unlink(missing_ok=True)
+            if what.endswith("fifo"):
+                os.mkfifo(where)
+            elif what == "mark link":
+                where.symlink_to(self.folder / f"made-through-{len(self.steps)}")
+            else:
+                where.symlink_to(self.victim)
+            self.steps.append(f"{what} planted in {owner.name}")
 
     # -- checking ---------------------------------------------------------------------------
 
@@ -461,10 +497,13 @@ class SpillChaos:
         assert last["undelivered"] == {}, last
         assert not any(last["spill_left"].values()), last
         assert not list(self.spill.rglob("*.seg")), list(self.spill.rglob("*"))
+        assert self.victim.read_bytes() == _VICTIM, "written through a planted link"
+        assert not list(self.folder.glob("made-through-*")), "a file made through a planted link"
         return {
             "children": len(self.children),
             "killed": sum(child.killed for child in self.children),
             "killed_in_hand_over": sum("killed in a hand-over" in step for step in self.steps),
+            "planted": sum("planted in" in step for step in self.steps),
             "accepted": len(accepted),
             "delivered": len(set(arrivals)),
             "duplicates": sum(n - 1 for n in arrivals.values()),
