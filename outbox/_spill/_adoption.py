@@ -15,6 +15,11 @@ from ._streams import Kept, Run, Streams
 
 __all__ = ["Adoption"]
 
+_LIST_FIXES = {
+    errno.ENAMETOOLONG: "nested past PATH_MAX by an earlier release: move the owner directories "
+    "nested in it up (mv)",
+}
+
 
 class Adoption:
     """The dead owners of ``directory`` that this owner takes over (see the module's docstring)."""
@@ -35,6 +40,9 @@ class Adoption:
         #: looked at yet; it is the only process that writes there).
         self.next_key: int | None = None
         self.owners_adopted = 0
+        #: A look is under way: an owner may be in hand (neither left nor pending), and more
+        #: may follow it (a close reported meanwhile is not complete).
+        self.looking = False
 
     def waiting(self) -> bool:
         """Whether adopted events wait to join the stretch, or files to be listed."""
@@ -44,18 +52,27 @@ class Adoption:
         """Adopted events not in the stretch yet."""
         return sum(run.remaining for run in self.pending)
 
+    def owners_left(self) -> int:
+        """Dead owners that could not be taken over, or whose files could not all be read."""
+        return len(self.not_taken) + len(self.unread) + len(self.unreachable)
+
     def left(self) -> dict[str, int]:
-        """Adopted events not taken in yet, and dead owners that could not be taken over."""
-        return {
-            "events": self.remaining(),
-            "owners": len(self.not_taken) + len(self.unread) + len(self.unreachable),
-        }
+        """What a close leaves: adopted events not taken in yet, and :meth:`owners_left` (with
+        one being taken over now, if a look is under way)."""
+        return {"events": self.remaining(), "owners": self.owners_left() + self.looking}
 
     def adopt(self, home: Home, streams: Streams, room: int = 0, most: int = 0) -> None:
         """Take over every dead owner's directory into ``home``'s and replay its files into
         ``streams``: what is live waits in ``pending``.  One owner's events that fit ``room``
         bytes and ``most`` events are kept as the replay reads them (its run does not read its
         files again)."""
+        self.looking = True
+        try:
+            self._look(home, streams, room, most)
+        finally:
+            self.looking = False
+
+    def _look(self, home: Home, streams: Streams, room: int, most: int) -> None:
         self.not_taken.clear()
         if (taken := home.taken) is not None:  # (its directory, taken over on a full disk)
             home.taken = None
@@ -119,20 +136,22 @@ class Adoption:
         if self.unread:
             self.unread.append((name, dirs))
             return room
-        unreachable: list[str] = []
+        unreachable: list[OSError] = []
         try:
             paths = [path for directory in dirs for path in segment_paths(directory, True, unreachable)]
         except OSError:
             self.unread.append((name, dirs))
             return room
-        if unreachable:
+        for exc in unreachable:
             self.unreachable.add(name)
             self.log.warning(
-                "spill-unreachable",
-                "spill: %s holds files nested past PATH_MAX (an earlier release's backlog), which "
-                "no path can name: not delivered, and named at every close; move the owner "
-                "directories nested in it up (mv), then start an outbox on %s",
+                f"spill-unreachable-{exc.errno}",
+                "spill: %s holds a directory this process cannot list (%s: %s): its events are "
+                "not delivered, and it is named at every close; %s, then start an outbox on %s",
                 name,
+                exc.filename,
+                exc.strerror or exc,
+                _LIST_FIXES.get(exc.errno or 0, "make it readable by this process"),
                 self.directory,
             )
         if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)

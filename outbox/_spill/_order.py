@@ -16,22 +16,25 @@ from ._names import HANDED, RESERVE, SCARCE, is_owner, open_own
 __all__ = ["flatten", "hand_over", "next_key", "segment_paths"]
 
 
-def segment_paths(directory: str, strict: bool = False, unreachable: list[str] | None = None) -> list[str]:
+def segment_paths(
+    directory: str, strict: bool = False, unreachable: list[OSError] | None = None
+) -> list[str]:
     """The segments of an owner's directory, after those of the owners it adopted (its
     subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
     key; an earlier release's, unmarked, first, by name): the order their events were handed on.
     What cannot be listed is left out; with ``strict``, raises OSError if this process could not
     look (``SCARCE``): a list made without looking would leave events out, or misorder them.
-    A directory whose path is too long to list (an earlier release's backlog nested past
-    ``PATH_MAX``) is added to ``unreachable``."""
+    A directory there that cannot be listed for a reason of its own (its path too long: an
+    earlier release's backlog nested past ``PATH_MAX``; no permission) is added, as the error,
+    to ``unreachable``: its events are there, and not read."""
     entries: list[os.DirEntry[str]] = []
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG and unreachable is not None:
-            unreachable.append(directory)
-        elif strict and exc.errno in SCARCE:
+        if strict and exc.errno in SCARCE:
             raise
+        if unreachable is not None and exc.errno not in (*SCARCE, errno.ENOENT, errno.ENOTDIR):
+            unreachable.append(exc)
     nested = []
     for entry in entries:
         with _tolerant(strict):

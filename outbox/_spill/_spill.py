@@ -401,7 +401,7 @@ class Spill:
             "recovered": self.recovered,
             "recovering": window.adopted() + self.adoption.remaining(),
             "owners_adopted": self.adoption.owners_adopted,
-            "owners_left": self.adoption.left()["owners"],
+            "owners_left": self.adoption.owners_left(),
             "not_spilled_full": disk.not_spilled.get("spill_full", 0),
             "not_spilled_failed": disk.not_spilled.get("spill_failed", 0),
             **{f"failed_{name.lower()}": n for name, n in dict(disk.failures).items()},

@@ -7,11 +7,13 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import threading
 from pathlib import Path
 
-from test_spill_log import RUNS, dead_owner, let_go, ns, refused_url
+from test_spill_log import RUNS, dead_owner, let_go, ns, owner_dirs, refused_url
 
 from outbox import Outbox
+from outbox._spill import _adoption
 from outbox._spill._owners import HANDED
 from outbox.tools.sink import Sink
 from outbox.transports import HttpTransport
@@ -202,16 +204,18 @@ def test_an_owner_that_cannot_be_marked_at_all_is_left_for_the_next_look(few_ino
     assert drain(spill) == list(range(10))
 
 
-def _scarce(monkeypatch, path: Path, times: int = 1) -> list[int]:
-    """The next ``times`` listings of ``path`` (``os.scandir``/``os.listdir``) fail with EMFILE,
-    as when another thread of the application holds every descriptor for a moment."""
+def _scarce(monkeypatch, path: Path | str, times: int = 1, code: int = errno.EMFILE) -> list[int]:
+    """The next ``times`` listings of ``path`` (``os.scandir``/``os.listdir``; a name alone: of
+    any directory so named) fail with EMFILE (``code``), as when another thread of the
+    application holds every descriptor for a moment."""
     left = [times]
     real_scandir, real_listdir = os.scandir, os.listdir
 
     def check(where: object) -> None:
-        if left[0] and os.fspath(where) == str(path):  # type: ignore[call-overload]
+        text = os.fspath(where)  # type: ignore[call-overload]
+        if left[0] and (text == str(path) or os.path.basename(text) == path):
             left[0] -= 1
-            raise OSError(errno.EMFILE, "Too many open files", str(path))
+            raise OSError(code, os.strerror(code), text)
 
     def scandir(where: object = ".") -> object:
         check(where)
@@ -439,3 +443,58 @@ def test_a_backlog_nested_past_path_max_by_an_earlier_release_is_named_never_sai
     assert 100 < len(delivered) < 140
     assert delivered == sorted(delivered)  # (the newest, in order)
     assert "nested past PATH_MAX" in caplog.text
+
+
+def test_an_adopted_owner_this_process_may_not_list_is_named_then_read_once_it_may(
+    tmp_path, monkeypatch, caplog
+):
+    """helper-43: a nested owner whose directory this process may not list (EACCES: another
+    user's, mode 000) was taken for empty: its events were neither read nor counted, and the
+    close said complete.  It is named in ``spill_left`` now, with a warning that says why; what
+    can be read is delivered, and the rest once it can be listed."""
+    stage, spill = tmp_path / "stage", tmp_path / "spill"
+    b_dir = _b_adopted_w(stage)
+    (w,) = [path.name for path in b_dir.iterdir() if path.is_dir()]
+    spill.mkdir()
+    b_dir.rename(spill / b_dir.name)
+    _scarce(monkeypatch, w, times=1_000, code=errno.EACCES)
+    with Sink() as sink:
+        report = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False).close(30)
+        assert not report.complete
+        assert report.spill_left == {"events": 0, "owners": 1}, report
+        assert ns(sink) == list(range(5, 10))
+    assert "cannot list" in caplog.text
+    assert "Permission denied" in caplog.text
+    monkeypatch.undo()  # (its permissions given back)
+    (drained,) = owner_dirs(spill)
+    let_go(drained)
+    assert drain(spill) == list(range(5))
+
+
+def test_a_close_whose_deadline_passes_during_a_hand_over_is_not_complete(tmp_path, monkeypatch):
+    """helper-43: a close that looked for dead owners and ran out of time while it took one over
+    (its report made without the worker) said complete: the owner in hand was neither left
+    nor adopted yet.  An owner may be in hand while a look is under way: the close names it."""
+    spill = tmp_path / "spill"
+    entered, gate = threading.Event(), threading.Event()
+    real = _adoption.hand_over
+
+    def slow(source: str, floor: int) -> object:
+        entered.set()
+        gate.wait(30)
+        return real(source, floor)
+
+    with Sink() as sink:
+        s = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        dead_owner(spill, 0, 5)  # (dies while S runs: taken at its close's look)
+        monkeypatch.setattr(_adoption, "hand_over", slow)
+        try:
+            report = s.close(0.3)
+            assert entered.is_set()
+            assert not report.complete
+            assert report.spill_left == {"events": 0, "owners": 1}, report
+        finally:
+            gate.set()
+    home = spill / parts.spill(s).home.owner  # type: ignore[union-attr]
+    let_go(home)
+    assert drain(spill) == list(range(5))
