@@ -322,7 +322,7 @@ class Disk:
                 self.reserve = 0
                 return
             # (a link or another's file in its place frees nothing: made again)
-            ours = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
+            ours = stat.S_ISREG(found.st_mode) and found.st_nlink <= 1
             self.reserve = min(self.reserve, found.st_size) if ours else 0
 
     def make_room(self) -> None:

@@ -57,7 +57,7 @@ def open_own(path: str, flags: int = os.O_WRONLY | os.O_CREAT) -> int:
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     try:
         found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink > 1:
             raise OSError(errno.EEXIST, "not a file of ours: another kind of file, or linked elsewhere", path)
     except BaseException:
         os.close(fd)
