@@ -40,9 +40,9 @@ class Adoption:
         #: looked at yet; it is the only process that writes there).
         self.next_key: int | None = None
         self.owners_adopted = 0
-        #: A look is under way: an owner may be in hand (neither left nor pending), and more
-        #: may follow it (a close reported meanwhile is not complete).
-        self.looking = False
+        #: Dead owners in hand: taken (or to be listed again) by the look under way, and neither
+        #: left nor pending yet (a close reported meanwhile is not complete).
+        self.in_hand = 0
 
     def waiting(self) -> bool:
         """Whether adopted events wait to join the stretch, or files to be listed."""
@@ -57,40 +57,49 @@ class Adoption:
         return len(self.not_taken) + len(self.unread) + len(self.unreachable)
 
     def left(self) -> dict[str, int]:
-        """What a close leaves: adopted events not taken in yet, and :meth:`owners_left` (with
-        one being taken over now, if a look is under way)."""
-        return {"events": self.remaining(), "owners": self.owners_left() + self.looking}
+        """What a close leaves: adopted events not taken in yet, and :meth:`owners_left` with
+        those in hand."""
+        return {"events": self.remaining(), "owners": self.owners_left() + self.in_hand}
 
     def adopt(self, home: Home, streams: Streams, room: int = 0, most: int = 0) -> None:
         """Take over every dead owner's directory into ``home``'s and replay its files into
         ``streams``: what is live waits in ``pending``.  One owner's events that fit ``room``
         bytes and ``most`` events are kept as the replay reads them (its run does not read its
         files again)."""
-        self.looking = True
         try:
             self._look(home, streams, room, most)
         finally:
-            self.looking = False
+            self.in_hand = 0
 
     def _look(self, home: Home, streams: Streams, room: int, most: int) -> None:
-        self.not_taken.clear()
+        # Each owner is in hand (counted) before it leaves unread or home.taken, and until it is
+        # pending, left or gone; the last look's not_taken stays until this one's replaces it
+        # (an owner counted twice for a moment at most, never not at all).
+        left: set[str] = set()
         if (taken := home.taken) is not None:  # (its directory, taken over on a full disk)
+            self.in_hand += 1
             home.taken = None
-            room = self._replay(streams, *taken, room, most)
+            name, paths, unreachable = taken
+            self._unreachable(name, unreachable)
+            room = self._replay(streams, name, paths, room, most)
+        self.in_hand = len(self.unread)
         unread, self.unread = self.unread, []
         for name, dirs in unread:  # (adopted, but their files could not be listed then)
             room = self._take_in(home, streams, name, dirs, room, most)
-        for name, fd in dead_owners(self.directory, home.owner, self.not_taken):
-            if self.not_taken:  # (an older one is left: the younger wait for it, in order)
+            self.in_hand -= 1
+        for name, fd in dead_owners(self.directory, home.owner, left):
+            self.in_hand = 1
+            if left:  # (an older one is left: the younger wait for it, in order)
                 os.close(fd)
-                self.not_taken.add(name)
-                continue
-            if (handed := self._take(home, name, fd)) is not None:
+                left.add(name)
+            elif (handed := self._take(home, name, fd, left)) is not None:
                 target, order = handed
                 # What it had adopted, beside it, in the order handed on: one level, however
                 # many starts an outage sees (not if one could not be keyed: then inside it).
                 moved = flatten(target, home.path, order)
                 room = self._take_in(home, streams, name, [*moved, target], room, most)
+            self.in_hand = 0
+        self.not_taken = left
         if self.not_taken or self.unread:
             self.log.warning(
                 "spill-left",
@@ -100,11 +109,11 @@ class Adoption:
                 self.directory,
             )
 
-    def _take(self, home: Home, name: str, fd: int) -> tuple[str, list[str]] | None:
+    def _take(self, home: Home, name: str, fd: int, left: set[str]) -> tuple[str, list[str]] | None:
         """Hand the dead owner ``name`` (``fd``: its lock, held, closed here) over to ``home``:
         marked with its order, then renamed into its directory.  Returns where it is now and
         the owners it holds that are to move up beside it, in order (None: not taken, counted in
-        ``not_taken`` unless another process took it first)."""
+        ``left`` unless another process took it first)."""
         source, target = os.path.join(self.directory, name), os.path.join(home.path, name)
         try:
             if self.next_key is None:  # (a directory taken over may hold marked owners)
@@ -118,7 +127,7 @@ class Adoption:
                 return None  # another process adopted it first
             # (or this owner has no directory to take it into: started on a full disk; or it
             # could not look, out of descriptors)
-            self.not_taken.add(name)
+            left.add(name)
             self.log.warning("spill-adopt", "spill: cannot take over %s in %s: %s", name, self.directory, exc)
             return None
         finally:
@@ -142,7 +151,16 @@ class Adoption:
         except OSError:
             self.unread.append((name, dirs))
             return room
-        for exc in unreachable:
+        self._unreachable(name, unreachable)
+        if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
+            for directory in dirs:
+                prune_all(directory, [home.path])
+        return self._replay(streams, name, paths, room, most)
+
+    def _unreachable(self, name: str, errors: list[OSError]) -> None:
+        """The dead owner ``name`` holds directories that could not be listed (``errors``):
+        named at every close, and said why."""
+        for exc in errors:
             self.unreachable.add(name)
             self.log.warning(
                 f"spill-unreachable-{exc.errno}",
@@ -154,10 +172,6 @@ class Adoption:
                 _LIST_FIXES.get(exc.errno or 0, "make it readable by this process"),
                 self.directory,
             )
-        if not paths:  # (nothing to replay: gone at once, with the owners it had adopted)
-            for directory in dirs:
-                prune_all(directory, [home.path])
-        return self._replay(streams, name, paths, room, most)
 
     def _replay(self, streams: Streams, name: str, paths: list[str], room: int, most: int) -> int:
         """The files of the dead owner ``name``, adopted: what is live waits to join the stretch.

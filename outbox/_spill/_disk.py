@@ -21,7 +21,7 @@ from typing import Any
 from .._observability._log import RateLimitedLog, never_silent
 from .._run._serde import SerializedEvent
 from ._format import VOUCHED, encode_event, encode_settle, file_header, record_size
-from ._names import open_own
+from ._names import make_own
 from ._owners import RESERVE, Home, prune_all
 from ._ranges import Ranges
 from ._streams import SegFile, Streams
@@ -281,19 +281,14 @@ class Disk:
         on a full disk by freeing a dead owner's reserve has a little less than one left; with
         none, its settlements would go unwritten, and a successor deliver again, or count lost,
         what it delivered.  A part of one is the settlements' only: events wait for a whole one.
-        What stands at its name and is not a file of its own (a link, a FIFO) is removed first."""
+        What stands at its name and is not a file of its own (a link, a FIFO) is replaced."""
         if self.failing or self.reserve >= self.settle_room:
             return
         path = os.path.join(self.home.path, RESERVE)
         try:
-            fd = open_own(path)
+            fd = make_own(path)
         except OSError:
-            with contextlib.suppress(OSError):  # (its own name, in its own directory)
-                os.unlink(path)
-            try:
-                fd = open_own(path)
-            except OSError:
-                return
+            return
         try:
             size, least = self.settle_room, min(_PAGE, self.settle_room)
             while size > self.reserve and size >= least:

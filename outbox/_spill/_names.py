@@ -4,6 +4,7 @@ the errors that say this process could not look."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -18,6 +19,7 @@ __all__ = [
     "SCARCE",
     "WAS",
     "is_owner",
+    "make_own",
     "open_own",
 ]
 
@@ -63,3 +65,22 @@ def open_own(path: str, flags: int = os.O_WRONLY | os.O_CREAT) -> int:
         os.close(fd)
         raise
     return fd
+
+
+#: What :func:`open_own` raises for something at the name that is not a file of ours.
+_NOT_OURS = frozenset({errno.ELOOP, errno.ENXIO, errno.EEXIST, errno.EISDIR})
+
+
+def make_own(path: str) -> int:
+    """:func:`open_own` a name of an owner's own, in a directory this process holds (its own,
+    or a dead owner's whose lock it holds): what stands there and is not a file of ours (a
+    link, a FIFO, a file linked elsewhere, an empty directory) is removed, and the file made
+    anew.  Raises OSError if it still cannot be."""
+    try:
+        return open_own(path)
+    except OSError as exc:
+        if exc.errno not in _NOT_OURS:
+            raise
+        with contextlib.suppress(OSError):  # (a name of its own: what stands there goes, never what it names)
+            (os.rmdir if exc.errno == errno.EISDIR else os.unlink)(path)
+    return open_own(path)

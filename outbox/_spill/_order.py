@@ -20,7 +20,7 @@ def segment_paths(
     directory: str, strict: bool = False, unreachable: list[OSError] | None = None
 ) -> list[str]:
     """The segments of an owner's directory, after those of the owners it adopted (its
-    subdirectories, each the same way, in the order they were handed on: by their ``HANDED``
+    subdirectories named as owners, each the same way, in the order they were handed on: by their ``HANDED``
     key; an earlier release's, unmarked, first, by name): the order their events were handed on.
     What cannot be listed is left out; with ``strict``, raises OSError if this process could not
     look (``SCARCE``): a list made without looking would leave events out, or misorder them.
@@ -38,7 +38,7 @@ def segment_paths(
     nested = []
     for entry in entries:
         with _tolerant(strict):
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            if is_owner(entry.name) and entry.is_dir(follow_symlinks=False):  # (no one else's)
                 nested.append((_handed(entry.path, strict), entry.name, entry.path))
     paths = [path for *_, owner in sorted(nested) for path in segment_paths(owner, strict, unreachable)]
     return paths + [entry.path for entry in entries if entry.name.endswith(".seg")]
@@ -61,20 +61,22 @@ def _handed(path: str, strict: bool = True) -> int:
     return _look(path, strict)[0]
 
 
-def _look(path: str, strict: bool = True) -> tuple[int, int, list[str]]:
-    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), the largest key
-    any name there takes (a mark's, or that of something named like one: a link, a FIFO, a
-    directory, on which no mark is made), and the owners' directories in it, in one listing."""
-    keys, taken, owners = [-1], [-1], []
+def _look(path: str, strict: bool = True) -> tuple[int, frozenset[int], list[str]]:
+    """The ``HANDED`` key of the owner's directory ``path`` (see :func:`_handed`), the keys that
+    what is named like a mark there and is none takes (a link, a FIFO, a directory: no mark is
+    made over it), and the owners' directories in it, in one listing."""
+    keys, owners = [-1], []
+    blocked: set[int] = set()
     with _tolerant(strict):
         for entry in os.scandir(path):
             if (key := _name_key(entry.name)) is not None:
-                taken.append(key)
                 if _mark_key(entry) is not None:
                     keys.append(key)
+                else:
+                    blocked.add(key)
             elif is_owner(entry.name) and entry.is_dir(follow_symlinks=False):
                 owners.append(entry.path)
-    return max(keys), max(taken), owners
+    return max(keys), frozenset(blocked), owners
 
 
 #: Keys past this are no adopter's (each adds a few to the largest it finds): not marks.
@@ -107,9 +109,9 @@ def next_key(directory: str) -> int:
     return max([0, *(_handed(path) + 1 for path in _look(directory)[2])])
 
 
-def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, int, str]]:
+def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, frozenset[int], str]]:
     """The owners nested in the owners' directories ``owners`` (those of one directory) and
-    those, at any depth, as (``HANDED`` key, the largest key a name there takes, path), in the
+    those, at any depth, as (``HANDED`` key, keys taken there, path: see :func:`_look`), in the
     order :func:`segment_paths` reads them there: each one's own nested ones before it (an
     earlier release's, unmarked, first).  Raises OSError if this process could not look
     (``strict``): a rank taken without looking is wrong."""
@@ -117,9 +119,20 @@ def _nested(owners: list[str], strict: bool = True) -> list[tuple[int, int, str]
     found.sort(key=lambda item: (item[0], item[3]))
     return [
         owner
-        for key, taken, inner, _, path in found
-        for owner in (*_nested(inner, strict), (key, taken, path))
+        for key, blocked, inner, _, path in found
+        for owner in (*_nested(inner, strict), (key, blocked, path))
     ]
+
+
+def _keys(first: int, blocked: list[frozenset[int]]) -> list[int]:
+    """Increasing keys from ``first``, one for each directory, none a key taken in it."""
+    keys, key = [], first
+    for taken in blocked:
+        while key in taken:
+            key += 1
+        keys.append(key)
+        key += 1
+    return keys
 
 
 def _mark(path: str, key: int, marked: bool = True) -> bool:
@@ -176,21 +189,21 @@ def hand_over(source: str, floor: int) -> tuple[int, list[str]] | None:
     :func:`flatten`); None: it could not be marked (no inode left, and no file of its own to
     rename), not to be taken until it can be.  Raises OSError if this process could not look.
 
-    The keys pass every name that looks like a mark (a link, a FIFO or a directory so named
-    is none, and no mark is made over it).  A forged key so large that too few are left past
-    it is no order to keep: they are numbered from ``floor`` then."""
-    own, taken, owners = _look(source)
+    No mark is made at a name something else takes (a link, a FIFO, a directory named like a
+    mark): its key is passed.  A forged mark so large that too few keys are left past it is no
+    order to keep: they are taken from ``floor`` then."""
+    own, blocked, owners = _look(source)
     nested = _nested(owners)
-    base = max([floor, taken + 1, *(top + 1 for _, top, _ in nested)])
-    if base + len(nested) >= _MOST_KEY:
-        base = floor
-    key = base + len(nested)
-    if key >= _MOST_KEY:  # (the adopter's own marks forged: none is made until they go)
+    taken = [names for _, names, _ in nested] + [blocked]
+    keys = _keys(max([floor, own + 1, *(key + 1 for key, _, _ in nested)]), taken)
+    if keys[-1] >= _MOST_KEY:
+        keys = _keys(floor, taken)
+    if keys[-1] >= _MOST_KEY:  # (the adopter's own marks forged: none is made until they go)
         return None
-    rekeyed = all(_mark(path, base + rank) for rank, (*_, path) in reversed(list(enumerate(nested))))
-    if not _mark(source, key, own >= 0):
+    rekeyed = all(_mark(path, key) for key, (*_, path) in reversed(list(zip(keys, nested, strict=False))))
+    if not _mark(source, keys[-1], own >= 0):
         return None
-    return key, [os.path.relpath(path, source) for *_, path in nested] if rekeyed else []
+    return keys[-1], [os.path.relpath(path, source) for *_, path in nested] if rekeyed else []
 
 
 def flatten(directory: str, into: str, order: list[str]) -> list[str]:

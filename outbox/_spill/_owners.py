@@ -33,7 +33,18 @@ from typing import Any
 from .._errors import ConfigError
 from . import _order
 from ._format import Event, NotOurs, SegmentReader
-from ._names import HANDED, LOCK, LOCK_TEXT, LOCKS_DIRECTORY, RESERVE, SCARCE, WAS, is_owner, open_own
+from ._names import (
+    HANDED,
+    LOCK,
+    LOCK_TEXT,
+    LOCKS_DIRECTORY,
+    RESERVE,
+    SCARCE,
+    WAS,
+    is_owner,
+    make_own,
+    open_own,
+)
 from ._order import segment_paths
 
 __all__ = [
@@ -162,8 +173,9 @@ class Home:
         self.path = os.path.join(root, self.owner)
         #: The lock file's fd, locked for this owner's life (-1: none could be made).
         self.marker_fd = -1
-        #: (name, segments) of the dead owner whose directory this one took over, to replay.
-        self.taken: tuple[str, list[str]] | None = None
+        #: (name, segments, directories that could not be listed) of the dead owner whose
+        #: directory this one took over, to replay.
+        self.taken: tuple[str, list[str], list[OSError]] | None = None
         try:
             if what := _not_a_directory(root):  # (makedirs would say "File exists")
                 raise NotADirectoryError(errno.ENOTDIR, f"it is {what}, not a directory", root)
@@ -241,7 +253,7 @@ class Home:
             if os.path.samestat(os.lstat(path), os.fstat(self.marker_fd)) and _has_lock_text(self.path):
                 return
         with contextlib.suppress(OSError):  # (a directory taken over from an earlier release)
-            os.close(open_own(os.path.join(self.path, LOCKS_DIRECTORY)))
+            os.close(make_own(os.path.join(self.path, LOCKS_DIRECTORY)))
         fd = -1
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -269,13 +281,14 @@ class Home:
             raise full
         source = os.path.join(self.root, name)
         try:  # (the mark first: after a crash it is harmless in a directory of the same name)
-            os.close(open_own(os.path.join(source, WAS + name)))
+            os.close(make_own(os.path.join(source, WAS + name)))
             os.rename(source, self.path)
         except OSError:
             os.close(fd)
             raise full from None
+        unreachable: list[OSError] = []
         try:  # (strict: files left out of the list would never be replayed, nor counted)
-            self.taken = (name, _order.segment_paths(self.path, strict=True))
+            self.taken = (name, _order.segment_paths(self.path, True, unreachable), unreachable)
         except OSError:
             os.close(fd)  # (the directory, of this owner's name now, is a dead owner's again)
             raise full from None
@@ -429,12 +442,14 @@ def _stale(root: str, name: str) -> bool:
 
 def _free_reserves(root: str, me: str) -> int:
     """Delete the reserves of the dead owners of ``root`` (each under its lock, so none is being
-    adopted meanwhile); returns how many were."""
+    adopted meanwhile); returns how many of them freed room."""
     freed = 0
     for name, fd in dead_owners(root, me):
-        try:
-            os.unlink(os.path.join(root, name, RESERVE))
-            freed += 1
+        path = os.path.join(root, name, RESERVE)
+        try:  # (a link, or a file linked elsewhere, frees nothing)
+            found = os.lstat(path)
+            os.unlink(path)
+            freed += stat.S_ISREG(found.st_mode) and found.st_nlink <= 1 and found.st_blocks > 0
         except OSError:
             pass
         finally:

@@ -77,6 +77,8 @@ class Spill:
             self._retry_home_at = self.disk.retry_at
         self.recovered = 0
         self._closed = self._scan_now = False
+        #: A look is under way (from before ``_scan_now`` is cleared until its owners are pending).
+        self._looking = False
         self._last_tick = -_INF
         self._next_scan = time.monotonic() + SCAN_INTERVAL
         self._adopt_at_attach = adopt
@@ -118,8 +120,8 @@ class Spill:
             self._place_locked(buf)
 
     def has_pending(self) -> bool:
-        """Whether dead owners' events wait to join the stretch (or a look for them is due)."""
-        return bool(self.adoption.waiting() or self._scan_now or self.home.taken)
+        """Whether dead owners' events wait to join the stretch (or a look for them is due, or under way)."""
+        return bool(self.adoption.waiting() or self._scan_now or self._looking or self.home.taken)
 
     def begin_close(self) -> None:
         """A close began: look for dead owners at the next tick."""
@@ -178,8 +180,12 @@ class Spill:
             self.disk.write_settlements()
             window.refill(buf, self.log)
             if now >= self._next_scan or self._scan_now or self.home.taken or self.adoption.unread:
+                self._looking = True
                 self._next_scan, self._scan_now = now + SCAN_INTERVAL, False
-                self.adoption.adopt(self.home, self.disk.streams)
+                try:
+                    self.adoption.adopt(self.home, self.disk.streams)
+                finally:
+                    self._looking = False
             disk = self.disk
             with buf.lock:
                 if not window.active:  # overflow to disk again once it works and has room

@@ -606,7 +606,7 @@ def test_an_emfile_listing_a_directory_taken_over_on_a_full_disk_leaves_it_named
     fill(tmpfs)
     strict_listing = _order.segment_paths
 
-    def once(directory: str, strict: bool = False) -> list[str]:
+    def once(directory: str, *args: object) -> list[str]:
         monkeypatch.setattr(_order, "segment_paths", strict_listing)
         raise OSError(errno.EMFILE, "Too many open files", directory)
 

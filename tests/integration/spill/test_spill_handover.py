@@ -8,6 +8,7 @@ import errno
 import itertools
 import os
 import threading
+import time
 from pathlib import Path
 
 from test_spill_log import RUNS, dead_owner, let_go, ns, owner_dirs, refused_url
@@ -212,6 +213,8 @@ def _scarce(monkeypatch, path: Path | str, times: int = 1, code: int = errno.EMF
     real_scandir, real_listdir = os.scandir, os.listdir
 
     def check(where: object) -> None:
+        if isinstance(where, int):  # (a directory's descriptor: rmtree's)
+            return
         text = os.fspath(where)  # type: ignore[call-overload]
         if left[0] and (text == str(path) or os.path.basename(text) == path):
             left[0] -= 1
@@ -445,6 +448,18 @@ def test_a_backlog_nested_past_path_max_by_an_earlier_release_is_named_never_sai
     assert "nested past PATH_MAX" in caplog.text
 
 
+def test_a_directory_in_an_owners_that_is_not_the_spills_is_never_read_nor_blamed(tmp_path, monkeypatch):
+    """helper-44: every subdirectory of an owner's was listed as an owner it had adopted: one this
+    process may not list (someone's ``notes``, mode 000) named the owner left at every close,
+    though every event was delivered.  Only directories named as owners are the spill's."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)
+    (dead,) = owner_dirs(spill)
+    (dead / "notes").mkdir()
+    _scarce(monkeypatch, "notes", times=1_000, code=errno.EACCES)
+    assert drain(spill) == list(range(5))
+
+
 def test_an_adopted_owner_this_process_may_not_list_is_named_then_read_once_it_may(
     tmp_path, monkeypatch, caplog
 ):
@@ -498,3 +513,22 @@ def test_a_close_whose_deadline_passes_during_a_hand_over_is_not_complete(tmp_pa
     home = spill / parts.spill(s).home.owner  # type: ignore[union-attr]
     let_go(home)
     assert drain(spill) == list(range(5))
+
+
+def test_a_close_cut_short_during_a_look_that_finds_no_one_is_complete(tmp_path, monkeypatch):
+    """helper-44: while a look for dead owners was under way, a close reported without the
+    worker counted one owner left, found or not: a slow listing, with no dead owner at all, made
+    a close not complete.  Only an owner in hand counts."""
+    real = _adoption.dead_owners
+
+    def slow(*args: object) -> object:
+        time.sleep(1.5)
+        yield from real(*args)  # type: ignore[arg-type]
+
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(tmp_path / "spill"), close_at_exit=False)
+        assert box.emit(run_event(run_id=RUNS[0], n=0))
+        assert wait_until(lambda: ns(sink) == [0])
+        monkeypatch.setattr(_adoption, "dead_owners", slow)
+        report = box.close(0.3)
+        assert report.complete, report
