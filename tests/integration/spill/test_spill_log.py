@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from outbox.tools.sink import Sink, SinkBehaviour
 from outbox.transports import HttpTransport
 
 from support import parts
-from support.helpers import run_event, wait_until
+from support.helpers import refused_port, run_event, wait_until
 from support.spill_children import read_line, start_child, tell
 from support.spill_log import waiting
 
@@ -35,9 +34,8 @@ RUNS = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
 
 
 def refused_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    """A loopback port nobody listens on, held for the rest of this process (``refused_port``)."""
+    return f"http://127.0.0.1:{refused_port()}"
 
 
 def dead_owner(spill: Path, first: int, count: int) -> None:
