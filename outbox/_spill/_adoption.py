@@ -43,6 +43,8 @@ class Adoption:
         #: Dead owners in hand: taken (or to be listed again) by the look under way, and neither
         #: left nor pending yet (a close reported meanwhile is not complete).
         self.in_hand = 0
+        #: Owners' directories this process may not open, as the last warning named them.
+        self.refused: frozenset[str] = frozenset()
 
     def waiting(self) -> bool:
         """Whether adopted events wait to join the stretch, or files to be listed."""
@@ -75,7 +77,7 @@ class Adoption:
         # Each owner is in hand (counted) before it leaves unread or home.taken, and until it is
         # pending, left or gone; the last look's not_taken stays until this one's replaces it
         # (an owner counted twice for a moment at most, never not at all).
-        left: set[str] = set()
+        left, refused = set[str](), set[str]()
         if (taken := home.taken) is not None:  # (its directory, taken over on a full disk)
             self.in_hand += 1
             home.taken = None
@@ -87,7 +89,7 @@ class Adoption:
         for name, dirs in unread:  # (adopted, but their files could not be listed then)
             room = self._take_in(home, streams, name, dirs, room, most)
             self.in_hand -= 1
-        for name, fd in dead_owners(self.directory, home.owner, left):
+        for name, fd in dead_owners(self.directory, home.owner, left, refused):
             self.in_hand = 1
             if left:  # (an older one is left: the younger wait for it, in order)
                 os.close(fd)
@@ -100,6 +102,16 @@ class Adoption:
                 room = self._take_in(home, streams, name, [*moved, target], room, most)
             self.in_hand = 0
         self.not_taken = left
+        if refused and refused != self.refused:  # (said again only when they change)
+            logger.warning(
+                "spill: %d owner directory(ies) in %s may not be opened by this process (another "
+                "user's?), e.g. %s: alive or gone, their events are not its to deliver; give it "
+                "access to them if their processes are gone",
+                len(refused),
+                self.directory,
+                min(refused),
+            )
+        self.refused = frozenset(refused)
         if self.not_taken or self.unread:
             self.log.warning(
                 "spill-left",

@@ -62,6 +62,8 @@ __all__ = [
 
 #: What an owner's directory holds besides its segments and marks.
 _OWNERS_OWN = frozenset({LOCK, LOCK + ".new", LOCKS_DIRECTORY, RESERVE})
+#: Errors opening an owner's directory that say this process may not (another user's).
+REFUSED = frozenset({errno.EACCES, errno.EPERM})
 #: Tries to make an owner's directory while what is made is removed under it.
 _MAKE_ATTEMPTS = 5
 
@@ -74,14 +76,15 @@ def _probe(root: str, name: str, how: int) -> int | None:
     its lock file removed or damaged, it says it locks its directory (``LOCKS_DIRECTORY``) and
     holds a segment whose header names it.  ``name`` may be one being made (``.tmp-ID``): only
     one ``STALE_AFTER`` old is probed (a younger one's maker may be about to lock it).  Raises
-    OSError (``SCARCE``) if this process could not look."""
+    OSError if this process could not look (``SCARCE``), or may not (``REFUSED``: another
+    user's directory, alive or not)."""
     if not is_owner(name.removeprefix(".tmp-")) or (name.startswith(".tmp-") and not _old(name)):
         return None
     path = os.path.join(root, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in SCARCE:
+        if exc.errno in SCARCE or exc.errno in REFUSED:
             raise
         return None
     try:
@@ -381,12 +384,14 @@ def prune(dirs: set[str], keep: Collection[str]) -> None:
             dirs.add(os.path.dirname(path))
 
 
-def dead_owners(root: str, me: str, unseen: set[str] | None = None) -> Generator[tuple[str, int], None, None]:
+def dead_owners(
+    root: str, me: str, unseen: set[str] | None = None, refused: set[str] | None = None
+) -> Generator[tuple[str, int], None, None]:
     """The owners of ``root`` that are gone, oldest first, one at a time: (name, the fd of their
     lock, which we now hold and the caller closes before the next; thousands of dead owners never
     hold thousands of descriptors).  An owner whose lock another process holds is alive (or being
     adopted); one this process could not look at (out of descriptors) is added to ``unseen``
-    (``root`` itself, if it could not be listed)."""
+    (``root`` itself, if it could not be listed), and one it may not open to ``refused``."""
     try:
         names = sorted(os.listdir(root))
     except OSError as exc:
@@ -398,8 +403,13 @@ def dead_owners(root: str, me: str, unseen: set[str] | None = None) -> Generator
             continue
         try:
             fd = _probe(root, name, fcntl.LOCK_EX)
-        except OSError:
-            if unseen is not None and not name.startswith(".tmp-"):
+        except OSError as exc:
+            if name.startswith(".tmp-"):
+                continue
+            if exc.errno in REFUSED:
+                if refused is not None:
+                    refused.add(name)
+            elif unseen is not None:
                 unseen.add(name)
             continue
         if name.startswith(".tmp-"):  # (one a process died making: its lock alone, or not yet written)

@@ -460,6 +460,38 @@ def test_a_directory_in_an_owners_that_is_not_the_spills_is_never_read_nor_blame
     assert drain(spill) == list(range(5))
 
 
+def test_an_owners_directory_this_process_may_not_open_is_said_once_and_never_taken(
+    tmp_path, monkeypatch, caplog
+):
+    """helper-43: a top-level owner's directory this process may not open (EACCES: another
+    user's) was passed over in silence, alive or dead.  It is still not taken (nor counted
+    left: another user's live owner is none of its business), but a warning names it, once
+    while the same ones are refused."""
+    spill = tmp_path / "spill"
+    dead_owner(spill, 0, 5)
+    (other,) = owner_dirs(spill)
+    dead_owner(spill, 5, 5)
+    real_open = os.open
+
+    def refuse(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if os.fspath(path) == str(other):  # type: ignore[call-overload]
+            raise PermissionError(errno.EACCES, "Permission denied", str(other))
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
+    with Sink() as sink:
+        box = Outbox(HttpTransport(sink.url), spill_dir=str(spill), close_at_exit=False)
+        _adopted_by(box)  # (a second look: the same one refused, not said again)
+        report = box.close(30)
+        assert report.complete, report
+        assert ns(sink) == list(range(5, 10))
+    said = [r.getMessage() for r in caplog.records if "may not be opened" in r.getMessage()]
+    assert len(said) == 1, said
+    assert other.name in said[0]
+    monkeypatch.undo()
+    assert drain(spill) == list(range(5))
+
+
 def test_an_adopted_owner_this_process_may_not_list_is_named_then_read_once_it_may(
     tmp_path, monkeypatch, caplog
 ):
